@@ -1,1 +1,67 @@
-fn main() {}
+//! Developer automation: `cargo xtask <command>`.
+//!
+//! - `vectors`: regenerate the golden vectors in `tests/vectors/` with the reference client.
+//! - `ref-venv`: create the virtualenv with the reference client (`target/refvenv`).
+//! - `bench`: throughput and peak RSS of `xet` next to the reference (see `bench.rs`).
+
+mod bench;
+mod reference;
+
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("vectors") => vectors(),
+        Some("ref-venv") => {
+            println!("{}", reference::python()?.display());
+            Ok(())
+        }
+        Some("bench") => bench::run(&args[1..]),
+        _ => bail!("usage: cargo xtask <vectors|ref-venv|bench [--size-mib N] [--keep]>"),
+    }
+}
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace").to_path_buf()
+}
+
+fn write_corpus(dir: &Path, files: &[xet_testdata::CorpusFile]) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for f in files {
+        std::fs::write(dir.join(f.name), f.bytes()).with_context(|| format!("writing {}", f.name))?;
+    }
+    Ok(())
+}
+
+fn vectors() -> Result<()> {
+    let py = reference::python()?;
+    let tmp = tempdir("vectors")?;
+    let corpus = tmp.join("corpus");
+    let art = tmp.join("artifacts");
+    write_corpus(&corpus, &xet_testdata::corpus())?;
+    write_corpus(&art, &xet_testdata::artifact_corpus())?;
+    let out = workspace_root().join("tests/vectors");
+    let script = workspace_root().join("xtask/ref/vectors.py");
+    let status = std::process::Command::new(&py)
+        .arg(&script)
+        .args([&corpus, &art, &tmp.join("work"), &out])
+        .status()
+        .context("running the reference vector script")?;
+    if !status.success() {
+        bail!("{} failed: {status}", script.display());
+    }
+    std::fs::remove_dir_all(&tmp).ok();
+    Ok(())
+}
+
+/// A fresh directory under `target/xtask-tmp`.
+pub fn tempdir(name: &str) -> Result<PathBuf> {
+    let dir = workspace_root().join("target/xtask-tmp").join(format!("{name}-{}", std::process::id()));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
