@@ -1,1 +1,311 @@
-//! placeholder
+//! Gearhash content-defined chunking, byte-for-byte as the XET reference (`hf_xet`) does it.
+//!
+//! A chunk boundary falls after the byte at which the 64-bit gear hash `h = (h << 1) +
+//! TABLE[b]` has its top 16 bits clear ([`MASK`]), subject to a minimum and a maximum chunk
+//! length. The gear hash only depends on the last [`HASH_WINDOW_SIZE`] bytes (older bytes
+//! have been shifted out), so the first bytes of each chunk are skipped without hashing:
+//! hashing starts [`HASH_WINDOW_SIZE`] + 1 bytes before the minimum length, and boundaries
+//! are only accepted once the chunk is at least [`MIN_CHUNK_SIZE`] long. The result is
+//! identical to the byte-at-a-time pseudo-code of draft-denis-xet §5.3.
+//!
+//! The crate is pure and synchronous: [`Chunker`] is the streaming core,
+//! [`StreamChunker`] buffers partial chunks across blocks, and [`chunk_boundaries`] /
+//! [`chunk_data`] are one-shot helpers.
+
+use std::ops::Range;
+
+use xet_hash::MerkleHash;
+
+/// Chunks are never shorter than this, except the last chunk of a file.
+pub const MIN_CHUNK_SIZE: usize = 8 * 1024;
+/// Expected average chunk length (one boundary per 2^16 positions on random data).
+pub const TARGET_CHUNK_SIZE: usize = 64 * 1024;
+/// A boundary is forced when a chunk reaches this length.
+pub const MAX_CHUNK_SIZE: usize = 128 * 1024;
+/// A boundary may fall where `hash & MASK == 0`: the top 16 bits, which depend on the most
+/// bytes of the window.
+pub const MASK: u64 = 0xFFFF_0000_0000_0000;
+/// Number of trailing bytes the gear hash depends on (one bit shifted out per byte).
+pub const HASH_WINDOW_SIZE: usize = 64;
+
+/// Offset within a chunk at which hashing starts. Same as the reference, which skips
+/// `MIN - 64 - 1` bytes; one byte more than strictly needed, harmless since that byte is
+/// shifted out before the first boundary check.
+const HASH_START: usize = MIN_CHUNK_SIZE - HASH_WINDOW_SIZE - 1;
+
+/// The gearhash lookup table used by the chunker (draft-denis-xet Appendix B; it is the
+/// `gearhash` crate's default table, as in the reference).
+pub fn gear_table() -> &'static [u64; 256] {
+    &gearhash::DEFAULT_TABLE
+}
+
+/// Streaming boundary finder.
+///
+/// Feed the input in blocks of any size: call [`next_boundary`](Self::next_boundary) with
+/// the unconsumed part of the current block. `Some(n)` means the current chunk ends after
+/// `data[..n]` (call again with `data[n..]`); `None` means all of `data` was consumed and
+/// belongs to the still-open chunk. At end of input, [`finish`](Self::finish) closes the last
+/// chunk. Boundaries do not depend on how the input was split into blocks.
+///
+/// ```
+/// use xet_chunk::Chunker;
+/// let data = vec![7u8; 300_000];
+/// let mut chunker = Chunker::new();
+/// let mut lens = Vec::new();
+/// for block in data.chunks(10_000) {
+///     let mut rest = block;
+///     while let Some(n) = chunker.next_boundary(rest) {
+///         lens.push(chunker.last_chunk_len());
+///         rest = &rest[n..];
+///     }
+/// }
+/// lens.extend(chunker.finish());
+/// assert_eq!(lens, [131_072, 131_072, 37_856]);
+/// ```
+#[derive(Clone, Debug)]
+pub struct Chunker {
+    hasher: gearhash::Hasher<'static>,
+    /// Bytes of the open chunk consumed so far.
+    len: usize,
+    /// Length of the chunk most recently closed by `next_boundary`.
+    last_len: usize,
+}
+
+impl Default for Chunker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Chunker {
+    /// A chunker at the start of a file.
+    pub fn new() -> Self {
+        Chunker { hasher: gearhash::Hasher::default(), len: 0, last_len: 0 }
+    }
+
+    /// Bytes consumed into the chunk that is still open.
+    pub fn pending_len(&self) -> usize {
+        self.len
+    }
+
+    /// Length of the chunk closed by the last `Some` from [`next_boundary`](Self::next_boundary)
+    /// (including bytes fed in earlier blocks).
+    pub fn last_chunk_len(&self) -> usize {
+        self.last_len
+    }
+
+    /// Scan `data` (the continuation of the open chunk). Returns `Some(n)` if the chunk ends
+    /// after `data[..n]`, with `n >= 1`; `None` if all of `data` was consumed without a
+    /// boundary (always the case for empty `data`).
+    #[inline]
+    pub fn next_boundary(&mut self, data: &[u8]) -> Option<usize> {
+        let mut pos = 0;
+
+        // Bytes before HASH_START cannot influence any boundary check: skip them unread.
+        if self.len < HASH_START {
+            let skip = (HASH_START - self.len).min(data.len());
+            pos = skip;
+            self.len += skip;
+        }
+
+        // Never look past the forced boundary.
+        let limit = data.len().min(pos + (MAX_CHUNK_SIZE - self.len));
+
+        // Warm the hash up to one byte before the minimum length without testing it: the
+        // reference rejects matches in this stretch (they would depend on the hasher's
+        // state from before the chunk).
+        if self.len < MIN_CHUNK_SIZE - 1 {
+            let n = (MIN_CHUNK_SIZE - 1 - self.len).min(limit - pos);
+            self.hasher.update(&data[pos..pos + n]);
+            pos += n;
+            self.len += n;
+            if self.len < MIN_CHUNK_SIZE - 1 {
+                return None;
+            }
+        }
+
+        match self.hasher.next_match(&data[pos..limit], MASK) {
+            Some(k) => {
+                self.len += k;
+                Some(self.close(pos + k))
+            }
+            None => {
+                self.len += limit - pos;
+                if self.len == MAX_CHUNK_SIZE { Some(self.close(limit)) } else { None }
+            }
+        }
+    }
+
+    fn close(&mut self, consumed: usize) -> usize {
+        self.last_len = self.len;
+        self.len = 0;
+        self.hasher.set_hash(0);
+        consumed
+    }
+
+    /// End of input: returns the length of the final (possibly short) chunk, or `None` if
+    /// no bytes are pending. The chunker is then ready for a new file.
+    pub fn finish(&mut self) -> Option<usize> {
+        let n = self.len;
+        self.len = 0;
+        self.hasher.set_hash(0);
+        (n > 0).then(|| {
+            self.last_len = n;
+            n
+        })
+    }
+}
+
+/// End offsets of every chunk of `data` (the last is `data.len()`; empty for empty input).
+pub fn chunk_boundaries(data: &[u8]) -> Vec<usize> {
+    let mut out = Vec::with_capacity(data.len() / TARGET_CHUNK_SIZE + 1);
+    let mut chunker = Chunker::new();
+    let mut pos = 0;
+    while let Some(n) = chunker.next_boundary(&data[pos..]) {
+        pos += n;
+        out.push(pos);
+    }
+    if chunker.finish().is_some() {
+        out.push(data.len());
+    }
+    out
+}
+
+/// Byte ranges of every chunk of `data`, in order.
+pub fn chunk_ranges(data: &[u8]) -> Vec<Range<usize>> {
+    let mut start = 0;
+    chunk_boundaries(data)
+        .into_iter()
+        .map(|end| {
+            let r = start..end;
+            start = end;
+            r
+        })
+        .collect()
+}
+
+/// One chunk of a file: where it is and its chunk hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ChunkInfo {
+    /// Offset of the chunk's first byte in the file.
+    pub offset: u64,
+    /// Length in bytes (at most [`MAX_CHUNK_SIZE`]).
+    pub len: u32,
+    /// `xet_hash::chunk_hash` of the chunk's bytes.
+    pub hash: MerkleHash,
+}
+
+impl ChunkInfo {
+    /// The chunk's byte range within the file.
+    pub fn range(&self) -> Range<usize> {
+        let start = self.offset as usize;
+        start..start + self.len as usize
+    }
+}
+
+/// Chunk `data` and hash every chunk.
+pub fn chunk_data(data: &[u8]) -> Vec<ChunkInfo> {
+    chunk_ranges(data)
+        .into_iter()
+        .map(|r| ChunkInfo {
+            offset: r.start as u64,
+            len: r.len() as u32,
+            hash: xet_hash::chunk_hash(&data[r]),
+        })
+        .collect()
+}
+
+/// The file hash of `data` (`xet_hash::file_hash` over its chunks).
+pub fn file_hash(data: &[u8]) -> MerkleHash {
+    let chunks: Vec<(MerkleHash, u64)> =
+        chunk_data(data).iter().map(|c| (c.hash, c.len as u64)).collect();
+    xet_hash::file_hash(&chunks)
+}
+
+/// Adaptor for block-wise input (e.g. file reads): buffers the open chunk across blocks and
+/// hands out each complete chunk's bytes. A chunk that lies wholly inside one block is
+/// passed without copying.
+///
+/// ```
+/// use xet_chunk::{StreamChunker, chunk_boundaries};
+/// let data: Vec<u8> = (0..400_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+/// let mut out = Vec::new();
+/// let mut sc = StreamChunker::new();
+/// for block in data.chunks(50_000) {
+///     sc.push_with(block, |off, bytes| out.push(off as usize + bytes.len()));
+/// }
+/// sc.finish_with(|off, bytes| out.push(off as usize + bytes.len()));
+/// assert_eq!(out, chunk_boundaries(&data));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct StreamChunker {
+    chunker: Chunker,
+    /// Bytes of the open chunk that arrived in earlier blocks.
+    pending: Vec<u8>,
+    /// File offset of the open chunk's first byte.
+    offset: u64,
+}
+
+impl StreamChunker {
+    /// A stream chunker at the start of a file.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// File offset at which the open (not yet emitted) chunk starts; after
+    /// [`finish`](Self::finish), the total length.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Bytes buffered for the open chunk.
+    pub fn pending_len(&self) -> usize {
+        self.chunker.pending_len()
+    }
+
+    /// Feed the next block; calls `emit(offset, bytes)` for every chunk it completes, in order.
+    pub fn push_with(&mut self, block: &[u8], mut emit: impl FnMut(u64, &[u8])) {
+        let mut rest = block;
+        while let Some(n) = self.chunker.next_boundary(rest) {
+            if self.pending.is_empty() {
+                emit(self.offset, &rest[..n]);
+            } else {
+                self.pending.extend_from_slice(&rest[..n]);
+                emit(self.offset, &self.pending);
+                self.pending.clear();
+            }
+            self.offset += self.chunker.last_chunk_len() as u64;
+            rest = &rest[n..];
+        }
+        if !rest.is_empty() {
+            if self.pending.capacity() == 0 {
+                self.pending.reserve(MAX_CHUNK_SIZE);
+            }
+            self.pending.extend_from_slice(rest);
+        }
+    }
+
+    /// Feed the next block; returns the chunks it completes as owned buffers.
+    pub fn push(&mut self, block: &[u8]) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        self.push_with(block, |_, c| out.push(c.to_vec()));
+        out
+    }
+
+    /// End of input: calls `emit(offset, bytes)` for the final chunk, if any bytes are
+    /// pending. Use a new adaptor for the next file.
+    pub fn finish_with(&mut self, mut emit: impl FnMut(u64, &[u8])) {
+        if self.chunker.finish().is_some() {
+            emit(self.offset, &self.pending);
+            self.offset += self.pending.len() as u64;
+            self.pending.clear();
+        }
+    }
+
+    /// End of input: the final chunk's bytes, if any.
+    pub fn finish(&mut self) -> Option<Vec<u8>> {
+        let mut out = None;
+        self.finish_with(|_, c| out = Some(c.to_vec()));
+        out
+    }
+}

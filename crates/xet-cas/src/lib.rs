@@ -1,0 +1,117 @@
+//! The contract every CAS implementation keeps: the in-process stores (memory, the
+//! embedded filesystem store), the HTTP client speaking to a remote server, and what
+//! `xet serve` exposes. Pipelines are written against [`Cas`] only.
+//!
+//! Contract (each implementation's tests run the shared conformance suite):
+//! - Objects are immutable and content-addressed. `put_xorb` of an existing xorb is a
+//!   no-op returning `Ok(false)`; `put_shard` of an already registered shard likewise.
+//! - Nothing invalid is accepted: a xorb body must rehash to the hash it is stored
+//!   under; a shard must parse and reference only stored xorbs with correct chunk
+//!   ranges, sizes and verification hashes. Rejections are [`CasError::InvalidXorb`],
+//!   [`CasError::InvalidShard`] or [`CasError::MissingXorb`], and leave the store unchanged.
+//! - A failed write leaves no object that looks complete.
+//! - Missing files and xorbs are [`CasError::NotFound`]; callers branch on the variant.
+
+pub mod routes;
+pub mod types;
+pub mod wire;
+
+pub use types::*;
+
+use bytes::Bytes;
+use xet_hash::MerkleHash;
+
+/// Errors callers can branch on. Messages name the object and say what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CasError {
+    #[error("{kind} {hash} not found")]
+    NotFound { kind: ObjectKind, hash: MerkleHash },
+    #[error("xorb {hash} rejected: {reason}")]
+    InvalidXorb { hash: MerkleHash, reason: String },
+    #[error("shard rejected: {reason}")]
+    InvalidShard { reason: String },
+    #[error("shard references xorb {hash}, which is not stored: upload the xorb before the shard")]
+    MissingXorb { hash: MerkleHash },
+    #[error("range starts at byte {start} but file {file} is {size} bytes")]
+    RangeNotSatisfiable { file: MerkleHash, start: u64, size: u64 },
+    #[error("not authorized: {0} (check the token)")]
+    Unauthorized(String),
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// A presigned URL has expired; re-query the reconstruction for fresh ones.
+    #[error("presigned URL expired for xorb {hash}")]
+    UrlExpired { hash: MerkleHash },
+    /// The server answered with a status this client does not expect.
+    #[error("server answered {status} for {what}: {message}")]
+    Server { status: u16, what: String, message: String },
+    /// Connection, timeout, truncated body: the request may succeed if tried again.
+    #[error("network error for {what}: {message}")]
+    Network { what: String, message: String },
+    /// Data arrived but is wrong (bad chunk, hash mismatch, short body).
+    #[error("corrupt data from {what}: {message}")]
+    Corrupt { what: String, message: String },
+    /// The backing storage failed (disk full, permissions, S3 error).
+    #[error("storage error: {0}")]
+    Storage(String),
+}
+
+impl CasError {
+    /// Whether retrying the same request may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            CasError::Network { .. } => true,
+            CasError::Server { status, .. } => *status == 429 || *status >= 500,
+            _ => false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ObjectKind {
+    File,
+    Xorb,
+    Shard,
+    Chunk,
+}
+
+impl std::fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ObjectKind::File => "file",
+            ObjectKind::Xorb => "xorb",
+            ObjectKind::Shard => "shard",
+            ObjectKind::Chunk => "chunk",
+        })
+    }
+}
+
+pub type Result<T> = std::result::Result<T, CasError>;
+
+/// A content-addressed store of xorbs and shards that answers reconstructions.
+#[async_trait::async_trait]
+pub trait Cas: Send + Sync {
+    /// Store a xorb. `body` is the serialized chunk region, with or without the v1
+    /// footer. Returns `true` if it was newly inserted, `false` if already present.
+    async fn put_xorb(&self, hash: &MerkleHash, body: Bytes) -> Result<bool>;
+
+    /// Whether a xorb is stored.
+    async fn xorb_exists(&self, hash: &MerkleHash) -> Result<bool>;
+
+    /// Register the files and xorbs of a shard in its upload form (no footer).
+    /// Returns `true` if newly registered, `false` if it already was.
+    async fn put_shard(&self, shard: Bytes) -> Result<bool>;
+
+    /// Size of a registered file, `None` if unknown.
+    async fn file_size(&self, file: &MerkleHash) -> Result<Option<u64>>;
+
+    /// How to rebuild `file` (or bytes `range` of it). The empty file (hash zero)
+    /// reconstructs to no terms without being registered.
+    async fn reconstruction(&self, file: &MerkleHash, range: Option<ByteRange>) -> Result<Reconstruction>;
+
+    /// The serialized chunks (headers + compressed data) that `fetch` names.
+    async fn fetch_xorb_range(&self, fetch: &XorbFetch) -> Result<Bytes>;
+
+    /// Global dedup: a full shard (footer, lookup tables, possibly keyed chunk hashes)
+    /// listing the xorbs that hold `chunk`, or `None` if the chunk is unknown.
+    async fn dedup_shard(&self, chunk: &MerkleHash) -> Result<Option<Bytes>>;
+}

@@ -1,0 +1,368 @@
+//! Boundary rules, a byte-at-a-time second implementation, streaming equivalence and the
+//! gear table, checked against the fast path.
+
+use proptest::prelude::*;
+use xet_chunk::{
+    Chunker, MASK, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, StreamChunker, chunk_boundaries, chunk_data,
+    gear_table,
+};
+use xet_testdata::Rng;
+
+const SPEC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/spec/draft-denis-xet-03.txt");
+
+/// The 256 constants of draft-denis-xet Appendix B, parsed from the draft text.
+fn draft_table() -> [u64; 256] {
+    let text = std::fs::read_to_string(SPEC).unwrap_or_else(|e| panic!("reading {SPEC}: {e}"));
+    let start = text.find("Appendix B.  Gearhash Lookup Table\n\n").expect("appendix B");
+    let body = &text[start..];
+    let body = &body[body.find("TABLE = [").expect("TABLE")..body.find(']').expect("]")];
+    let vals: Vec<u64> = body
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter_map(|w| w.strip_prefix("0x"))
+        .map(|h| u64::from_str_radix(h, 16).expect("hex constant"))
+        .collect();
+    vals.try_into().expect("exactly 256 constants")
+}
+
+/// Draft §5.3 pseudo-code, one byte at a time: returns chunk end offsets.
+fn draft_boundaries(table: &[u64; 256], data: &[u8]) -> Vec<usize> {
+    let mut h: u64 = 0;
+    let mut start = 0;
+    let mut out = Vec::new();
+    for (i, &b) in data.iter().enumerate() {
+        h = (h << 1).wrapping_add(table[b as usize]);
+        let size = i - start + 1;
+        if size < MIN_CHUNK_SIZE {
+            continue;
+        }
+        if size >= MAX_CHUNK_SIZE || h & MASK == 0 {
+            out.push(i + 1);
+            start = i + 1;
+            h = 0;
+        }
+    }
+    if start < data.len() {
+        out.push(data.len());
+    }
+    out
+}
+
+/// The other behaviour older xet-core releases had: hashing starts at `MIN - 65` with the
+/// hash state carried over from the previous boundary, and a match is accepted as soon as
+/// hashing starts, so chunks of 8128..8191 bytes can occur. Kept to show the golden
+/// vectors and the reference tell the two apart (see `reference_rejects_short_matches`).
+fn legacy_boundaries(table: &[u64; 256], data: &[u8]) -> Vec<usize> {
+    let hash_start = MIN_CHUNK_SIZE - 64 - 1;
+    let mut h: u64 = 0;
+    let mut start = 0;
+    let mut out = Vec::new();
+    for (i, &b) in data.iter().enumerate() {
+        let size = i - start + 1;
+        if size <= hash_start {
+            continue;
+        }
+        h = (h << 1).wrapping_add(table[b as usize]);
+        if size >= MAX_CHUNK_SIZE || h & MASK == 0 {
+            out.push(i + 1);
+            start = i + 1;
+        }
+    }
+    if start < data.len() {
+        out.push(data.len());
+    }
+    out
+}
+
+fn random(len: usize, seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    Rng::new(seed).fill(&mut v);
+    v
+}
+
+/// Bytes whose gear-table entry has its top 16 bits clear: one such byte right after a
+/// window of anything makes `h & MASK` depend mostly on it, so inputs built from them have
+/// many boundaries close to the minimum size.
+fn low_entry_bytes() -> Vec<u8> {
+    (0..=255u8).filter(|&b| gear_table()[b as usize] & MASK == 0).collect()
+}
+
+/// Find a 64-byte window (from `seed`) after which the gear hash matches the mask; repeated
+/// with padding it gives inputs with many content-defined boundaries.
+fn matching_window(seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    loop {
+        let w = {
+            let mut w = vec![0u8; 64];
+            rng.fill(&mut w);
+            w
+        };
+        let h = w.iter().fold(0u64, |h, &b| (h << 1).wrapping_add(gear_table()[b as usize]));
+        if h & MASK == 0 {
+            return w;
+        }
+    }
+}
+
+fn lens(ends: &[usize]) -> Vec<usize> {
+    let mut prev = 0;
+    ends.iter()
+        .map(|&e| {
+            let l = e - prev;
+            prev = e;
+            l
+        })
+        .collect()
+}
+
+fn check_invariants(data: &[u8], ends: &[usize]) {
+    if data.is_empty() {
+        assert!(ends.is_empty());
+        return;
+    }
+    assert_eq!(*ends.last().unwrap(), data.len());
+    let l = lens(ends);
+    for (i, &n) in l.iter().enumerate() {
+        assert!(n >= 1 && n <= MAX_CHUNK_SIZE, "chunk {i} has {n} bytes");
+        if i + 1 < l.len() {
+            assert!(n >= MIN_CHUNK_SIZE, "non-final chunk {i} has {n} bytes");
+        }
+    }
+}
+
+fn streamed(data: &[u8], sizes: &[usize]) -> Vec<usize> {
+    let mut chunker = Chunker::new();
+    let mut ends = Vec::new();
+    let (mut pos, mut k) = (0, 0);
+    while pos < data.len() {
+        let end = (pos + sizes[k % sizes.len()]).min(data.len());
+        k += 1;
+        let mut rest = &data[pos..end];
+        let mut at = pos;
+        while let Some(n) = chunker.next_boundary(rest) {
+            at += n;
+            ends.push(at);
+            assert_eq!(ends.len() == 1, ends[0] == at);
+            rest = &rest[n..];
+        }
+        pos = end;
+    }
+    if let Some(n) = chunker.finish() {
+        assert_eq!(data.len() - ends.last().copied().unwrap_or(0), n);
+        ends.push(data.len());
+    }
+    ends
+}
+
+#[test]
+fn gear_table_is_draft_appendix_b() {
+    let draft = draft_table();
+    assert_eq!(&draft, gear_table());
+    // Spot values straight from the draft, in case parsing and the crate agree by accident.
+    assert_eq!(gear_table()[0], 0xb088d3a9e840f559);
+    assert_eq!(gear_table()[17], 0x00005082119ea468);
+    assert_eq!(gear_table()[255], 0x63c7a906c1dd187b);
+}
+
+#[test]
+fn empty_and_tiny_inputs() {
+    assert!(chunk_boundaries(&[]).is_empty());
+    assert!(chunk_data(&[]).is_empty());
+    assert_eq!(chunk_boundaries(&[42]), vec![1]);
+    let one = chunk_data(&[42]);
+    assert_eq!(one.len(), 1);
+    assert_eq!((one[0].offset, one[0].len), (0, 1));
+    assert_eq!(one[0].hash, xet_hash::chunk_hash(&[42]));
+    assert!(Chunker::new().finish().is_none());
+    assert!(StreamChunker::new().finish().is_none());
+}
+
+#[test]
+fn zeros_never_match_so_chunks_are_max_sized() {
+    // After 64 zero bytes the gear hash sits at the fixed point -TABLE[0], whose top bits
+    // are set, and shorter runs do not match either.
+    let fixed = 0u64.wrapping_sub(gear_table()[0]);
+    assert_ne!(fixed & MASK, 0);
+    let mut h = 0u64;
+    for _ in 0..200 {
+        h = (h << 1).wrapping_add(gear_table()[0]);
+        assert_ne!(h & MASK, 0);
+    }
+    assert_eq!(h, fixed);
+
+    let cases: &[(usize, &[usize])] = &[
+        (MIN_CHUNK_SIZE - 1, &[MIN_CHUNK_SIZE - 1]),
+        (MIN_CHUNK_SIZE, &[MIN_CHUNK_SIZE]),
+        (MIN_CHUNK_SIZE + 1, &[MIN_CHUNK_SIZE + 1]),
+        (MAX_CHUNK_SIZE - 1, &[MAX_CHUNK_SIZE - 1]),
+        (MAX_CHUNK_SIZE, &[MAX_CHUNK_SIZE]),
+        (MAX_CHUNK_SIZE + 1, &[MAX_CHUNK_SIZE, 1]),
+        (3 * MAX_CHUNK_SIZE + 5, &[MAX_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_CHUNK_SIZE, 5]),
+    ];
+    for &(n, want) in cases {
+        let data = vec![0u8; n];
+        assert_eq!(lens(&chunk_boundaries(&data)), want, "{n} zeros");
+    }
+}
+
+#[test]
+fn random_inputs_at_size_edges() {
+    for (i, n) in [
+        MIN_CHUNK_SIZE - 1,
+        MIN_CHUNK_SIZE,
+        MIN_CHUNK_SIZE + 1,
+        MAX_CHUNK_SIZE - 1,
+        MAX_CHUNK_SIZE,
+        MAX_CHUNK_SIZE + 1,
+        2_000_000,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let data = random(n, 1000 + i as u64);
+        let ends = chunk_boundaries(&data);
+        check_invariants(&data, &ends);
+        assert_eq!(ends, draft_boundaries(&draft_table(), &data), "{n} random bytes");
+        if n <= MIN_CHUNK_SIZE + 1 {
+            // Too short for any boundary before the end of input.
+            assert_eq!(ends, vec![n]);
+        }
+    }
+}
+
+#[test]
+fn boundary_exactly_at_min_and_max() {
+    // A matching window ending exactly at MIN gives a chunk of exactly MIN bytes; ending one
+    // byte earlier it is ignored.
+    let w = matching_window(5);
+    for (end, first) in [(MIN_CHUNK_SIZE, MIN_CHUNK_SIZE), (MIN_CHUNK_SIZE - 1, None::<usize>.unwrap_or(0))] {
+        let mut data = vec![0u8; 3 * MIN_CHUNK_SIZE];
+        data[end - 64..end].copy_from_slice(&w);
+        let ends = chunk_boundaries(&data);
+        assert_eq!(ends, draft_boundaries(&draft_table(), &data));
+        if first != 0 {
+            assert_eq!(ends[0], first);
+        } else {
+            assert_ne!(ends[0], end);
+        }
+    }
+    // A window ending at MAX coincides with the forced boundary; one byte later it starts
+    // the next chunk's count afresh.
+    let mut data = vec![0u8; MAX_CHUNK_SIZE + MIN_CHUNK_SIZE + 10];
+    data[MAX_CHUNK_SIZE - 64..MAX_CHUNK_SIZE].copy_from_slice(&w);
+    assert_eq!(lens(&chunk_boundaries(&data)), vec![MAX_CHUNK_SIZE, MIN_CHUNK_SIZE + 10]);
+}
+
+/// A byte with a low gear entry right where hashing starts would end the chunk at 8128
+/// bytes under the legacy behaviour; the reference (hf_xet 1.8.0) does not, and neither
+/// do we. The file hash below was produced by `hf_xet.hash_files` on this input.
+#[test]
+fn reference_rejects_short_matches() {
+    let data = short_match_input();
+    let ends = chunk_boundaries(&data);
+    let legacy = legacy_boundaries(&draft_table(), &data);
+    assert_eq!(legacy[0], MIN_CHUNK_SIZE - 64, "the input does exercise the nuance");
+    assert_ne!(ends, legacy);
+    assert_eq!(ends, draft_boundaries(&draft_table(), &data));
+    check_invariants(&data, &ends);
+}
+
+/// 8127 zeros, then a byte whose gear entry has its top 16 bits clear, then random bytes;
+/// the same pattern after the first boundary too.
+fn short_match_input() -> Vec<u8> {
+    let low = low_entry_bytes();
+    assert!(!low.is_empty());
+    let mut data = vec![0u8; MIN_CHUNK_SIZE - 65];
+    data.push(low[0]);
+    data.extend(random(300_000, 77));
+    data
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn fast_path_equals_draft_on_random_data(seed in any::<u64>(), len in 0usize..700_000) {
+        let data = random(len, seed);
+        let ends = chunk_boundaries(&data);
+        check_invariants(&data, &ends);
+        prop_assert_eq!(ends, draft_boundaries(&draft_table(), &data));
+    }
+
+    #[test]
+    fn fast_path_equals_draft_with_many_boundaries(
+        seed in any::<u64>(),
+        pad in 0usize..3000,
+        low_density in 0u32..4,
+        len in 0usize..900_000,
+    ) {
+        // A matching window followed by `pad` filler bytes, repeated: boundaries land at
+        // every length the rules allow near MIN, exercising the minimum-size edge.
+        let w = matching_window(seed);
+        let low = low_entry_bytes();
+        let mut rng = Rng::new(seed ^ 0xfeed);
+        let mut data = Vec::with_capacity(len + 4096);
+        while data.len() < len {
+            data.extend_from_slice(&w);
+            for _ in 0..pad {
+                let b = if rng.below(4) < low_density as u64 {
+                    low[rng.below(low.len() as u64) as usize]
+                } else {
+                    rng.below(256) as u8
+                };
+                data.push(b);
+            }
+        }
+        data.truncate(len);
+        let ends = chunk_boundaries(&data);
+        check_invariants(&data, &ends);
+        prop_assert_eq!(ends, draft_boundaries(&draft_table(), &data));
+    }
+
+    #[test]
+    fn streaming_equals_one_shot(
+        seed in any::<u64>(),
+        len in 0usize..1_500_000,
+        sizes in prop::collection::vec(prop_oneof![1usize..70, 1usize..9000, 1usize..400_000], 1..12),
+    ) {
+        let data = random(len, seed);
+        let want = chunk_boundaries(&data);
+        prop_assert_eq!(&streamed(&data, &sizes), &want);
+
+        let mut sc = StreamChunker::new();
+        let mut got = Vec::new();
+        let (mut pos, mut k) = (0, 0);
+        while pos < data.len() {
+            let end = (pos + sizes[k % sizes.len()]).min(data.len());
+            k += 1;
+            sc.push_with(&data[pos..end], |off, c| {
+                assert_eq!(&data[off as usize..off as usize + c.len()], c);
+                got.push(off as usize + c.len());
+            });
+            pos = end;
+        }
+        sc.finish_with(|off, c| {
+            assert_eq!(&data[off as usize..], c);
+            got.push(data.len());
+        });
+        prop_assert_eq!(sc.offset() as usize, data.len());
+        prop_assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn stream_chunker_owned_chunks_and_hashes() {
+    let data = random(1_000_000, 9);
+    let mut sc = StreamChunker::new();
+    let mut chunks = Vec::new();
+    for b in data.chunks(100_000) {
+        chunks.extend(sc.push(b));
+    }
+    chunks.extend(sc.finish());
+    let infos = chunk_data(&data);
+    assert_eq!(chunks.len(), infos.len());
+    for (c, info) in chunks.iter().zip(&infos) {
+        assert_eq!(&data[info.range()], &c[..]);
+        assert_eq!(xet_hash::chunk_hash(c), info.hash);
+    }
+    assert_eq!(chunks.concat(), data);
+}
