@@ -94,8 +94,8 @@ pub trait Cas: Send + Sync {
     /// footer. Returns `true` if it was newly inserted, `false` if already present.
     async fn put_xorb(&self, hash: &MerkleHash, body: Bytes) -> Result<bool>;
 
-    /// Whether a xorb is stored.
-    async fn xorb_exists(&self, hash: &MerkleHash) -> Result<bool>;
+    /// Length of a stored xorb's serialized chunk region (no footer), `None` if absent.
+    async fn xorb_size(&self, hash: &MerkleHash) -> Result<Option<u64>>;
 
     /// Register the files and xorbs of a shard in its upload form (no footer).
     /// Returns `true` if newly registered, `false` if it already was.
@@ -108,7 +108,10 @@ pub trait Cas: Send + Sync {
     /// reconstructs to no terms without being registered.
     async fn reconstruction(&self, file: &MerkleHash, range: Option<ByteRange>) -> Result<Reconstruction>;
 
-    /// The serialized chunks (headers + compressed data) that `fetch` names.
+    /// The serialized chunks (headers + compressed data) at `fetch.bytes` of the xorb's
+    /// chunk region. In-process stores read `xorb` + `bytes`; the HTTP client reads
+    /// `url` + `bytes` (a `403` there is [`CasError::UrlExpired`]). `chunks` is
+    /// informational. A range past the end is an error, never a short read.
     async fn fetch_xorb_range(&self, fetch: &XorbFetch) -> Result<Bytes>;
 
     /// Global dedup: a full shard (footer, lookup tables, possibly keyed chunk hashes)

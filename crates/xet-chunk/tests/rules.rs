@@ -11,17 +11,24 @@ use xet_testdata::Rng;
 const SPEC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/spec/draft-denis-xet-03.txt");
 
 /// The 256 constants of draft-denis-xet Appendix B, parsed from the draft text.
-fn draft_table() -> [u64; 256] {
+fn draft_table() -> &'static [u64; 256] {
+    static TABLE: std::sync::OnceLock<[u64; 256]> = std::sync::OnceLock::new();
+    TABLE.get_or_init(parse_draft_table)
+}
+
+fn parse_draft_table() -> [u64; 256] {
     let text = std::fs::read_to_string(SPEC).unwrap_or_else(|e| panic!("reading {SPEC}: {e}"));
     let start = text.find("Appendix B.  Gearhash Lookup Table\n\n").expect("appendix B");
     let body = &text[start..];
-    let body = &body[body.find("TABLE = [").expect("TABLE")..body.find(']').expect("]")];
+    // The table spans a page break, whose header and footer hold no `0x` words.
+    let body = &body[body.find("TABLE = [").expect("TABLE")..body.find("\n]\n").expect("]")];
     let vals: Vec<u64> = body
         .split(|c: char| c.is_whitespace() || c == ',')
         .filter_map(|w| w.strip_prefix("0x"))
         .map(|h| u64::from_str_radix(h, 16).expect("hex constant"))
         .collect();
-    vals.try_into().expect("exactly 256 constants")
+    let n = vals.len();
+    vals.try_into().unwrap_or_else(|_| panic!("expected 256 constants, found {n}"))
 }
 
 /// Draft §5.3 pseudo-code, one byte at a time: returns chunk end offsets.
@@ -156,7 +163,7 @@ fn streamed(data: &[u8], sizes: &[usize]) -> Vec<usize> {
 #[test]
 fn gear_table_is_draft_appendix_b() {
     let draft = draft_table();
-    assert_eq!(&draft, gear_table());
+    assert_eq!(draft, gear_table());
     // Spot values straight from the draft, in case parsing and the crate agree by accident.
     assert_eq!(gear_table()[0], 0xb088d3a9e840f559);
     assert_eq!(gear_table()[17], 0x00005082119ea468);
@@ -221,7 +228,7 @@ fn random_inputs_at_size_edges() {
         let data = random(n, 1000 + i as u64);
         let ends = chunk_boundaries(&data);
         check_invariants(&data, &ends);
-        assert_eq!(ends, draft_boundaries(&draft_table(), &data), "{n} random bytes");
+        assert_eq!(ends, draft_boundaries(draft_table(), &data), "{n} random bytes");
         if n <= MIN_CHUNK_SIZE + 1 {
             // Too short for any boundary before the end of input.
             assert_eq!(ends, vec![n]);
@@ -238,7 +245,7 @@ fn boundary_exactly_at_min_and_max() {
         let mut data = vec![0u8; 3 * MIN_CHUNK_SIZE];
         data[end - 64..end].copy_from_slice(&w);
         let ends = chunk_boundaries(&data);
-        assert_eq!(ends, draft_boundaries(&draft_table(), &data));
+        assert_eq!(ends, draft_boundaries(draft_table(), &data));
         if first != 0 {
             assert_eq!(ends[0], first);
         } else {
@@ -259,10 +266,10 @@ fn boundary_exactly_at_min_and_max() {
 fn reference_rejects_short_matches() {
     let data = short_match_input();
     let ends = chunk_boundaries(&data);
-    let legacy = legacy_boundaries(&draft_table(), &data);
+    let legacy = legacy_boundaries(draft_table(), &data);
     assert_eq!(legacy[0], MIN_CHUNK_SIZE - 64, "the input does exercise the nuance");
     assert_ne!(ends, legacy);
-    assert_eq!(ends, draft_boundaries(&draft_table(), &data));
+    assert_eq!(ends, draft_boundaries(draft_table(), &data));
     check_invariants(&data, &ends);
 }
 
@@ -285,7 +292,7 @@ proptest! {
         let data = random(len, seed);
         let ends = chunk_boundaries(&data);
         check_invariants(&data, &ends);
-        prop_assert_eq!(ends, draft_boundaries(&draft_table(), &data));
+        prop_assert_eq!(ends, draft_boundaries(draft_table(), &data));
     }
 
     #[test]
@@ -315,7 +322,7 @@ proptest! {
         data.truncate(len);
         let ends = chunk_boundaries(&data);
         check_invariants(&data, &ends);
-        prop_assert_eq!(ends, draft_boundaries(&draft_table(), &data));
+        prop_assert_eq!(ends, draft_boundaries(draft_table(), &data));
     }
 
     #[test]
