@@ -3,6 +3,7 @@
 //! - `vectors`: regenerate the golden vectors in `tests/vectors/` with the reference client.
 //! - `ref-venv`: create the virtualenv with the reference client (`target/refvenv`).
 //! - `bench`: throughput and peak RSS of `xet` next to the reference (see `bench.rs`).
+//! - `test`: the whole suite, as CI runs it: reference venv, fmt check, every test.
 
 mod bench;
 mod reference;
@@ -19,12 +20,35 @@ fn main() -> Result<()> {
             Ok(())
         }
         Some("bench") => bench::run(&args[1..]),
-        _ => bail!("usage: cargo xtask <vectors|ref-venv|bench [--size-mib N] [--keep]>"),
+        Some("test") => test(),
+        _ => bail!("usage: cargo xtask <test|vectors|ref-venv|bench [--size-mib N] [--keep]>"),
     }
 }
 
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace").to_path_buf()
+}
+
+/// The whole suite. Installs the reference client first (interop tests drive it), so a
+/// fresh clone needs only cargo and python3.
+fn test() -> Result<()> {
+    let py = reference::python()?;
+    let root = workspace_root();
+    let run = |args: &[&str]| -> Result<()> {
+        eprintln!("$ cargo {}", args.join(" "));
+        let st = std::process::Command::new(env!("CARGO"))
+            .args(args)
+            .current_dir(&root)
+            .env("XET_REF_PYTHON", &py)
+            .status()?;
+        if !st.success() {
+            bail!("cargo {} failed: {st}", args.join(" "));
+        }
+        Ok(())
+    };
+    run(&["fmt", "--all", "--", "--check"])?;
+    run(&["test", "--workspace", "--no-fail-fast"])?;
+    Ok(())
 }
 
 fn write_corpus(dir: &Path, files: &[xet_testdata::CorpusFile]) -> Result<()> {

@@ -10,6 +10,9 @@ pub const HF_XET_VERSION: &str = "1.8.0";
 
 /// Path to the venv's python with `hf_xet` importable, creating the venv if needed.
 pub fn python() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("XET_REF_PYTHON") {
+        return Ok(PathBuf::from(p));
+    }
     let venv = crate::workspace_root().join("target/refvenv");
     let py = venv.join("bin/python");
     let ok = py.exists()

@@ -143,6 +143,10 @@ pub enum XorbError {
     #[error("chunk {chunk}: footer {field} is {footer}, chunk headers give {actual}")]
     FooterBoundary { chunk: usize, field: &'static str, footer: u64, actual: u64 },
 
+    /// Consecutive footer offsets imply a chunk size no valid chunk can have.
+    #[error("chunk {chunk}: footer {field} imply an impossible chunk size {size}")]
+    FooterChunkSize { chunk: usize, field: &'static str, size: i64 },
+
     #[error("expected {expected} chunks, got {got}")]
     ChunkCount { expected: usize, got: usize },
 

@@ -1,0 +1,451 @@
+//! Chunk compression schemes (draft §7.4): None, LZ4 frame, and ByteGrouping4 + LZ4 frame.
+//!
+//! Compression uses `lz4_flex`'s frame encoder with default settings, which is what the
+//! reference uses, so our payloads are byte-identical to the reference's for the same
+//! chunk and scheme. Decompression uses our own small LZ4 frame reader on top of the
+//! block decoder so that the output buffer is exactly the header's declared size: a
+//! lying payload can never make us produce (or allocate) more than that.
+
+use std::fmt;
+use std::io::Write;
+
+use twox_hash::XxHash32;
+
+use crate::error::PayloadProblem;
+
+/// Compression scheme byte of a chunk header (draft §7.3.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum CompressionScheme {
+    #[default]
+    None = 0,
+    Lz4 = 1,
+    ByteGrouping4Lz4 = 2,
+}
+
+impl CompressionScheme {
+    pub const ALL: [CompressionScheme; 3] =
+        [CompressionScheme::None, CompressionScheme::Lz4, CompressionScheme::ByteGrouping4Lz4];
+
+    pub fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(CompressionScheme::None),
+            1 => Some(CompressionScheme::Lz4),
+            2 => Some(CompressionScheme::ByteGrouping4Lz4),
+            _ => None,
+        }
+    }
+
+    pub fn as_u8(self) -> u8 {
+        self as u8
+    }
+
+    /// Short name, as the reference prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CompressionScheme::None => "none",
+            CompressionScheme::Lz4 => "lz4",
+            CompressionScheme::ByteGrouping4Lz4 => "bg4-lz4",
+        }
+    }
+}
+
+impl fmt::Display for CompressionScheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Byte grouping (draft §7.4.3)
+
+/// Byte-group `data` by position mod 4 into `out` (replacing its contents):
+/// all bytes 0 mod 4, then 1 mod 4, ... When the length is not a multiple of 4 the
+/// first `len % 4` groups hold one extra byte.
+pub fn byte_group4_into(data: &[u8], out: &mut Vec<u8>) {
+    let n = data.len();
+    out.clear();
+    out.resize(n, 0);
+    let sizes = group_sizes(n);
+    let (g0, rest) = out.split_at_mut(sizes[0]);
+    let (g1, rest) = rest.split_at_mut(sizes[1]);
+    let (g2, g3) = rest.split_at_mut(sizes[2]);
+    let mut quads = data.chunks_exact(4);
+    for (i, q) in (&mut quads).enumerate() {
+        g0[i] = q[0];
+        g1[i] = q[1];
+        g2[i] = q[2];
+        g3[i] = q[3];
+    }
+    let full = n / 4;
+    let groups: [&mut [u8]; 3] = [g0, g1, g2];
+    for (k, (&b, g)) in quads.remainder().iter().zip(groups).enumerate() {
+        debug_assert!(k < 3);
+        g[full] = b;
+    }
+}
+
+/// Byte-group `data` (see [`byte_group4_into`]).
+pub fn byte_group4(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    byte_group4_into(data, &mut out);
+    out
+}
+
+/// Undo [`byte_group4`]: `out` must have the same length as `grouped`.
+pub fn byte_ungroup4_into(grouped: &[u8], out: &mut [u8]) {
+    assert_eq!(grouped.len(), out.len(), "byte_ungroup4_into: length mismatch");
+    let n = grouped.len();
+    let sizes = group_sizes(n);
+    let (g0, rest) = grouped.split_at(sizes[0]);
+    let (g1, rest) = rest.split_at(sizes[1]);
+    let (g2, g3) = rest.split_at(sizes[2]);
+    let full = n / 4;
+    let mut quads = out.chunks_exact_mut(4);
+    for (i, q) in (&mut quads).enumerate() {
+        q[0] = g0[i];
+        q[1] = g1[i];
+        q[2] = g2[i];
+        q[3] = g3[i];
+    }
+    for (b, g) in quads.into_remainder().iter_mut().zip([g0, g1, g2]) {
+        *b = g[full];
+    }
+}
+
+/// Undo [`byte_group4`].
+pub fn byte_ungroup4(grouped: &[u8]) -> Vec<u8> {
+    let mut out = vec![0; grouped.len()];
+    byte_ungroup4_into(grouped, &mut out);
+    out
+}
+
+fn group_sizes(n: usize) -> [usize; 4] {
+    let (base, rem) = (n / 4, n % 4);
+    [0, 1, 2, 3].map(|i| base + usize::from(i < rem))
+}
+
+// ---------------------------------------------------------------------------------------
+// Scheme choice
+
+/// How many chunks share one scheme choice, as the reference does it.
+pub const SCHEME_BLOCK_CHUNKS: usize = 32;
+
+/// Bytes of a chunk the byte-grouping predictor looks at. A sample is enough: the
+/// per-position byte statistics of tensor data are stable across a chunk.
+const PREDICTOR_SAMPLE: usize = 16 * 1024;
+
+/// Pick LZ4 or ByteGrouping4LZ4 for data like `sample` (never `None`: whether
+/// compression pays off is decided per chunk by [`compress_chunk_into`]).
+///
+/// Byte grouping helps when the four byte positions of each 4-byte word have different
+/// statistics (float32 tensors: the exponent byte repeats, the low mantissa bytes do
+/// not). We measure that as the largest KL divergence between the popcount histogram of
+/// one byte position and the pooled histogram; above 0.02 byte grouping wins. This is
+/// cheap (one pass over at most 16 KiB), unlike trial-compressing both ways.
+pub fn choose_scheme(sample: &[u8]) -> CompressionScheme {
+    let sample = &sample[..sample.len().min(PREDICTOR_SAMPLE)];
+    let mut hist = [[0u32; 9]; 4];
+    let mut quads = sample.chunks_exact(4);
+    for q in &mut quads {
+        for (h, &b) in hist.iter_mut().zip(q) {
+            h[b.count_ones() as usize] += 1;
+        }
+    }
+    for (h, &b) in hist.iter_mut().zip(quads.remainder()) {
+        h[b.count_ones() as usize] += 1;
+    }
+    // Pooled histogram with add-one smoothing so no bin has probability zero.
+    let mut pooled = [1u32; 9];
+    let mut totals = [0u32; 4];
+    for (h, t) in hist.iter().zip(totals.iter_mut()) {
+        for (p, &c) in pooled.iter_mut().zip(h) {
+            *p += c;
+        }
+        *t = h.iter().sum();
+    }
+    let pooled_total: u32 = pooled.iter().sum();
+    let mut max_kl = 0f64;
+    for (h, &t) in hist.iter().zip(&totals) {
+        if t == 0 {
+            continue;
+        }
+        let mut kl = 0f64;
+        for (&c, &q) in h.iter().zip(&pooled) {
+            if c == 0 {
+                continue;
+            }
+            let p = c as f64 / t as f64;
+            let q = q as f64 / pooled_total as f64;
+            kl += p * (p / q).ln();
+        }
+        max_kl = max_kl.max(kl);
+    }
+    if max_kl > 0.02 { CompressionScheme::ByteGrouping4Lz4 } else { CompressionScheme::Lz4 }
+}
+
+// ---------------------------------------------------------------------------------------
+// Compression
+
+/// Append `data` compressed with `scheme` to `out` (payload only, no chunk header).
+/// `scratch` is reused for byte grouping. Returns the payload length.
+pub fn compress_into(
+    scheme: CompressionScheme,
+    data: &[u8],
+    out: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
+) -> usize {
+    let start = out.len();
+    match scheme {
+        CompressionScheme::None => out.extend_from_slice(data),
+        CompressionScheme::Lz4 => lz4_frame_compress(data, out),
+        CompressionScheme::ByteGrouping4Lz4 => {
+            byte_group4_into(data, scratch);
+            lz4_frame_compress(scratch, out);
+        }
+    }
+    out.len() - start
+}
+
+/// `data` compressed with `scheme` (payload only).
+pub fn compress(scheme: CompressionScheme, data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() + 32);
+    compress_into(scheme, data, &mut out, &mut Vec::new());
+    out
+}
+
+/// Append the best payload for `data` to `out`, trying `scheme` and falling back to
+/// [`CompressionScheme::None`] when compression does not make the chunk strictly
+/// smaller (as the reference does). Returns the scheme actually used.
+pub fn compress_chunk_into(
+    scheme: CompressionScheme,
+    data: &[u8],
+    out: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
+) -> CompressionScheme {
+    let start = out.len();
+    if scheme != CompressionScheme::None {
+        let n = compress_into(scheme, data, out, scratch);
+        if n < data.len() {
+            return scheme;
+        }
+        out.truncate(start);
+    }
+    out.extend_from_slice(data);
+    CompressionScheme::None
+}
+
+/// One LZ4 frame holding `data`, with the encoder's default settings (independent
+/// blocks, no checksums, block size chosen from the input length). These defaults are
+/// what the reference writes, so the frames are byte-identical.
+fn lz4_frame_compress(data: &[u8], out: &mut Vec<u8>) {
+    let mut enc = lz4_flex::frame::FrameEncoder::new(out);
+    // Writing into a Vec cannot fail and the frame has no declared content size to miss.
+    enc.write_all(data).expect("LZ4 frame encoding into memory");
+    enc.finish().expect("LZ4 frame encoding into memory");
+}
+
+// ---------------------------------------------------------------------------------------
+// Decompression
+
+/// Decompress `payload` (written with `scheme`) into `out`, whose length is the chunk
+/// header's declared uncompressed size. Fails unless the payload decodes to exactly
+/// `out.len()` bytes; decoding never writes past `out`. `scratch` is reused for byte
+/// grouping.
+pub fn decompress_into(
+    scheme: CompressionScheme,
+    payload: &[u8],
+    out: &mut [u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), PayloadProblem> {
+    match scheme {
+        CompressionScheme::None => {
+            if payload.len() > out.len() {
+                return Err(PayloadProblem::Overflow { declared: declared(out.len()) });
+            }
+            if payload.len() < out.len() {
+                return Err(PayloadProblem::Short {
+                    declared: declared(out.len()),
+                    got: payload.len() as u64,
+                });
+            }
+            out.copy_from_slice(payload);
+            Ok(())
+        }
+        CompressionScheme::Lz4 => lz4_frame_decompress(payload, out),
+        CompressionScheme::ByteGrouping4Lz4 => {
+            scratch.clear();
+            scratch.resize(out.len(), 0);
+            lz4_frame_decompress(payload, scratch)?;
+            byte_ungroup4_into(scratch, out);
+            Ok(())
+        }
+    }
+}
+
+/// Decompress `payload` to exactly `uncompressed_len` bytes. Callers must bound
+/// `uncompressed_len` (chunk headers are checked against the maximum chunk size before
+/// this is reached).
+pub fn decompress(
+    scheme: CompressionScheme,
+    payload: &[u8],
+    uncompressed_len: usize,
+) -> Result<Vec<u8>, PayloadProblem> {
+    let mut out = vec![0u8; uncompressed_len];
+    decompress_into(scheme, payload, &mut out, &mut Vec::new())?;
+    Ok(out)
+}
+
+fn declared(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+const LZ4_MAGIC: u32 = 0x184D_2204;
+const FLG_INDEPENDENT: u8 = 0x20;
+const FLG_BLOCK_CHECKSUM: u8 = 0x10;
+const FLG_CONTENT_SIZE: u8 = 0x08;
+const FLG_CONTENT_CHECKSUM: u8 = 0x04;
+const FLG_RESERVED: u8 = 0x02;
+const FLG_DICT_ID: u8 = 0x01;
+/// Linked blocks may refer this far back into earlier blocks of the frame.
+const LZ4_WINDOW: usize = 64 * 1024;
+
+struct Input<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Input<'a> {
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], PayloadProblem> {
+        if self.rest.len() < n {
+            return Err(PayloadProblem::Truncated { what });
+        }
+        let (head, tail) = self.rest.split_at(n);
+        self.rest = tail;
+        Ok(head)
+    }
+    fn u32(&mut self, what: &'static str) -> Result<u32, PayloadProblem> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}
+
+/// Decode one or more concatenated LZ4 frames (the reference's decoder accepts
+/// concatenation) into exactly `out`.
+fn lz4_frame_decompress(payload: &[u8], out: &mut [u8]) -> Result<(), PayloadProblem> {
+    let mut input = Input { rest: payload };
+    let mut pos = 0usize;
+    if payload.is_empty() {
+        return Err(PayloadProblem::Truncated { what: "frame header" });
+    }
+    while !input.rest.is_empty() {
+        let descriptor_start = input.rest;
+        let magic = input.u32("frame header")?;
+        if magic != LZ4_MAGIC {
+            return Err(PayloadProblem::BadMagic { got: magic });
+        }
+        let fb = input.take(2, "frame header")?;
+        let (flg, bd) = (fb[0], fb[1]);
+        if flg >> 6 != 0b01 {
+            return Err(PayloadProblem::BadDescriptor { what: "version is not 01" });
+        }
+        if flg & FLG_RESERVED != 0 || bd & 0x8F != 0 {
+            return Err(PayloadProblem::BadDescriptor { what: "reserved bit set" });
+        }
+        let block_max: usize = match (bd >> 4) & 0x7 {
+            4 => 64 << 10,
+            5 => 256 << 10,
+            6 => 1 << 20,
+            7 => 4 << 20,
+            _ => return Err(PayloadProblem::BadDescriptor { what: "block size code" }),
+        };
+        let content_size =
+            if flg & FLG_CONTENT_SIZE != 0 { Some(input.take(8, "frame header")?) } else { None }
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        if flg & FLG_DICT_ID != 0 {
+            return Err(PayloadProblem::DictionaryNotSupported);
+        }
+        let descriptor_len = descriptor_start.len() - input.rest.len();
+        let hc = input.take(1, "frame header")?[0];
+        let expected_hc = (XxHash32::oneshot(0, &descriptor_start[4..descriptor_len]) >> 8) as u8;
+        if hc != expected_hc {
+            return Err(PayloadProblem::HeaderChecksum { expected: expected_hc, got: hc });
+        }
+
+        let frame_start = pos;
+        loop {
+            let bsize = input.u32("block size")?;
+            if bsize == 0 {
+                break;
+            }
+            let stored = bsize & 0x8000_0000 != 0;
+            let len = (bsize & 0x7FFF_FFFF) as usize;
+            if len > block_max {
+                return Err(PayloadProblem::BlockTooLarge { size: len as u32, max: block_max as u32 });
+            }
+            let data = input.take(len, "block data")?;
+            if flg & FLG_BLOCK_CHECKSUM != 0 {
+                let sum = input.u32("block checksum")?;
+                if XxHash32::oneshot(0, data) != sum {
+                    return Err(PayloadProblem::BlockChecksum);
+                }
+            }
+            let room = out.len() - pos;
+            if stored {
+                if len > room {
+                    return Err(PayloadProblem::Overflow { declared: declared(out.len()) });
+                }
+                out[pos..pos + len].copy_from_slice(data);
+                pos += len;
+                continue;
+            }
+            // The block may legitimately fill up to block_max; capping the output slice at
+            // the remaining declared size is what bounds a decompression bomb.
+            let cap = room.min(block_max);
+            let (before, after) = out.split_at_mut(pos);
+            let dst = &mut after[..cap];
+            let linked = flg & FLG_INDEPENDENT == 0 && pos > frame_start;
+            let res = if linked {
+                let dict = &before[frame_start.max(pos.saturating_sub(LZ4_WINDOW))..];
+                lz4_flex::block::decompress_into_with_dict(data, dst, dict)
+            } else {
+                lz4_flex::block::decompress_into(data, dst)
+            };
+            match res {
+                Ok(n) => pos += n,
+                Err(lz4_flex::block::DecompressError::OutputTooSmall { .. }) if cap == room => {
+                    return Err(PayloadProblem::Overflow { declared: declared(out.len()) });
+                }
+                Err(e) => return Err(PayloadProblem::Block { detail: e.to_string() }),
+            }
+        }
+        if let Some(cs) = content_size {
+            let got = (pos - frame_start) as u64;
+            if cs != got {
+                return Err(PayloadProblem::ContentSize { declared: cs, got });
+            }
+        }
+        if flg & FLG_CONTENT_CHECKSUM != 0 {
+            let sum = input.u32("content checksum")?;
+            if XxHash32::oneshot(0, &out[frame_start..pos]) != sum {
+                return Err(PayloadProblem::ContentChecksum);
+            }
+        }
+    }
+    if pos != out.len() {
+        return Err(PayloadProblem::Short { declared: declared(out.len()), got: pos as u64 });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_sizes_put_remainder_first() {
+        assert_eq!(group_sizes(10), [3, 3, 2, 2]);
+        assert_eq!(group_sizes(8), [2, 2, 2, 2]);
+        assert_eq!(group_sizes(3), [1, 1, 1, 0]);
+        assert_eq!(byte_group4(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]), vec![0, 4, 8, 1, 5, 9, 2, 6, 3, 7]);
+    }
+}
