@@ -176,7 +176,7 @@ pub fn internal_node_hash(children: &[(MerkleHash, u64)]) -> (MerkleHash, u64) {
     let mut buf = String::with_capacity(children.len() * 90);
     let mut total = 0u64;
     for (h, s) in children {
-        write!(buf, "{h} : {s}\n").expect("write to String");
+        writeln!(buf, "{h} : {s}").expect("write to String");
         total = total.wrapping_add(*s);
     }
     (keyed(&INTERNAL_NODE_KEY, buf.as_bytes()), total)

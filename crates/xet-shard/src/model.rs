@@ -38,7 +38,13 @@ pub struct FileTerm {
 
 impl FileTerm {
     pub fn new(xorb_hash: MerkleHash, chunks: Range<u32>, unpacked_segment_bytes: u32) -> Self {
-        FileTerm { xorb_hash, cas_flags: 0, unpacked_segment_bytes, chunk_index_start: chunks.start, chunk_index_end: chunks.end }
+        FileTerm {
+            xorb_hash,
+            cas_flags: 0,
+            unpacked_segment_bytes,
+            chunk_index_start: chunks.start,
+            chunk_index_end: chunks.end,
+        }
     }
     pub fn chunk_range(&self) -> Range<u32> {
         self.chunk_index_start..self.chunk_index_end
@@ -78,7 +84,13 @@ impl FileInfo {
         if metadata_ext.is_some() {
             flags |= FILE_FLAG_WITH_METADATA_EXT;
         }
-        FileInfo { file_hash, flags, terms, verification, metadata_ext }
+        FileInfo {
+            file_hash,
+            flags,
+            terms,
+            verification,
+            metadata_ext,
+        }
     }
 
     pub fn has_verification(&self) -> bool {
@@ -90,12 +102,17 @@ impl FileInfo {
 
     /// The plain sha256 digest (undoing the reference's byte swap), if present.
     pub fn sha256_digest(&self) -> Option<[u8; 32]> {
-        self.metadata_ext.as_ref().map(xet_hash::metadata_hash_to_sha256)
+        self.metadata_ext
+            .as_ref()
+            .map(xet_hash::metadata_hash_to_sha256)
     }
 
     /// Sum of the terms' unpacked bytes: the file size.
     pub fn size(&self) -> u64 {
-        self.terms.iter().map(|t| t.unpacked_segment_bytes as u64).sum()
+        self.terms
+            .iter()
+            .map(|t| t.unpacked_segment_bytes as u64)
+            .sum()
     }
 
     /// Number of 48-byte records this block occupies, header included.
@@ -122,19 +139,32 @@ impl FileInfo {
                 return Err(ShardError::VerificationInput {
                     file_hash: self.file_hash,
                     term_index: i,
-                    detail: format!("no chunk hashes for xorb {} range {:?}", term.xorb_hash, term.chunk_range()),
+                    detail: format!(
+                        "no chunk hashes for xorb {} range {:?}",
+                        term.xorb_hash,
+                        term.chunk_range()
+                    ),
                 });
             };
             if chunks.len() as u64 != term.num_chunks() as u64 {
                 return Err(ShardError::VerificationInput {
                     file_hash: self.file_hash,
                     term_index: i,
-                    detail: format!("term covers {} chunks, {} chunk hashes given", term.num_chunks(), chunks.len()),
+                    detail: format!(
+                        "term covers {} chunks, {} chunk hashes given",
+                        term.num_chunks(),
+                        chunks.len()
+                    ),
                 });
             }
             let expected = xet_hash::verification_hash(&chunks);
             if expected != *got {
-                return Err(ShardError::VerificationMismatch { file_hash: self.file_hash, term_index: i, expected, got: *got });
+                return Err(ShardError::VerificationMismatch {
+                    file_hash: self.file_hash,
+                    term_index: i,
+                    expected,
+                    got: *got,
+                });
             }
         }
         Ok(())
@@ -144,25 +174,19 @@ impl FileInfo {
     /// (term `i` covers the next `num_chunks` chunks of the file).
     pub fn verify_file_chunks(&self, file_chunks: &[MerkleHash]) -> Result<(), ShardError> {
         let mut pos = 0usize;
-        let mut short = false;
         self.verify_terms(|t| {
-            let n = t.num_chunks() as usize;
-            match file_chunks.get(pos..pos + n) {
-                Some(s) => {
-                    pos += n;
-                    Some(s.to_vec())
-                }
-                None => {
-                    short = true;
-                    None
-                }
-            }
+            let s = file_chunks.get(pos..pos + t.num_chunks() as usize)?;
+            pos += s.len();
+            Some(s.to_vec())
         })?;
         if pos != file_chunks.len() {
             return Err(ShardError::VerificationInput {
                 file_hash: self.file_hash,
                 term_index: self.terms.len(),
-                detail: format!("terms cover {pos} chunks, the file has {}", file_chunks.len()),
+                detail: format!(
+                    "terms cover {pos} chunks, the file has {}",
+                    file_chunks.len()
+                ),
             });
         }
         Ok(())
@@ -181,11 +205,20 @@ pub struct FileInfoBuilder {
 
 impl FileInfoBuilder {
     pub fn new(file_hash: MerkleHash) -> Self {
-        FileInfoBuilder { file_hash, terms: Vec::new(), verification: Vec::new(), sha256: None }
+        FileInfoBuilder {
+            file_hash,
+            terms: Vec::new(),
+            verification: Vec::new(),
+            sha256: None,
+        }
     }
 
     /// Add a term; `term_chunk_hashes` are the raw chunk hashes of the term's chunk range.
-    pub fn add_term(&mut self, term: FileTerm, term_chunk_hashes: &[MerkleHash]) -> Result<&mut Self, ShardError> {
+    pub fn add_term(
+        &mut self,
+        term: FileTerm,
+        term_chunk_hashes: &[MerkleHash],
+    ) -> Result<&mut Self, ShardError> {
         if term.chunk_index_end <= term.chunk_index_start {
             return Err(ShardError::InvalidTermRange {
                 file_index: 0,
@@ -199,26 +232,43 @@ impl FileInfoBuilder {
             return Err(ShardError::VerificationInput {
                 file_hash: self.file_hash,
                 term_index: self.terms.len(),
-                detail: format!("term covers {} chunks, {} chunk hashes given", term.num_chunks(), term_chunk_hashes.len()),
+                detail: format!(
+                    "term covers {} chunks, {} chunk hashes given",
+                    term.num_chunks(),
+                    term_chunk_hashes.len()
+                ),
             });
         }
-        self.verification.push(xet_hash::verification_hash(term_chunk_hashes));
+        self.verification
+            .push(xet_hash::verification_hash(term_chunk_hashes));
         self.terms.push(term);
         Ok(self)
     }
 
     /// Add a term covering `range` of a xorb described by `cas` (which must hold raw,
     /// unkeyed chunk hashes): sizes and hashes are taken from it.
-    pub fn add_term_from_cas(&mut self, cas: &CasInfo, range: Range<u32>) -> Result<&mut Self, ShardError> {
+    pub fn add_term_from_cas(
+        &mut self,
+        cas: &CasInfo,
+        range: Range<u32>,
+    ) -> Result<&mut Self, ShardError> {
         let Some(chunks) = cas.chunks.get(range.start as usize..range.end as usize) else {
             return Err(ShardError::VerificationInput {
                 file_hash: self.file_hash,
                 term_index: self.terms.len(),
-                detail: format!("range {range:?} outside xorb {} with {} chunks", cas.xorb_hash, cas.chunks.len()),
+                detail: format!(
+                    "range {range:?} outside xorb {} with {} chunks",
+                    cas.xorb_hash,
+                    cas.chunks.len()
+                ),
             });
         };
         let bytes: u64 = chunks.iter().map(|c| c.unpacked_segment_bytes as u64).sum();
-        let bytes = u32::try_from(bytes).map_err(|_| ShardError::CountOverflow { what: "term bytes", count: bytes, limit: u32::MAX as u64 })?;
+        let bytes = u32::try_from(bytes).map_err(|_| ShardError::CountOverflow {
+            what: "term bytes",
+            count: bytes,
+            limit: u32::MAX as u64,
+        })?;
         let hashes: Vec<MerkleHash> = chunks.iter().map(|c| c.hash).collect();
         self.add_term(FileTerm::new(cas.xorb_hash, range, bytes), &hashes)
     }
@@ -267,21 +317,44 @@ pub struct CasInfo {
 impl CasInfo {
     /// Describe a xorb from its chunks' `(raw hash, uncompressed size)`: cumulative
     /// `byte_range_start`, flags 0.
-    pub fn from_chunks(xorb_hash: MerkleHash, chunks: &[(MerkleHash, u64)], num_bytes_on_disk: u32) -> Result<CasInfo, ShardError> {
-        let over = |count| ShardError::CountOverflow { what: "xorb uncompressed bytes", count, limit: u32::MAX as u64 };
+    pub fn from_chunks(
+        xorb_hash: MerkleHash,
+        chunks: &[(MerkleHash, u64)],
+        num_bytes_on_disk: u32,
+    ) -> Result<CasInfo, ShardError> {
+        let over = |count| ShardError::CountOverflow {
+            what: "xorb uncompressed bytes",
+            count,
+            limit: u32::MAX as u64,
+        };
         if chunks.len() as u64 > u32::MAX as u64 {
-            return Err(ShardError::CountOverflow { what: "xorb chunks", count: chunks.len() as u64, limit: u32::MAX as u64 });
+            return Err(ShardError::CountOverflow {
+                what: "xorb chunks",
+                count: chunks.len() as u64,
+                limit: u32::MAX as u64,
+            });
         }
         let mut pos: u64 = 0;
         let mut out = Vec::with_capacity(chunks.len());
         for &(hash, size) in chunks {
             let start = u32::try_from(pos).map_err(|_| over(pos))?;
             let len = u32::try_from(size).map_err(|_| over(size))?;
-            out.push(CasChunk { hash, byte_range_start: start, unpacked_segment_bytes: len, flags: 0 });
+            out.push(CasChunk {
+                hash,
+                byte_range_start: start,
+                unpacked_segment_bytes: len,
+                flags: 0,
+            });
             pos += size;
         }
         let total = u32::try_from(pos).map_err(|_| over(pos))?;
-        Ok(CasInfo { xorb_hash, cas_flags: 0, num_bytes_in_cas: total, num_bytes_on_disk, chunks: out })
+        Ok(CasInfo {
+            xorb_hash,
+            cas_flags: 0,
+            num_bytes_in_cas: total,
+            num_bytes_on_disk,
+            chunks: out,
+        })
     }
 
     /// Number of 48-byte records this block occupies, header included.
@@ -322,7 +395,12 @@ impl StoredOptions {
     /// What the reference `local://` store writes to `xet/xorbs/shards/<h>.mdb`: no lookup
     /// tables, timestamps 0.
     pub fn local_store() -> Self {
-        StoredOptions { lookup_tables: false, hmac_key: None, creation_timestamp: 0, key_expiry: 0 }
+        StoredOptions {
+            lookup_tables: false,
+            hmac_key: None,
+            creation_timestamp: 0,
+            key_expiry: 0,
+        }
     }
     /// What the reference writes to its shard cache: full lookup tables, the creation
     /// time, and an expiry 21 days later.
@@ -335,8 +413,17 @@ impl StoredOptions {
         }
     }
     /// A global-dedup answer: lookup tables and (optionally) keyed chunk hashes.
-    pub fn dedup_answer(hmac_key: Option<MerkleHash>, creation_timestamp: u64, key_expiry: u64) -> Self {
-        StoredOptions { lookup_tables: true, hmac_key, creation_timestamp, key_expiry }
+    pub fn dedup_answer(
+        hmac_key: Option<MerkleHash>,
+        creation_timestamp: u64,
+        key_expiry: u64,
+    ) -> Self {
+        StoredOptions {
+            lookup_tables: true,
+            hmac_key,
+            creation_timestamp,
+            key_expiry,
+        }
     }
 }
 
@@ -394,12 +481,18 @@ pub struct Shard {
 
 impl Shard {
     pub fn new(files: Vec<FileInfo>, cas: Vec<CasInfo>) -> Self {
-        Shard { files, cas, footer: None }
+        Shard {
+            files,
+            cas,
+            footer: None,
+        }
     }
 
     /// The key the CAS chunk hashes are keyed with, if any.
     pub fn chunk_hash_key(&self) -> Option<MerkleHash> {
-        self.footer.map(|f| f.chunk_hash_key).filter(|k| !k.is_zero())
+        self.footer
+            .map(|f| f.chunk_hash_key)
+            .filter(|k| !k.is_zero())
     }
 
     /// Sort file and CAS blocks by hash as the reference does (its in-memory shard is a
@@ -456,10 +549,11 @@ impl Shard {
         Ok(self)
     }
 
-    /// Set [`CHUNK_FLAG_GLOBAL_DEDUP`] on every chunk the reference's `local://` store
-    /// flags: the first chunk of a file in this shard (first term's xorb and start index)
-    /// or a chunk whose hash is eligible on its own (draft §10.3.1). Other chunks get the
-    /// bit cleared. Meaningful only for unkeyed hashes.
+    /// Set [`CHUNK_FLAG_GLOBAL_DEDUP`] the way the reference's `local://` store does when
+    /// it stores an uploaded shard: on the first chunk of every file in this shard (the
+    /// first term's xorb and `chunk_index_start`), when that xorb is listed here. Existing
+    /// flags are kept; chunks eligible only by their hash (draft §10.3.1) are *not* flagged
+    /// (the reference treats those as eligible regardless of the flag).
     pub fn mark_global_dedup_chunks(&mut self) {
         let firsts: std::collections::HashSet<(MerkleHash, u32)> = self
             .files
@@ -469,11 +563,8 @@ impl Shard {
             .collect();
         for c in &mut self.cas {
             for (i, ch) in c.chunks.iter_mut().enumerate() {
-                let eligible = ch.hash.is_global_dedup_eligible() || firsts.contains(&(c.xorb_hash, i as u32));
-                if eligible {
+                if firsts.contains(&(c.xorb_hash, i as u32)) {
                     ch.flags |= CHUNK_FLAG_GLOBAL_DEDUP;
-                } else {
-                    ch.flags &= !CHUNK_FLAG_GLOBAL_DEDUP;
                 }
             }
         }
@@ -481,12 +572,18 @@ impl Shard {
 
     /// Record index (48-byte units from the section start) of each file block.
     pub fn file_entry_indices(&self) -> Result<Vec<u32>, ShardError> {
-        entry_indices(self.files.iter().map(FileInfo::num_records), "file info records")
+        entry_indices(
+            self.files.iter().map(FileInfo::num_records),
+            "file info records",
+        )
     }
 
     /// Record index (48-byte units from the section start) of each CAS block.
     pub fn cas_entry_indices(&self) -> Result<Vec<u32>, ShardError> {
-        entry_indices(self.cas.iter().map(CasInfo::num_records), "CAS info records")
+        entry_indices(
+            self.cas.iter().map(CasInfo::num_records),
+            "CAS info records",
+        )
     }
 
     /// The lookup tables exactly as the reference builds them: file and CAS entries in
@@ -501,14 +598,20 @@ impl Shard {
             .files
             .iter()
             .zip(&fidx)
-            .map(|(f, &i)| FileLookupEntry { key: truncate_hash(&f.file_hash), entry_index: i })
+            .map(|(f, &i)| FileLookupEntry {
+                key: truncate_hash(&f.file_hash),
+                entry_index: i,
+            })
             .collect();
         files.sort_by_key(|e| e.key);
         let mut cas: Vec<CasLookupEntry> = self
             .cas
             .iter()
             .zip(&cidx)
-            .map(|(c, &i)| CasLookupEntry { key: truncate_hash(&c.xorb_hash), entry_index: i })
+            .map(|(c, &i)| CasLookupEntry {
+                key: truncate_hash(&c.xorb_hash),
+                entry_index: i,
+            })
             .collect();
         cas.sort_by_key(|e| e.key);
 
@@ -525,8 +628,16 @@ impl Shard {
         // Same element type and call as the reference, so ties sort identically.
         let mut combined: Vec<(&u64, &(u32, u32))> = keys.iter().zip(vals.iter()).collect();
         combined.sort_unstable_by_key(|&(k, _)| k);
-        let chunks =
-            combined.iter().map(|&(&key, &(cas_entry_index, chunk_index))| ChunkLookupEntry { key, cas_entry_index, chunk_index }).collect();
+        let chunks = combined
+            .iter()
+            .map(
+                |&(&key, &(cas_entry_index, chunk_index))| ChunkLookupEntry {
+                    key,
+                    cas_entry_index,
+                    chunk_index,
+                },
+            )
+            .collect();
         Ok(LookupTables { files, cas, chunks })
     }
 
@@ -549,7 +660,11 @@ impl Shard {
     pub fn find_chunk_keyed(&self, stored_hash: &MerkleHash) -> Option<ChunkLocation> {
         for (ci, c) in self.cas.iter().enumerate() {
             if let Some(j) = c.chunks.iter().position(|ch| ch.hash == *stored_hash) {
-                return Some(ChunkLocation { xorb_hash: c.xorb_hash, cas_index: ci, chunk_index: j as u32 });
+                return Some(ChunkLocation {
+                    xorb_hash: c.xorb_hash,
+                    cas_index: ci,
+                    chunk_index: j as u32,
+                });
             }
         }
         None
@@ -571,24 +686,49 @@ impl Shard {
         let mut first_ver: Option<bool> = None;
         for (fi, f) in self.files.iter().enumerate() {
             if f.file_hash.0 == [0xFF; 32] {
-                return Err(ShardError::BookendHash { what: "file", index: fi });
+                return Err(ShardError::BookendHash {
+                    what: "file",
+                    index: fi,
+                });
             }
             if f.terms.len() as u64 > u32max {
-                return Err(ShardError::CountOverflow { what: "file terms", count: f.terms.len() as u64, limit: u32max });
+                return Err(ShardError::CountOverflow {
+                    what: "file terms",
+                    count: f.terms.len() as u64,
+                    limit: u32max,
+                });
             }
-            let incons = |detail: String| ShardError::FileInconsistent { file_index: fi, file_hash: f.file_hash, detail };
+            let incons = |detail: String| ShardError::FileInconsistent {
+                file_index: fi,
+                file_hash: f.file_hash,
+                detail,
+            };
             match (&f.verification, f.has_verification()) {
                 (Some(v), true) if v.len() != f.terms.len() => {
-                    return Err(incons(format!("{} terms but {} verification hashes", f.terms.len(), v.len())));
+                    return Err(incons(format!(
+                        "{} terms but {} verification hashes",
+                        f.terms.len(),
+                        v.len()
+                    )));
                 }
-                (Some(_), false) => return Err(incons("verification hashes present but flag bit 31 clear".into())),
-                (None, true) => return Err(incons("flag bit 31 set but no verification hashes".into())),
+                (Some(_), false) => {
+                    return Err(incons(
+                        "verification hashes present but flag bit 31 clear".into(),
+                    ));
+                }
+                (None, true) => {
+                    return Err(incons("flag bit 31 set but no verification hashes".into()));
+                }
                 _ => {}
             }
             if f.metadata_ext.is_some() != f.has_metadata_ext() {
                 return Err(incons(format!(
                     "metadata_ext is {} but flag bit 30 is {}",
-                    if f.metadata_ext.is_some() { "present" } else { "absent" },
+                    if f.metadata_ext.is_some() {
+                        "present"
+                    } else {
+                        "absent"
+                    },
                     if f.has_metadata_ext() { "set" } else { "clear" }
                 )));
             }
@@ -596,7 +736,12 @@ impl Shard {
             match first_ver {
                 None => first_ver = Some(v),
                 Some(e) if e != v => {
-                    return Err(ShardError::MixedVerification { file_index: fi, offset: 0, expected: e, got: v });
+                    return Err(ShardError::MixedVerification {
+                        file_index: fi,
+                        offset: 0,
+                        expected: e,
+                        got: v,
+                    });
                 }
                 _ => {}
             }
@@ -614,10 +759,17 @@ impl Shard {
         }
         for (ci, c) in self.cas.iter().enumerate() {
             if c.xorb_hash.0 == [0xFF; 32] {
-                return Err(ShardError::BookendHash { what: "xorb", index: ci });
+                return Err(ShardError::BookendHash {
+                    what: "xorb",
+                    index: ci,
+                });
             }
             if c.chunks.len() as u64 > u32max {
-                return Err(ShardError::CountOverflow { what: "xorb chunks", count: c.chunks.len() as u64, limit: u32max });
+                return Err(ShardError::CountOverflow {
+                    what: "xorb chunks",
+                    count: c.chunks.len() as u64,
+                    limit: u32max,
+                });
             }
             check_cas_consistency(ci, 0, c)?;
         }
@@ -653,11 +805,18 @@ pub(crate) fn check_cas_consistency(ci: usize, offset: u64, c: &CasInfo) -> Resu
     Ok(())
 }
 
-fn entry_indices(records: impl Iterator<Item = u64>, what: &'static str) -> Result<Vec<u32>, ShardError> {
+fn entry_indices(
+    records: impl Iterator<Item = u64>,
+    what: &'static str,
+) -> Result<Vec<u32>, ShardError> {
     let mut out = Vec::with_capacity(records.size_hint().0);
     let mut idx: u64 = 0;
     for r in records {
-        let i = u32::try_from(idx).map_err(|_| ShardError::CountOverflow { what, count: idx, limit: u32::MAX as u64 })?;
+        let i = u32::try_from(idx).map_err(|_| ShardError::CountOverflow {
+            what,
+            count: idx,
+            limit: u32::MAX as u64,
+        })?;
         out.push(i);
         idx += r;
     }
@@ -696,6 +855,9 @@ impl ShardBuilder {
     }
     /// The upload form (no footer), blocks in hash order.
     pub fn build(self) -> Shard {
-        Shard::new(self.files.into_values().collect(), self.cas.into_values().collect())
+        Shard::new(
+            self.files.into_values().collect(),
+            self.cas.into_values().collect(),
+        )
     }
 }

@@ -3,13 +3,13 @@
 use xet_hash::MerkleHash;
 
 use crate::model::{
-    CasChunk, CasInfo, CasLookupEntry, ChunkLocation, ChunkLookupEntry, FileInfo, FileLookupEntry, FileTerm, FooterInfo,
-    LookupTables, Shard, check_cas_consistency, truncate_hash,
+    CasChunk, CasInfo, CasLookupEntry, ChunkLocation, ChunkLookupEntry, FileInfo, FileLookupEntry,
+    FileTerm, FooterInfo, LookupTables, Shard, check_cas_consistency, truncate_hash,
 };
 use crate::write::RawFooter;
 use crate::{
-    FILE_FLAG_WITH_METADATA_EXT, FILE_FLAG_WITH_VERIFICATION, FOOTER_SIZE, FOOTER_VERSION, HEADER_SIZE, HEADER_TAG,
-    HEADER_VERSION, RECORD_SIZE, ShardError,
+    FILE_FLAG_WITH_METADATA_EXT, FILE_FLAG_WITH_VERIFICATION, FOOTER_SIZE, FOOTER_VERSION,
+    HEADER_SIZE, HEADER_TAG, HEADER_VERSION, RECORD_SIZE, ShardError,
 };
 
 /// The caller's budget for one parse.
@@ -26,13 +26,19 @@ pub struct Limits {
 impl Default for Limits {
     /// 1 GiB, no separate entry limit (records are bounded by the bytes).
     fn default() -> Self {
-        Limits { max_bytes: 1 << 30, max_entries: u64::MAX }
+        Limits {
+            max_bytes: 1 << 30,
+            max_entries: u64::MAX,
+        }
     }
 }
 
 impl Limits {
     pub fn unlimited() -> Self {
-        Limits { max_bytes: u64::MAX, max_entries: u64::MAX }
+        Limits {
+            max_bytes: u64::MAX,
+            max_entries: u64::MAX,
+        }
     }
 }
 
@@ -52,7 +58,10 @@ fn hash_at(b: &[u8], i: usize) -> MerkleHash {
 fn is_bookend(rec: &[u8], section: &'static str, offset: usize) -> Result<bool, ShardError> {
     if rec[..32].iter().all(|&b| b == 0xFF) {
         if rec[32..RECORD_SIZE].iter().any(|&b| b != 0) {
-            return Err(ShardError::BadBookend { section, offset: offset as u64 });
+            return Err(ShardError::BadBookend {
+                section,
+                offset: offset as u64,
+            });
         }
         return Ok(true);
     }
@@ -70,7 +79,12 @@ fn reserve(
 ) -> Result<(), ShardError> {
     let total = records + 1; // with the block header
     if total > *budget {
-        return Err(ShardError::BudgetExceeded { what, offset: header_offset as u64, count: total, limit: *budget });
+        return Err(ShardError::BudgetExceeded {
+            what,
+            offset: header_offset as u64,
+            count: total,
+            limit: *budget,
+        });
     }
     let available = limit.saturating_sub(body_start) as u64;
     match records.checked_mul(RECORD_SIZE as u64) {
@@ -88,6 +102,15 @@ fn reserve(
     Ok(())
 }
 
+fn record_index(pos: usize, start: usize, what: &'static str) -> Result<u32, ShardError> {
+    let i = ((pos - start) / RECORD_SIZE) as u64;
+    u32::try_from(i).map_err(|_| ShardError::CountOverflow {
+        what,
+        count: i,
+        limit: u32::MAX as u64,
+    })
+}
+
 struct Section<T> {
     items: Vec<T>,
     /// Record index of each block from the section start.
@@ -96,14 +119,22 @@ struct Section<T> {
     end: usize,
 }
 
-fn parse_file_section(b: &[u8], start: usize, limit: usize, budget: &mut u64) -> Result<Section<FileInfo>, ShardError> {
+fn parse_file_section(
+    b: &[u8],
+    start: usize,
+    limit: usize,
+    budget: &mut u64,
+) -> Result<Section<FileInfo>, ShardError> {
     let mut pos = start;
     let mut items = Vec::new();
     let mut starts = Vec::new();
     let mut first_ver: Option<bool> = None;
     loop {
         if pos + RECORD_SIZE > limit {
-            return Err(ShardError::MissingBookend { section: "file info", offset: pos as u64 });
+            return Err(ShardError::MissingBookend {
+                section: "file info",
+                offset: pos as u64,
+            });
         }
         let rec = &b[pos..pos + RECORD_SIZE];
         if is_bookend(rec, "file info", pos)? {
@@ -117,17 +148,28 @@ fn parse_file_section(b: &[u8], start: usize, limit: usize, budget: &mut u64) ->
         let meta = flags & FILE_FLAG_WITH_METADATA_EXT != 0;
         let records = n + if ver { n } else { 0 } + u64::from(meta);
         let header_pos = pos;
-        reserve("file info block", header_pos, records, pos + RECORD_SIZE, limit, budget)?;
+        reserve(
+            "file info block",
+            header_pos,
+            records,
+            pos + RECORD_SIZE,
+            limit,
+            budget,
+        )?;
         let file_index = items.len();
         match first_ver {
             None => first_ver = Some(ver),
             Some(e) if e != ver => {
-                return Err(ShardError::MixedVerification { file_index, offset: header_pos as u64, expected: e, got: ver });
+                return Err(ShardError::MixedVerification {
+                    file_index,
+                    offset: header_pos as u64,
+                    expected: e,
+                    got: ver,
+                });
             }
             _ => {}
         }
-        // Fits: the section is within the input, so (pos - start) / 48 < len / 48.
-        starts.push(((pos - start) / RECORD_SIZE) as u32);
+        starts.push(record_index(pos, start, "file info records")?);
         pos += RECORD_SIZE;
         let n = n as usize; // bounded by the available bytes
         let mut terms = Vec::with_capacity(n);
@@ -169,18 +211,36 @@ fn parse_file_section(b: &[u8], start: usize, limit: usize, budget: &mut u64) ->
         } else {
             None
         };
-        items.push(FileInfo { file_hash, flags, terms, verification, metadata_ext });
+        items.push(FileInfo {
+            file_hash,
+            flags,
+            terms,
+            verification,
+            metadata_ext,
+        });
     }
-    Ok(Section { items, starts, end: pos })
+    Ok(Section {
+        items,
+        starts,
+        end: pos,
+    })
 }
 
-fn parse_cas_section(b: &[u8], start: usize, limit: usize, budget: &mut u64) -> Result<Section<CasInfo>, ShardError> {
+fn parse_cas_section(
+    b: &[u8],
+    start: usize,
+    limit: usize,
+    budget: &mut u64,
+) -> Result<Section<CasInfo>, ShardError> {
     let mut pos = start;
     let mut items = Vec::new();
     let mut starts = Vec::new();
     loop {
         if pos + RECORD_SIZE > limit {
-            return Err(ShardError::MissingBookend { section: "CAS info", offset: pos as u64 });
+            return Err(ShardError::MissingBookend {
+                section: "CAS info",
+                offset: pos as u64,
+            });
         }
         let rec = &b[pos..pos + RECORD_SIZE];
         if is_bookend(rec, "CAS info", pos)? {
@@ -189,8 +249,15 @@ fn parse_cas_section(b: &[u8], start: usize, limit: usize, budget: &mut u64) -> 
         }
         let header_pos = pos;
         let n = u32_at(rec, 36) as u64;
-        reserve("CAS info block", header_pos, n, pos + RECORD_SIZE, limit, budget)?;
-        starts.push(((pos - start) / RECORD_SIZE) as u32);
+        reserve(
+            "CAS info block",
+            header_pos,
+            n,
+            pos + RECORD_SIZE,
+            limit,
+            budget,
+        )?;
+        starts.push(record_index(pos, start, "CAS info records")?);
         pos += RECORD_SIZE;
         let mut chunks = Vec::with_capacity(n as usize);
         for _ in 0..n {
@@ -213,29 +280,50 @@ fn parse_cas_section(b: &[u8], start: usize, limit: usize, budget: &mut u64) -> 
         check_cas_consistency(items.len(), header_pos as u64, &c)?;
         items.push(c);
     }
-    Ok(Section { items, starts, end: pos })
+    Ok(Section {
+        items,
+        starts,
+        end: pos,
+    })
 }
 
 /// Returns `footer_size` (0 or 200).
 fn parse_header(b: &[u8], limits: &Limits) -> Result<usize, ShardError> {
     if b.len() as u64 > limits.max_bytes {
-        return Err(ShardError::TooLarge { len: b.len() as u64, max: limits.max_bytes });
+        return Err(ShardError::TooLarge {
+            len: b.len() as u64,
+            max: limits.max_bytes,
+        });
     }
     if b.len() < HEADER_SIZE {
-        return Err(ShardError::Truncated { what: "header", offset: 0, needed: HEADER_SIZE as u64, available: b.len() as u64 });
+        return Err(ShardError::Truncated {
+            what: "header",
+            offset: 0,
+            needed: HEADER_SIZE as u64,
+            available: b.len() as u64,
+        });
     }
     if b[..32] != HEADER_TAG {
         let mut got = [0u8; 32];
         got.copy_from_slice(&b[..32]);
-        return Err(ShardError::BadMagic { expected: Box::new(HEADER_TAG), got: Box::new(got) });
+        return Err(ShardError::BadMagic {
+            expected: Box::new(HEADER_TAG),
+            got: Box::new(got),
+        });
     }
     let version = u64_at(b, 32);
     if version != HEADER_VERSION {
-        return Err(ShardError::BadHeaderVersion { expected: HEADER_VERSION, got: version });
+        return Err(ShardError::BadHeaderVersion {
+            expected: HEADER_VERSION,
+            got: version,
+        });
     }
     let footer_size = u64_at(b, 40);
     if footer_size != 0 && footer_size != FOOTER_SIZE as u64 {
-        return Err(ShardError::BadFooterSize { expected: FOOTER_SIZE as u64, got: footer_size });
+        return Err(ShardError::BadFooterSize {
+            expected: FOOTER_SIZE as u64,
+            got: footer_size,
+        });
     }
     let footer_size = footer_size as usize;
     if footer_size > 0 && b.len() < HEADER_SIZE + footer_size {
@@ -255,24 +343,41 @@ fn read_footer(b: &[u8]) -> Result<RawFooter, ShardError> {
     fb.copy_from_slice(&b[at..]);
     let f = RawFooter::from_bytes(&fb);
     if f.version != FOOTER_VERSION {
-        return Err(ShardError::BadFooterVersion { offset: at as u64, expected: FOOTER_VERSION, got: f.version });
+        return Err(ShardError::BadFooterVersion {
+            offset: at as u64,
+            expected: FOOTER_VERSION,
+            got: f.version,
+        });
     }
     if f.footer_offset != at as u64 {
-        return Err(ShardError::FooterMismatch { field: "footer_offset", expected: at as u64, got: f.footer_offset });
+        return Err(ShardError::FooterMismatch {
+            field: "footer_offset",
+            expected: at as u64,
+            got: f.footer_offset,
+        });
     }
     Ok(f)
 }
 
 fn expect(field: &'static str, expected: u64, got: u64) -> Result<(), ShardError> {
     if expected != got {
-        return Err(ShardError::FooterMismatch { field, expected, got });
+        return Err(ShardError::FooterMismatch {
+            field,
+            expected,
+            got,
+        });
     }
     Ok(())
 }
 
 fn in_bounds(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), ShardError> {
     if value < min || value > max {
-        return Err(ShardError::OffsetOutOfBounds { field, value, min, max });
+        return Err(ShardError::OffsetOutOfBounds {
+            field,
+            value,
+            min,
+            max,
+        });
     }
     Ok(())
 }
@@ -313,10 +418,17 @@ impl ParsedShard {
         let cas = parse_cas_section(bytes, files.end, data_end, &mut budget)?;
         if footer_size == 0 {
             if cas.end != bytes.len() {
-                return Err(ShardError::TrailingBytes { offset: cas.end as u64, count: (bytes.len() - cas.end) as u64 });
+                return Err(ShardError::TrailingBytes {
+                    offset: cas.end as u64,
+                    count: (bytes.len() - cas.end) as u64,
+                });
             }
             return Ok(ParsedShard {
-                shard: Shard { files: files.items, cas: cas.items, footer: None },
+                shard: Shard {
+                    files: files.items,
+                    cas: cas.items,
+                    footer: None,
+                },
                 footer: None,
                 tables: None,
                 file_starts: files.starts,
@@ -348,31 +460,76 @@ impl ParsedShard {
         }
         let f = read_footer(bytes)?;
         let fo = f.footer_offset;
-        in_bounds("file_info_offset", f.file_info_offset, HEADER_SIZE as u64, fo)?;
+        in_bounds(
+            "file_info_offset",
+            f.file_info_offset,
+            HEADER_SIZE as u64,
+            fo,
+        )?;
         in_bounds("cas_info_offset", f.cas_info_offset, f.file_info_offset, fo)?;
-        in_bounds("file_lookup_offset", f.file_lookup_offset, f.cas_info_offset, fo)?;
+        in_bounds(
+            "file_lookup_offset",
+            f.file_lookup_offset,
+            f.cas_info_offset,
+            fo,
+        )?;
         let mut budget = limits.max_entries;
         // All offsets are <= footer_offset < len, so they fit in usize.
-        let files = parse_file_section(bytes, f.file_info_offset as usize, f.cas_info_offset as usize, &mut budget)?;
-        let cas = parse_cas_section(bytes, f.cas_info_offset as usize, f.file_lookup_offset as usize, &mut budget)?;
+        let files = parse_file_section(
+            bytes,
+            f.file_info_offset as usize,
+            f.cas_info_offset as usize,
+            &mut budget,
+        )?;
+        let cas = parse_cas_section(
+            bytes,
+            f.cas_info_offset as usize,
+            f.file_lookup_offset as usize,
+            &mut budget,
+        )?;
         let counts = table_counts(&f, &files.items, &cas.items)?;
         let table_end = |field, off: u64, n: u64, size: u64| -> Result<u64, ShardError> {
             // n is at most the number of items, so this cannot overflow, but stay checked.
-            let end = n.checked_mul(size).and_then(|l| off.checked_add(l)).unwrap_or(u64::MAX);
+            let end = n
+                .checked_mul(size)
+                .and_then(|l| off.checked_add(l))
+                .unwrap_or(u64::MAX);
             in_bounds(field, end, off, fo)?;
             Ok(end)
         };
-        let fe = table_end("file_lookup_offset + 12 * count", f.file_lookup_offset, counts.0, 12)?;
+        let fe = table_end(
+            "file_lookup_offset + 12 * count",
+            f.file_lookup_offset,
+            counts.0,
+            12,
+        )?;
         in_bounds("cas_lookup_offset", f.cas_lookup_offset, fe, fo)?;
-        let ce = table_end("cas_lookup_offset + 12 * count", f.cas_lookup_offset, counts.1, 12)?;
+        let ce = table_end(
+            "cas_lookup_offset + 12 * count",
+            f.cas_lookup_offset,
+            counts.1,
+            12,
+        )?;
         in_bounds("chunk_lookup_offset", f.chunk_lookup_offset, ce, fo)?;
-        table_end("chunk_lookup_offset + 16 * count", f.chunk_lookup_offset, counts.2, 16)?;
+        table_end(
+            "chunk_lookup_offset + 16 * count",
+            f.chunk_lookup_offset,
+            counts.2,
+            16,
+        )?;
         Self::finish(bytes, f, files, cas)
     }
 
-    fn finish(bytes: &[u8], f: RawFooter, files: Section<FileInfo>, cas: Section<CasInfo>) -> Result<ParsedShard, ShardError> {
+    fn finish(
+        bytes: &[u8],
+        f: RawFooter,
+        files: Section<FileInfo>,
+        cas: Section<CasInfo>,
+    ) -> Result<ParsedShard, ShardError> {
         let shard_empty = files.items.is_empty() && cas.items.is_empty();
-        let has_tables = f.file_lookup_num_entries + f.cas_lookup_num_entries + f.chunk_lookup_num_entries > 0 || shard_empty;
+        let has_tables =
+            f.file_lookup_num_entries + f.cas_lookup_num_entries + f.chunk_lookup_num_entries > 0
+                || shard_empty;
         let shard = Shard {
             files: files.items,
             cas: cas.items,
@@ -386,7 +543,13 @@ impl ParsedShard {
                 lookup_tables: has_tables,
             }),
         };
-        let mut p = ParsedShard { shard, footer: Some(f), tables: None, file_starts: files.starts, cas_starts: cas.starts };
+        let mut p = ParsedShard {
+            shard,
+            footer: Some(f),
+            tables: None,
+            file_starts: files.starts,
+            cas_starts: cas.starts,
+        };
         if has_tables {
             p.tables = Some(p.read_tables(bytes, &f)?);
         }
@@ -400,7 +563,13 @@ impl ParsedShard {
         let tables = shard.lookup_tables()?;
         let file_starts = shard.file_entry_indices()?;
         let cas_starts = shard.cas_entry_indices()?;
-        Ok(ParsedShard { shard, footer: None, tables: Some(tables), file_starts, cas_starts })
+        Ok(ParsedShard {
+            shard,
+            footer: None,
+            tables: Some(tables),
+            file_starts,
+            cas_starts,
+        })
     }
 
     fn read_tables(&self, b: &[u8], f: &RawFooter) -> Result<LookupTables, ShardError> {
@@ -414,20 +583,41 @@ impl ParsedShard {
         for i in 0..f.file_lookup_num_entries {
             let off = (f.file_lookup_offset + 12 * i) as usize;
             let (key, idx) = (u64_at(b, off), u32_at(b, off + 8));
-            let bad = |detail: String| ShardError::LookupEntryInvalid { table: "file", entry: i, offset: off as u64, detail };
-            let fi = self.file_starts.binary_search(&idx).map_err(|_| bad(format!("record index {idx} is not the start of a file block")))?;
+            let bad = |detail: String| ShardError::LookupEntryInvalid {
+                table: "file",
+                entry: i,
+                offset: off as u64,
+                detail,
+            };
+            let fi = self.file_starts.binary_search(&idx).map_err(|_| {
+                bad(format!(
+                    "record index {idx} is not the start of a file block"
+                ))
+            })?;
             let h = &s.files[fi].file_hash;
             if truncate_hash(h) != key {
-                return Err(bad(format!("key {key:#018x} does not match file {h} (truncated {:#018x})", truncate_hash(h))));
+                return Err(bad(format!(
+                    "key {key:#018x} does not match file {h} (truncated {:#018x})",
+                    truncate_hash(h)
+                )));
             }
             if std::mem::replace(&mut seen[fi], true) {
                 return Err(bad(format!("file block #{fi} listed twice")));
             }
             if i > 0 && key < prev {
-                return Err(ShardError::LookupNotSorted { table: "file", entry: i, offset: off as u64, key, prev });
+                return Err(ShardError::LookupNotSorted {
+                    table: "file",
+                    entry: i,
+                    offset: off as u64,
+                    key,
+                    prev,
+                });
             }
             prev = key;
-            t.files.push(FileLookupEntry { key, entry_index: idx });
+            t.files.push(FileLookupEntry {
+                key,
+                entry_index: idx,
+            });
         }
 
         let mut seen = vec![false; s.cas.len()];
@@ -435,20 +625,41 @@ impl ParsedShard {
         for i in 0..f.cas_lookup_num_entries {
             let off = (f.cas_lookup_offset + 12 * i) as usize;
             let (key, idx) = (u64_at(b, off), u32_at(b, off + 8));
-            let bad = |detail: String| ShardError::LookupEntryInvalid { table: "CAS", entry: i, offset: off as u64, detail };
-            let ci = self.cas_starts.binary_search(&idx).map_err(|_| bad(format!("record index {idx} is not the start of a CAS block")))?;
+            let bad = |detail: String| ShardError::LookupEntryInvalid {
+                table: "CAS",
+                entry: i,
+                offset: off as u64,
+                detail,
+            };
+            let ci = self.cas_starts.binary_search(&idx).map_err(|_| {
+                bad(format!(
+                    "record index {idx} is not the start of a CAS block"
+                ))
+            })?;
             let h = &s.cas[ci].xorb_hash;
             if truncate_hash(h) != key {
-                return Err(bad(format!("key {key:#018x} does not match xorb {h} (truncated {:#018x})", truncate_hash(h))));
+                return Err(bad(format!(
+                    "key {key:#018x} does not match xorb {h} (truncated {:#018x})",
+                    truncate_hash(h)
+                )));
             }
             if std::mem::replace(&mut seen[ci], true) {
                 return Err(bad(format!("CAS block #{ci} listed twice")));
             }
             if i > 0 && key < prev {
-                return Err(ShardError::LookupNotSorted { table: "CAS", entry: i, offset: off as u64, key, prev });
+                return Err(ShardError::LookupNotSorted {
+                    table: "CAS",
+                    entry: i,
+                    offset: off as u64,
+                    key,
+                    prev,
+                });
             }
             prev = key;
-            t.cas.push(CasLookupEntry { key, entry_index: idx });
+            t.cas.push(CasLookupEntry {
+                key,
+                entry_index: idx,
+            });
         }
 
         let mut base = Vec::with_capacity(s.cas.len());
@@ -462,23 +673,50 @@ impl ParsedShard {
         for i in 0..f.chunk_lookup_num_entries {
             let off = (f.chunk_lookup_offset + 16 * i) as usize;
             let (key, cidx, j) = (u64_at(b, off), u32_at(b, off + 8), u32_at(b, off + 12));
-            let bad = |detail: String| ShardError::LookupEntryInvalid { table: "chunk", entry: i, offset: off as u64, detail };
-            let ci = self.cas_starts.binary_search(&cidx).map_err(|_| bad(format!("record index {cidx} is not the start of a CAS block")))?;
+            let bad = |detail: String| ShardError::LookupEntryInvalid {
+                table: "chunk",
+                entry: i,
+                offset: off as u64,
+                detail,
+            };
+            let ci = self.cas_starts.binary_search(&cidx).map_err(|_| {
+                bad(format!(
+                    "record index {cidx} is not the start of a CAS block"
+                ))
+            })?;
             let c = &s.cas[ci];
             let Some(ch) = c.chunks.get(j as usize) else {
-                return Err(bad(format!("chunk index {j} outside xorb {} with {} chunks", c.xorb_hash, c.chunks.len())));
+                return Err(bad(format!(
+                    "chunk index {j} outside xorb {} with {} chunks",
+                    c.xorb_hash,
+                    c.chunks.len()
+                )));
             };
             if truncate_hash(&ch.hash) != key {
-                return Err(bad(format!("key {key:#018x} does not match chunk {} (truncated {:#018x})", ch.hash, truncate_hash(&ch.hash))));
+                return Err(bad(format!(
+                    "key {key:#018x} does not match chunk {} (truncated {:#018x})",
+                    ch.hash,
+                    truncate_hash(&ch.hash)
+                )));
             }
             if std::mem::replace(&mut seen[base[ci] + j as usize], true) {
                 return Err(bad(format!("chunk {j} of CAS block #{ci} listed twice")));
             }
             if i > 0 && key < prev {
-                return Err(ShardError::LookupNotSorted { table: "chunk", entry: i, offset: off as u64, key, prev });
+                return Err(ShardError::LookupNotSorted {
+                    table: "chunk",
+                    entry: i,
+                    offset: off as u64,
+                    key,
+                    prev,
+                });
             }
             prev = key;
-            t.chunks.push(ChunkLookupEntry { key, cas_entry_index: cidx, chunk_index: j });
+            t.chunks.push(ChunkLookupEntry {
+                key,
+                cas_entry_index: cidx,
+                chunk_index: j,
+            });
         }
         Ok(t)
     }
@@ -525,25 +763,48 @@ impl ParsedShard {
         };
         let k = truncate_hash(stored_hash);
         let lo = t.chunks.partition_point(|e| e.key < k);
-        t.chunks[lo..].iter().take_while(|e| e.key == k).find_map(|e| {
-            let ci = self.cas_starts.binary_search(&e.cas_entry_index).ok()?;
-            let c = &self.shard.cas[ci];
-            let ch = c.chunks.get(e.chunk_index as usize)?;
-            (ch.hash == *stored_hash).then_some(ChunkLocation { xorb_hash: c.xorb_hash, cas_index: ci, chunk_index: e.chunk_index })
-        })
+        t.chunks[lo..]
+            .iter()
+            .take_while(|e| e.key == k)
+            .find_map(|e| {
+                let ci = self.cas_starts.binary_search(&e.cas_entry_index).ok()?;
+                let c = &self.shard.cas[ci];
+                let ch = c.chunks.get(e.chunk_index as usize)?;
+                (ch.hash == *stored_hash).then_some(ChunkLocation {
+                    xorb_hash: c.xorb_hash,
+                    cas_index: ci,
+                    chunk_index: e.chunk_index,
+                })
+            })
     }
 }
 
 /// Lookup table counts: all zero (no tables) or exactly one entry per file / xorb / chunk.
-fn table_counts(f: &RawFooter, files: &[FileInfo], cas: &[CasInfo]) -> Result<(u64, u64, u64), ShardError> {
-    let (nf, nc, nk) = (f.file_lookup_num_entries, f.cas_lookup_num_entries, f.chunk_lookup_num_entries);
+fn table_counts(
+    f: &RawFooter,
+    files: &[FileInfo],
+    cas: &[CasInfo],
+) -> Result<(u64, u64, u64), ShardError> {
+    let (nf, nc, nk) = (
+        f.file_lookup_num_entries,
+        f.cas_lookup_num_entries,
+        f.chunk_lookup_num_entries,
+    );
     if nf == 0 && nc == 0 && nk == 0 {
         return Ok((0, 0, 0));
     }
     let chunks: u64 = cas.iter().map(|c| c.chunks.len() as u64).sum();
-    for (table, expected, got) in [("file", files.len() as u64, nf), ("CAS", cas.len() as u64, nc), ("chunk", chunks, nk)] {
+    for (table, expected, got) in [
+        ("file", files.len() as u64, nf),
+        ("CAS", cas.len() as u64, nc),
+        ("chunk", chunks, nk),
+    ] {
         if expected != got {
-            return Err(ShardError::LookupCountMismatch { table, expected, got });
+            return Err(ShardError::LookupCountMismatch {
+                table,
+                expected,
+                got,
+            });
         }
     }
     Ok((nf, nc, nk))

@@ -72,7 +72,12 @@ impl RawFooter {
         for x in self.reserved {
             put_u64(&mut v, x);
         }
-        for x in [self.stored_bytes_on_disk, self.materialized_bytes, self.stored_bytes, self.footer_offset] {
+        for x in [
+            self.stored_bytes_on_disk,
+            self.materialized_bytes,
+            self.stored_bytes,
+            self.footer_offset,
+        ] {
             put_u64(&mut v, x);
         }
         let mut out = [0u8; FOOTER_SIZE];
@@ -128,7 +133,11 @@ impl Shard {
     /// computed).
     pub fn to_stored_bytes(&self, info: &FooterInfo) -> Result<Vec<u8>, ShardError> {
         self.validate()?;
-        let tables = if info.lookup_tables { self.lookup_tables()? } else { LookupTables::default() };
+        let tables = if info.lookup_tables {
+            self.lookup_tables()?
+        } else {
+            LookupTables::default()
+        };
         let table_len = tables.files.len() * 12 + tables.cas.len() * 12 + tables.chunks.len() * 16;
         let mut out = Vec::with_capacity(self.body_len() + table_len + FOOTER_SIZE);
         let cas_info_offset = self.write_body(&mut out, FOOTER_SIZE as u64);

@@ -1,0 +1,288 @@
+//! Round trips, lookups and adversarial inputs on random shards.
+
+use proptest::prelude::*;
+use xet_hash::MerkleHash;
+use xet_shard::*;
+
+fn hash() -> impl Strategy<Value = MerkleHash> {
+    // Avoid the all-0xFF bookend hash; small word-0 range so truncated keys collide.
+    (any::<[u8; 32]>(), any::<bool>()).prop_map(|(mut b, collide)| {
+        if collide {
+            b[..8].copy_from_slice(&7u64.to_le_bytes());
+        }
+        if b == [0xFF; 32] {
+            b[0] = 0;
+        }
+        MerkleHash(b)
+    })
+}
+
+fn term() -> impl Strategy<Value = FileTerm> {
+    (hash(), any::<u32>(), any::<u32>(), 0u32..1000, 1u32..50).prop_map(
+        |(h, flags, bytes, start, len)| FileTerm {
+            xorb_hash: h,
+            cas_flags: flags,
+            unpacked_segment_bytes: bytes,
+            chunk_index_start: start,
+            chunk_index_end: start + len,
+        },
+    )
+}
+
+fn file(with_verification: bool) -> impl Strategy<Value = FileInfo> {
+    (
+        hash(),
+        prop::collection::vec(term(), 0..5),
+        any::<bool>(),
+        any::<u32>(),
+        prop::collection::vec(hash(), 5),
+    )
+        .prop_map(move |(h, terms, meta, other_flags, vh)| {
+            let verification = with_verification.then(|| vh[..terms.len()].to_vec());
+            let mut f = FileInfo::new(h, terms, verification, meta.then_some(h));
+            // Bits other than 31/30 are carried through.
+            f.flags |= other_flags & 0x3FFF_FFFF;
+            f
+        })
+}
+
+/// The empty file as hf_xet writes it.
+fn empty_file() -> FileInfo {
+    FileInfo::new(
+        MerkleHash::ZERO,
+        vec![],
+        Some(vec![]),
+        Some(MerkleHash::ZERO),
+    )
+}
+
+fn cas() -> impl Strategy<Value = CasInfo> {
+    (
+        hash(),
+        any::<u32>(),
+        any::<u32>(),
+        prop::collection::vec((hash(), 0u64..200_000, any::<u32>()), 0..8),
+    )
+        .prop_map(|(h, flags, on_disk, chunks)| {
+            let list: Vec<(MerkleHash, u64)> = chunks.iter().map(|c| (c.0, c.1)).collect();
+            let mut c = CasInfo::from_chunks(h, &list, on_disk).unwrap();
+            c.cas_flags = flags;
+            for (ch, x) in c.chunks.iter_mut().zip(&chunks) {
+                ch.flags = x.2;
+            }
+            c
+        })
+}
+
+fn shard() -> impl Strategy<Value = Shard> {
+    any::<bool>()
+        .prop_flat_map(|ver| {
+            (
+                prop::collection::vec(file(ver), 0..5),
+                prop::collection::vec(cas(), 0..5),
+                any::<bool>(),
+                any::<bool>(),
+            )
+        })
+        .prop_map(|(mut files, cas, with_empty, sorted)| {
+            if with_empty && files.iter().all(|f| f.has_verification()) {
+                files.push(empty_file());
+            }
+            let mut s = Shard::new(files, cas);
+            if sorted {
+                s.sort_canonical();
+            }
+            s
+        })
+}
+
+fn stored_opts() -> impl Strategy<Value = StoredOptions> {
+    (
+        any::<bool>(),
+        prop::option::of(hash()),
+        any::<u64>(),
+        any::<u64>(),
+    )
+        .prop_map(|(lookup_tables, key, ts, exp)| StoredOptions {
+            lookup_tables,
+            hmac_key: key,
+            creation_timestamp: ts,
+            key_expiry: exp,
+        })
+}
+
+/// For a shard with no files and no xorbs, "tables present" and "absent" are the same bytes;
+/// the parser reports "present".
+fn normalize(mut s: Shard) -> Shard {
+    if s.files.is_empty() && s.cas.is_empty() {
+        if let Some(f) = &mut s.footer {
+            f.lookup_tables = true;
+        }
+    }
+    s
+}
+
+fn assert_lookups(p: &ParsedShard, raw: &Shard) -> Result<(), TestCaseError> {
+    let s = &p.shard;
+    for f in &s.files {
+        let got = p.find_file(&f.file_hash);
+        prop_assert!(got.is_some());
+        prop_assert_eq!(got.unwrap().file_hash, f.file_hash);
+    }
+    // Raw (unkeyed) chunk hashes are found through the key; stored ones directly.
+    for (ci, (c, rc)) in s.cas.iter().zip(&raw.cas).enumerate() {
+        prop_assert!(p.find_cas(&c.xorb_hash).is_some());
+        for (j, (ch, rch)) in c.chunks.iter().zip(&rc.chunks).enumerate() {
+            let hit = p.find_chunk(&rch.hash).unwrap();
+            // Duplicate hashes may resolve to an earlier copy; it must still hold that hash.
+            prop_assert_eq!(
+                s.cas[hit.cas_index].chunks[hit.chunk_index as usize].hash,
+                ch.hash
+            );
+            prop_assert_eq!(s.cas[hit.cas_index].xorb_hash, hit.xorb_hash);
+            let hit2 = p.find_chunk_keyed(&ch.hash).unwrap();
+            prop_assert_eq!(hit, hit2);
+            let _ = (ci, j);
+        }
+    }
+    let absent = xet_hash::chunk_hash(b"absent");
+    prop_assert!(p.find_chunk(&absent).is_none());
+    prop_assert!(p.find_chunk_keyed(&absent).is_none());
+    prop_assert!(p.find_file(&absent).is_none());
+    if let Some(k) = s.chunk_hash_key() {
+        // A keyed shard does not answer to the stored hash as if it were raw.
+        for c in &s.cas {
+            for ch in &c.chunks {
+                prop_assert_ne!(s.stored_chunk_hash(&ch.hash), ch.hash);
+                let _ = k;
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn upload_form_roundtrip(s in shard()) {
+        let bytes = s.to_upload_bytes().unwrap();
+        prop_assert_eq!(&bytes, &s.to_bytes().unwrap());
+        let p = ParsedShard::parse(&bytes, &Limits::default()).unwrap();
+        prop_assert_eq!(&p.shard, &s);
+        prop_assert!(p.tables.is_none());
+        assert_lookups(&p, &s)?;
+        prop_assert_eq!(p.shard.to_upload_bytes().unwrap(), bytes);
+    }
+
+    #[test]
+    fn stored_form_roundtrip(s in shard(), opts in stored_opts()) {
+        let stored = s.clone().into_stored(opts).unwrap();
+        let keyed = opts.hmac_key.is_some_and(|k| !k.is_zero());
+        prop_assert_eq!(stored.chunk_hash_key().is_some(), keyed);
+        let bytes = stored.to_bytes().unwrap();
+        let a = ParsedShard::parse(&bytes, &Limits::default()).unwrap();
+        let b = ParsedShard::parse_by_footer(&bytes, &Limits::default()).unwrap();
+        prop_assert_eq!(&a, &b);
+        prop_assert_eq!(&a.shard, &normalize(stored.clone()));
+        prop_assert_eq!(a.shard.to_bytes().unwrap(), bytes.clone());
+        if stored.footer.unwrap().lookup_tables {
+            prop_assert_eq!(a.tables.as_ref(), Some(&stored.lookup_tables().unwrap()));
+        }
+        assert_lookups(&a, &s)?;
+        // Upload form of the parsed stored shard parses back to the same content.
+        let up = a.shard.clone().into_upload();
+        let up_bytes = up.to_upload_bytes().unwrap();
+        prop_assert_eq!(&up_bytes[48..], &bytes[48..up_bytes.len()]);
+        prop_assert_eq!(Shard::parse(&up_bytes, &Limits::default()).unwrap(), up);
+        // Keying twice is refused.
+        if keyed {
+            prop_assert!(matches!(stored.clone().into_stored(opts), Err(ShardError::AlreadyKeyed { .. })), "keyed twice");
+        }
+        // Index built in memory answers like the one parsed from bytes.
+        let idx = ParsedShard::from_shard(stored.clone()).unwrap();
+        assert_lookups(&idx, &s)?;
+    }
+
+    #[test]
+    fn lookup_tables_sorted_and_complete(s in shard()) {
+        let t = s.lookup_tables().unwrap();
+        prop_assert!(t.files.windows(2).all(|w| w[0].key <= w[1].key));
+        prop_assert!(t.cas.windows(2).all(|w| w[0].key <= w[1].key));
+        prop_assert!(t.chunks.windows(2).all(|w| w[0].key <= w[1].key));
+        prop_assert_eq!(t.files.len(), s.files.len());
+        prop_assert_eq!(t.cas.len(), s.cas.len());
+        prop_assert_eq!(t.chunks.len(), s.cas.iter().map(|c| c.chunks.len()).sum::<usize>());
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..600), with_header in any::<bool>(), fs in prop::sample::select(vec![0u64, 200])) {
+        let mut b = bytes;
+        if with_header {
+            let mut h = HEADER_TAG.to_vec();
+            h.extend_from_slice(&2u64.to_le_bytes());
+            h.extend_from_slice(&fs.to_le_bytes());
+            h.extend_from_slice(&b);
+            b = h;
+        }
+        let _ = ParsedShard::parse(&b, &Limits::default());
+        let _ = ParsedShard::parse_by_footer(&b, &Limits::default());
+    }
+
+    #[test]
+    fn truncated_and_bit_flipped_shards(s in shard(), opts in stored_opts(), cut in any::<prop::sample::Index>(), flips in prop::collection::vec((any::<prop::sample::Index>(), 0u8..8), 1..4)) {
+        let stored = s.into_stored(opts).unwrap();
+        for bytes in [stored.to_bytes().unwrap(), stored.to_upload_bytes().unwrap()] {
+            // Every strict prefix is rejected.
+            let n = cut.index(bytes.len());
+            prop_assert!(ParsedShard::parse(&bytes[..n], &Limits::default()).is_err());
+            let _ = ParsedShard::parse_by_footer(&bytes[..n], &Limits::default());
+            // Bit flips: an error, or a shard that re-serializes to the flipped bytes except
+            // at flipped positions (reserved fields are not kept).
+            let mut f = bytes.clone();
+            let mut flipped = Vec::new();
+            for (i, bit) in &flips {
+                let i = i.index(f.len());
+                f[i] ^= 1 << bit;
+                flipped.push(i);
+            }
+            let results = [ParsedShard::parse(&f, &Limits::default()), ParsedShard::parse_by_footer(&f, &Limits::default())];
+            for p in results.into_iter().flatten() {
+                let again = p.shard.to_bytes().unwrap();
+                prop_assert_eq!(again.len(), f.len());
+                for (k, (a, b)) in again.iter().zip(&f).enumerate() {
+                    prop_assert!(a == b || flipped.contains(&k), "byte {} changed", k);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn all_prefixes_of_a_real_shard_fail_cleanly() {
+    for p in xet_testdata::reference_artifacts("shard-cache")
+        .into_iter()
+        .chain(xet_testdata::reference_artifacts("shards"))
+    {
+        let bytes = std::fs::read(&p).unwrap();
+        for n in 0..bytes.len() {
+            assert!(
+                ParsedShard::parse(&bytes[..n], &Limits::default()).is_err(),
+                "prefix {n} accepted"
+            );
+            assert!(
+                ParsedShard::parse_by_footer(&bytes[..n], &Limits::default()).is_err(),
+                "prefix {n} accepted"
+            );
+        }
+        // Every single-bit flip: never a panic.
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut f = bytes.clone();
+                f[i] ^= 1 << bit;
+                let _ = ParsedShard::parse(&f, &Limits::default());
+                let _ = ParsedShard::parse_by_footer(&f, &Limits::default());
+            }
+        }
+    }
+}
