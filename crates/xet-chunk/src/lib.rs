@@ -8,9 +8,15 @@
 //! are only accepted once the chunk is at least [`MIN_CHUNK_SIZE`] long. The result is
 //! identical to the byte-at-a-time pseudo-code of draft-denis-xet §5.3.
 //!
+//! Older xet-core releases accepted a match as soon as hashing started (chunks of 8128..8191
+//! bytes, decided partly by hash state left over from the previous chunk). `hf_xet` 1.8.0
+//! does not: the golden vectors of three corpus files and a constructed input hashed with
+//! `hf_xet.hash_files` only agree with the behaviour above (see `tests/rules.rs`).
+//!
 //! The crate is pure and synchronous: [`Chunker`] is the streaming core,
-//! [`StreamChunker`] buffers partial chunks across blocks, and [`chunk_boundaries`] /
-//! [`chunk_data`] are one-shot helpers.
+//! [`StreamChunker`] buffers partial chunks across blocks, [`chunk_boundaries`] /
+//! [`chunk_data`] are one-shot helpers, and [`find_matches`] + [`boundaries_from_matches`]
+//! split the scan of one large input across threads.
 
 use std::ops::Range;
 
@@ -22,8 +28,8 @@ pub const MIN_CHUNK_SIZE: usize = 8 * 1024;
 pub const TARGET_CHUNK_SIZE: usize = 64 * 1024;
 /// A boundary is forced when a chunk reaches this length.
 pub const MAX_CHUNK_SIZE: usize = 128 * 1024;
-/// A boundary may fall where `hash & MASK == 0`: the top 16 bits, which depend on the most
-/// bytes of the window.
+/// A boundary may fall where `hash & MASK == 0`: the top 16 bits, the ones that depend on
+/// the whole window.
 pub const MASK: u64 = 0xFFFF_0000_0000_0000;
 /// Number of trailing bytes the gear hash depends on (one bit shifted out per byte).
 pub const HASH_WINDOW_SIZE: usize = 64;
@@ -80,7 +86,11 @@ impl Default for Chunker {
 impl Chunker {
     /// A chunker at the start of a file.
     pub fn new() -> Self {
-        Chunker { hasher: gearhash::Hasher::default(), len: 0, last_len: 0 }
+        Chunker {
+            hasher: gearhash::Hasher::default(),
+            len: 0,
+            last_len: 0,
+        }
     }
 
     /// Bytes consumed into the chunk that is still open.
@@ -131,7 +141,11 @@ impl Chunker {
             }
             None => {
                 self.len += limit - pos;
-                if self.len == MAX_CHUNK_SIZE { Some(self.close(limit)) } else { None }
+                if self.len == MAX_CHUNK_SIZE {
+                    Some(self.close(limit))
+                } else {
+                    None
+                }
             }
         }
     }
@@ -184,6 +198,56 @@ pub fn chunk_ranges(data: &[u8]) -> Vec<Range<usize>> {
         .collect()
 }
 
+/// Parallel chunking, step 1: every end offset `p` with `range.start < p <= range.end`
+/// after which a boundary *may* fall, i.e. the gear hash of the 64 bytes ending at `p` has
+/// the [`MASK`] bits clear (offsets before the first full window are never reported).
+///
+/// Any boundary that the min/max rules accept is such a match, and whether an offset matches
+/// does not depend on where chunks start, so disjoint ranges can be scanned on separate
+/// threads and their results concatenated (in order) for [`boundaries_from_matches`]. This
+/// scans every byte, unlike [`Chunker`], which skips the start of each chunk.
+pub fn find_matches(data: &[u8], range: Range<usize>) -> Vec<usize> {
+    let mut out = Vec::new();
+    let start = range.start.max(HASH_WINDOW_SIZE - 1);
+    if start >= range.end {
+        return out;
+    }
+    let mut hasher = gearhash::Hasher::default();
+    // The 63 bytes before `start` complete the window of the first byte scanned.
+    hasher.update(&data[start + 1 - HASH_WINDOW_SIZE..start]);
+    let mut pos = start;
+    while let Some(k) = hasher.next_match(&data[pos..range.end], MASK) {
+        pos += k;
+        out.push(pos);
+    }
+    out
+}
+
+/// Parallel chunking, step 2: the chunk end offsets of a `len`-byte input, from all of its
+/// [`find_matches`] results in ascending order. Equals [`chunk_boundaries`] on that input.
+pub fn boundaries_from_matches(matches: &[usize], len: usize) -> Vec<usize> {
+    let mut out = Vec::with_capacity(len / TARGET_CHUNK_SIZE + 1);
+    let mut start = 0;
+    let mut i = 0;
+    while len - start > MAX_CHUNK_SIZE || (len - start >= MIN_CHUNK_SIZE && i < matches.len()) {
+        // First match at or past the minimum length, if within the maximum.
+        while i < matches.len() && matches[i] < start + MIN_CHUNK_SIZE {
+            i += 1;
+        }
+        let end = match matches.get(i) {
+            Some(&m) if m <= start + MAX_CHUNK_SIZE => m,
+            _ if len - start > MAX_CHUNK_SIZE => start + MAX_CHUNK_SIZE,
+            _ => break,
+        };
+        out.push(end);
+        start = end;
+    }
+    if start < len {
+        out.push(len);
+    }
+    out
+}
+
 /// One chunk of a file: where it is and its chunk hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ChunkInfo {
@@ -217,8 +281,10 @@ pub fn chunk_data(data: &[u8]) -> Vec<ChunkInfo> {
 
 /// The file hash of `data` (`xet_hash::file_hash` over its chunks).
 pub fn file_hash(data: &[u8]) -> MerkleHash {
-    let chunks: Vec<(MerkleHash, u64)> =
-        chunk_data(data).iter().map(|c| (c.hash, c.len as u64)).collect();
+    let chunks: Vec<(MerkleHash, u64)> = chunk_data(data)
+        .iter()
+        .map(|c| (c.hash, c.len as u64))
+        .collect();
     xet_hash::file_hash(&chunks)
 }
 

@@ -1,6 +1,6 @@
 //! Boundaries, chunk hashes and file hashes against vectors made with the reference client.
 
-use xet_chunk::{Chunker, StreamChunker, chunk_data};
+use xet_chunk::{Chunker, StreamChunker, boundaries_from_matches, chunk_data, find_matches};
 use xet_hash::MerkleHash;
 use xet_testdata::golden_files;
 
@@ -10,12 +10,30 @@ fn golden_chunks_and_file_hashes() {
     assert!(!files.is_empty());
     for (corpus, golden) in files {
         let data = corpus.bytes();
-        assert_eq!(data.len() as u64, golden.size, "{}: input size", golden.name);
+        assert_eq!(
+            data.len() as u64,
+            golden.size,
+            "{}: input size",
+            golden.name
+        );
 
         let ours = chunk_data(&data);
         let got: Vec<(u64, u64)> = ours.iter().map(|c| (c.offset, c.len as u64)).collect();
         let want: Vec<(u64, u64)> = golden.chunks.iter().map(|c| (c.offset, c.len)).collect();
         assert_eq!(got, want, "{}: chunk boundaries", golden.name);
+
+        // The two-step parallel path, scanning the input in four pieces.
+        let q = data.len() / 4;
+        let matches: Vec<usize> = [0, q, 2 * q, 3 * q, data.len()]
+            .windows(2)
+            .flat_map(|w| find_matches(&data, w[0]..w[1]))
+            .collect();
+        let ends: Vec<u64> = boundaries_from_matches(&matches, data.len())
+            .into_iter()
+            .map(|e| e as u64)
+            .collect();
+        let want_ends: Vec<u64> = want.iter().map(|(o, l)| o + l).collect();
+        assert_eq!(ends, want_ends, "{}: parallel path", golden.name);
 
         for (i, (c, g)) in ours.iter().zip(&golden.chunks).enumerate() {
             let want = MerkleHash::from_hex(&g.hash).expect("golden chunk hash parses");
@@ -24,8 +42,18 @@ fn golden_chunks_and_file_hashes() {
 
         let pairs: Vec<(MerkleHash, u64)> = ours.iter().map(|c| (c.hash, c.len as u64)).collect();
         let want = MerkleHash::from_hex(&golden.hash).expect("golden file hash parses");
-        assert_eq!(xet_hash::file_hash(&pairs), want, "{}: file hash", golden.name);
-        assert_eq!(xet_chunk::file_hash(&data), want, "{}: file hash helper", golden.name);
+        assert_eq!(
+            xet_hash::file_hash(&pairs),
+            want,
+            "{}: file hash",
+            golden.name
+        );
+        assert_eq!(
+            xet_chunk::file_hash(&data),
+            want,
+            "{}: file hash helper",
+            golden.name
+        );
     }
 }
 
@@ -62,7 +90,11 @@ fn golden_boundaries_streaming() {
                 sc.push_with(b, |o, c| ends.push(o + c.len() as u64));
             }
             sc.finish_with(|o, c| ends.push(o + c.len() as u64));
-            assert_eq!(ends, want, "{}: StreamChunker, blocks of {block}", golden.name);
+            assert_eq!(
+                ends, want,
+                "{}: StreamChunker, blocks of {block}",
+                golden.name
+            );
         }
     }
 }

@@ -3,12 +3,15 @@
 
 use proptest::prelude::*;
 use xet_chunk::{
-    Chunker, MASK, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, StreamChunker, chunk_boundaries, chunk_data,
-    gear_table,
+    Chunker, MASK, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, StreamChunker, boundaries_from_matches,
+    chunk_boundaries, chunk_data, find_matches, gear_table,
 };
 use xet_testdata::Rng;
 
-const SPEC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/spec/draft-denis-xet-03.txt");
+const SPEC: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/spec/draft-denis-xet-03.txt"
+);
 
 /// The 256 constants of draft-denis-xet Appendix B, parsed from the draft text.
 fn draft_table() -> &'static [u64; 256] {
@@ -18,7 +21,9 @@ fn draft_table() -> &'static [u64; 256] {
 
 fn parse_draft_table() -> [u64; 256] {
     let text = std::fs::read_to_string(SPEC).unwrap_or_else(|e| panic!("reading {SPEC}: {e}"));
-    let start = text.find("Appendix B.  Gearhash Lookup Table\n\n").expect("appendix B");
+    let start = text
+        .find("Appendix B.  Gearhash Lookup Table\n\n")
+        .expect("appendix B");
     let body = &text[start..];
     // The table spans a page break, whose header and footer hold no `0x` words.
     let body = &body[body.find("TABLE = [").expect("TABLE")..body.find("\n]\n").expect("]")];
@@ -28,7 +33,8 @@ fn parse_draft_table() -> [u64; 256] {
         .map(|h| u64::from_str_radix(h, 16).expect("hex constant"))
         .collect();
     let n = vals.len();
-    vals.try_into().unwrap_or_else(|_| panic!("expected 256 constants, found {n}"))
+    vals.try_into()
+        .unwrap_or_else(|_| panic!("expected 256 constants, found {n}"))
 }
 
 /// Draft §5.3 pseudo-code, one byte at a time: returns chunk end offsets.
@@ -90,7 +96,9 @@ fn random(len: usize, seed: u64) -> Vec<u8> {
 /// window of anything makes `h & MASK` depend mostly on it, so inputs built from them have
 /// many boundaries close to the minimum size.
 fn low_entry_bytes() -> Vec<u8> {
-    (0..=255u8).filter(|&b| gear_table()[b as usize] & MASK == 0).collect()
+    (0..=255u8)
+        .filter(|&b| gear_table()[b as usize] & MASK == 0)
+        .collect()
 }
 
 /// Find a 64-byte window (from `seed`) after which the gear hash matches the mask; repeated
@@ -103,11 +111,61 @@ fn matching_window(seed: u64) -> Vec<u8> {
             rng.fill(&mut w);
             w
         };
-        let h = w.iter().fold(0u64, |h, &b| (h << 1).wrapping_add(gear_table()[b as usize]));
+        let h = w.iter().fold(0u64, |h, &b| {
+            (h << 1).wrapping_add(gear_table()[b as usize])
+        });
         if h & MASK == 0 {
             return w;
         }
     }
+}
+
+/// A matching window followed by `pad` filler bytes, repeated: boundaries land at every
+/// length the rules allow near MIN, exercising the minimum-size edge. `low_density` (0..4)
+/// sets how many filler bytes have a low gear entry.
+fn boundary_rich(seed: u64, pad: usize, low_density: u32, len: usize) -> Vec<u8> {
+    let w = matching_window(seed);
+    let low = low_entry_bytes();
+    let mut rng = Rng::new(seed ^ 0xfeed);
+    let mut data = Vec::with_capacity(len + pad + 64);
+    while data.len() < len {
+        data.extend_from_slice(&w);
+        for _ in 0..pad {
+            let b = if rng.below(4) < low_density as u64 {
+                low[rng.below(low.len() as u64) as usize]
+            } else {
+                rng.below(256) as u8
+            };
+            data.push(b);
+        }
+    }
+    data.truncate(len);
+    data
+}
+
+/// `chunk_boundaries`, checked against the two-step parallel path on the same input.
+fn boundaries(data: &[u8]) -> Vec<usize> {
+    let ends = chunk_boundaries(data);
+    let matches = find_matches(data, 0..data.len());
+    assert_eq!(
+        boundaries_from_matches(&matches, data.len()),
+        ends,
+        "parallel path"
+    );
+    ends
+}
+
+/// End offsets after which the gear hash of the preceding 64 bytes matches, recomputing the
+/// window from scratch at every offset.
+fn brute_force_matches(data: &[u8]) -> Vec<usize> {
+    (64..=data.len())
+        .filter(|&p| {
+            let h = data[p - 64..p].iter().fold(0u64, |h, &b| {
+                (h << 1).wrapping_add(draft_table()[b as usize])
+            });
+            h & MASK == 0
+        })
+        .collect()
 }
 
 fn lens(ends: &[usize]) -> Vec<usize> {
@@ -129,7 +187,7 @@ fn check_invariants(data: &[u8], ends: &[usize]) {
     assert_eq!(*ends.last().unwrap(), data.len());
     let l = lens(ends);
     for (i, &n) in l.iter().enumerate() {
-        assert!(n >= 1 && n <= MAX_CHUNK_SIZE, "chunk {i} has {n} bytes");
+        assert!((1..=MAX_CHUNK_SIZE).contains(&n), "chunk {i} has {n} bytes");
         if i + 1 < l.len() {
             assert!(n >= MIN_CHUNK_SIZE, "non-final chunk {i} has {n} bytes");
         }
@@ -148,7 +206,6 @@ fn streamed(data: &[u8], sizes: &[usize]) -> Vec<usize> {
         while let Some(n) = chunker.next_boundary(rest) {
             at += n;
             ends.push(at);
-            assert_eq!(ends.len() == 1, ends[0] == at);
             rest = &rest[n..];
         }
         pos = end;
@@ -203,11 +260,14 @@ fn zeros_never_match_so_chunks_are_max_sized() {
         (MAX_CHUNK_SIZE - 1, &[MAX_CHUNK_SIZE - 1]),
         (MAX_CHUNK_SIZE, &[MAX_CHUNK_SIZE]),
         (MAX_CHUNK_SIZE + 1, &[MAX_CHUNK_SIZE, 1]),
-        (3 * MAX_CHUNK_SIZE + 5, &[MAX_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_CHUNK_SIZE, 5]),
+        (
+            3 * MAX_CHUNK_SIZE + 5,
+            &[MAX_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_CHUNK_SIZE, 5],
+        ),
     ];
     for &(n, want) in cases {
         let data = vec![0u8; n];
-        assert_eq!(lens(&chunk_boundaries(&data)), want, "{n} zeros");
+        assert_eq!(lens(&boundaries(&data)), want, "{n} zeros");
     }
 }
 
@@ -226,9 +286,13 @@ fn random_inputs_at_size_edges() {
     .enumerate()
     {
         let data = random(n, 1000 + i as u64);
-        let ends = chunk_boundaries(&data);
+        let ends = boundaries(&data);
         check_invariants(&data, &ends);
-        assert_eq!(ends, draft_boundaries(draft_table(), &data), "{n} random bytes");
+        assert_eq!(
+            ends,
+            draft_boundaries(draft_table(), &data),
+            "{n} random bytes"
+        );
         if n <= MIN_CHUNK_SIZE + 1 {
             // Too short for any boundary before the end of input.
             assert_eq!(ends, vec![n]);
@@ -244,15 +308,22 @@ fn boundary_exactly_at_min_and_max() {
     for end in [MIN_CHUNK_SIZE, MIN_CHUNK_SIZE - 1] {
         let mut data = vec![0u8; 3 * MIN_CHUNK_SIZE];
         data[end - 64..end].copy_from_slice(&w);
-        let ends = chunk_boundaries(&data);
+        let ends = boundaries(&data);
         assert_eq!(ends, draft_boundaries(draft_table(), &data));
-        assert_eq!(ends[0] == end, end == MIN_CHUNK_SIZE, "window ending at {end}: {ends:?}");
+        assert_eq!(
+            ends[0] == end,
+            end == MIN_CHUNK_SIZE,
+            "window ending at {end}: {ends:?}"
+        );
     }
     // A window ending at MAX coincides with the forced boundary; one byte later it starts
     // the next chunk's count afresh.
     let mut data = vec![0u8; MAX_CHUNK_SIZE + MIN_CHUNK_SIZE + 10];
     data[MAX_CHUNK_SIZE - 64..MAX_CHUNK_SIZE].copy_from_slice(&w);
-    assert_eq!(lens(&chunk_boundaries(&data)), vec![MAX_CHUNK_SIZE, MIN_CHUNK_SIZE + 10]);
+    assert_eq!(
+        lens(&boundaries(&data)),
+        vec![MAX_CHUNK_SIZE, MIN_CHUNK_SIZE + 10]
+    );
 }
 
 /// A byte with a low gear entry right where hashing starts would end the chunk at 8128
@@ -261,9 +332,13 @@ fn boundary_exactly_at_min_and_max() {
 #[test]
 fn reference_rejects_short_matches() {
     let data = short_match_input();
-    let ends = chunk_boundaries(&data);
+    let ends = boundaries(&data);
     let legacy = legacy_boundaries(draft_table(), &data);
-    assert_eq!(legacy[0], MIN_CHUNK_SIZE - 64, "the input does exercise the nuance");
+    assert_eq!(
+        legacy[0],
+        MIN_CHUNK_SIZE - 64,
+        "the input does exercise the nuance"
+    );
     assert_ne!(ends, legacy);
     assert_eq!(ends, draft_boundaries(draft_table(), &data));
     check_invariants(&data, &ends);
@@ -272,6 +347,35 @@ fn reference_rejects_short_matches() {
         xet_chunk::file_hash(&data).hex(),
         "cc064b802e8d1760f6b1d50e447662a47a853281f58ddd36710a70c7c3e3b5f0"
     );
+}
+
+/// The golden vectors themselves rule the legacy behaviour out: on some corpus files it
+/// cuts differently from what the reference recorded.
+#[test]
+fn legacy_behaviour_disagrees_with_golden_vectors() {
+    let mut differing = Vec::new();
+    for (corpus, golden) in xet_testdata::golden_files() {
+        let data = corpus.bytes();
+        let want: Vec<usize> = golden
+            .chunks
+            .iter()
+            .map(|c| (c.offset + c.len) as usize)
+            .collect();
+        assert_eq!(
+            draft_boundaries(draft_table(), &data),
+            want,
+            "{}: draft",
+            golden.name
+        );
+        if legacy_boundaries(draft_table(), &data) != want {
+            differing.push(golden.name);
+        }
+    }
+    assert!(
+        !differing.is_empty(),
+        "no golden file tells the behaviours apart"
+    );
+    println!("legacy behaviour contradicted by: {differing:?}");
 }
 
 /// 8127 zeros, then a byte whose gear entry has its top 16 bits clear, then random bytes;
@@ -285,13 +389,31 @@ fn short_match_input() -> Vec<u8> {
     data
 }
 
+#[test]
+fn find_matches_reports_exactly_the_window_matches() {
+    let data = boundary_rich(3, 200, 2, 60_000);
+    let all = brute_force_matches(&data);
+    assert!(all.len() > 50, "input has many matches");
+    assert_eq!(find_matches(&data, 0..data.len()), all);
+    // Ranges starting or ending right at a match, including the first full window.
+    for &p in all.iter().take(60) {
+        assert_eq!(find_matches(&data, p - 1..p), vec![p]);
+        assert!(find_matches(&data, p..p + 1).iter().all(|&q| q == p + 1));
+        assert!(!find_matches(&data, p - 1..data.len()).is_empty());
+        assert_eq!(find_matches(&data, p - 1..data.len())[0], p);
+        assert_eq!(find_matches(&data, 0..p).last(), Some(&p));
+    }
+    assert!(find_matches(&data, 0..63).is_empty());
+    assert!(find_matches(&data, 10..10).is_empty());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
     fn fast_path_equals_draft_on_random_data(seed in any::<u64>(), len in 0usize..700_000) {
         let data = random(len, seed);
-        let ends = chunk_boundaries(&data);
+        let ends = boundaries(&data);
         check_invariants(&data, &ends);
         prop_assert_eq!(ends, draft_boundaries(draft_table(), &data));
     }
@@ -303,27 +425,28 @@ proptest! {
         low_density in 0u32..4,
         len in 0usize..900_000,
     ) {
-        // A matching window followed by `pad` filler bytes, repeated: boundaries land at
-        // every length the rules allow near MIN, exercising the minimum-size edge.
-        let w = matching_window(seed);
-        let low = low_entry_bytes();
-        let mut rng = Rng::new(seed ^ 0xfeed);
-        let mut data = Vec::with_capacity(len + 4096);
-        while data.len() < len {
-            data.extend_from_slice(&w);
-            for _ in 0..pad {
-                let b = if rng.below(4) < low_density as u64 {
-                    low[rng.below(low.len() as u64) as usize]
-                } else {
-                    rng.below(256) as u8
-                };
-                data.push(b);
-            }
-        }
-        data.truncate(len);
-        let ends = chunk_boundaries(&data);
+        let data = boundary_rich(seed, pad, low_density, len);
+        let ends = boundaries(&data);
         check_invariants(&data, &ends);
         prop_assert_eq!(ends, draft_boundaries(draft_table(), &data));
+    }
+
+    #[test]
+    fn parallel_matches_equal_one_shot(
+        seed in any::<u64>(),
+        rich in any::<bool>(),
+        pad in 0usize..20_000,
+        len in 0usize..1_200_000,
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..5),
+    ) {
+        let data = if rich { boundary_rich(seed, pad, 1, len) } else { random(len, seed) };
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c.index(len + 1)).collect();
+        cuts.extend([0, len]);
+        cuts.sort_unstable();
+        let matches: Vec<usize> =
+            cuts.windows(2).flat_map(|w| find_matches(&data, w[0]..w[1])).collect();
+        prop_assert_eq!(&matches, &find_matches(&data, 0..len));
+        prop_assert_eq!(boundaries_from_matches(&matches, len), chunk_boundaries(&data));
     }
 
     #[test]

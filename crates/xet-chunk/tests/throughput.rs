@@ -2,7 +2,7 @@
 //! `cargo test --release -p xet-chunk --test throughput -- --ignored --nocapture`.
 
 use std::time::Instant;
-use xet_chunk::{Chunker, chunk_boundaries, chunk_data};
+use xet_chunk::{Chunker, boundaries_from_matches, chunk_boundaries, chunk_data, find_matches};
 
 #[test]
 #[ignore = "timing only; run in release"]
@@ -27,7 +27,10 @@ fn chunking_throughput() {
         m += 1;
     }
     let s = t.elapsed().as_secs_f64();
-    println!("raw gearhash next_match over all bytes: {m} matches, {:.0} MiB/s", mib / s);
+    println!(
+        "raw gearhash next_match over all bytes: {m} matches, {:.0} MiB/s",
+        mib / s
+    );
 
     let t = Instant::now();
     let mut c = Chunker::new();
@@ -43,6 +46,22 @@ fn chunking_throughput() {
     let s = t.elapsed().as_secs_f64();
     assert_eq!(k, n);
     println!("streaming in 1 MiB blocks: {:.0} MiB/s", mib / s);
+
+    let t = Instant::now();
+    let half = LEN / 2;
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| find_matches(&data, 0..half));
+        let b = s.spawn(|| find_matches(&data, half..LEN));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let matches: Vec<usize> = a.into_iter().chain(b).collect();
+    let ends = boundaries_from_matches(&matches, LEN);
+    let s = t.elapsed().as_secs_f64();
+    assert_eq!(ends.len(), n);
+    println!(
+        "find_matches on 2 threads + selection: {:.0} MiB/s",
+        mib / s
+    );
 
     let t = Instant::now();
     let infos = chunk_data(&data);
