@@ -375,3 +375,66 @@ impl StreamChunker {
         out
     }
 }
+
+/// Streaming form of [`boundaries_from_matches`]: decides chunk ends as match positions
+/// arrive block by block, so a caller can scan each block's matches on several threads
+/// ([`find_matches`]) and still emit boundaries in order without holding the whole input.
+///
+/// Offsets are absolute (from the start of the file). A boundary is decided as soon as the
+/// data seen so far fixes it: the first match at or past the minimum length, or the
+/// maximum length once that much data has been seen without an acceptable match.
+#[derive(Clone, Debug, Default)]
+pub struct MatchResolver {
+    /// Start of the open chunk.
+    start: u64,
+    /// Matches past `start` not yet consumed, ascending.
+    pending: std::collections::VecDeque<u64>,
+}
+
+impl MatchResolver {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Start of the chunk that is still open.
+    pub fn open_chunk_start(&self) -> u64 {
+        self.start
+    }
+
+    /// Add the matches found in the next stretch of input (ascending, all `<= seen`) and
+    /// push onto `out` every chunk end that the first `seen` bytes of the file decide.
+    pub fn push(&mut self, matches: impl IntoIterator<Item = u64>, seen: u64, out: &mut Vec<u64>) {
+        self.pending.extend(matches);
+        loop {
+            while self
+                .pending
+                .front()
+                .is_some_and(|&m| m < self.start + MIN_CHUNK_SIZE as u64)
+            {
+                self.pending.pop_front();
+            }
+            let max_end = self.start + MAX_CHUNK_SIZE as u64;
+            let end = match self.pending.front() {
+                Some(&m) if m <= max_end => m,
+                // A match past the maximum, or enough data seen without one: forced cut.
+                Some(_) => max_end,
+                None if seen >= max_end => max_end,
+                None => return,
+            };
+            out.push(end);
+            self.start = end;
+        }
+    }
+
+    /// End of input at `len` bytes: the remaining chunk ends (at most two: a forced or
+    /// matched cut that needed no more data is already out, so only the tail remains).
+    pub fn finish(&mut self, len: u64, out: &mut Vec<u64>) {
+        self.push(std::iter::empty(), len, out);
+        // With all data seen, an open chunk shorter than the maximum simply ends here.
+        if self.start < len {
+            out.push(len);
+        }
+        self.start = 0;
+        self.pending.clear();
+    }
+}

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc::sync_channel;
-use xet_chunk::Chunker;
+use xet_chunk::MatchResolver;
 use xet_hash::MerkleHash;
 
 const BLOCK: usize = 16 << 20;
@@ -26,22 +26,38 @@ impl Scanned {
     }
 }
 
-/// End offsets (within `buf`) of the chunks that close in `buf[from..]`. `buf[..from]` is
-/// the open chunk's start, which `chunker` has already consumed and must not see again.
-fn boundaries(chunker: &mut Chunker, buf: &[u8], from: usize, out: &mut Vec<usize>) {
-    let mut pos = from;
-    while let Some(n) = chunker.next_boundary(&buf[pos..]) {
-        pos += n;
-        out.push(pos);
-    }
+/// Absolute offsets of every gear-hash match in `buf[from..]`, scanned in parallel
+/// segments (each segment's window reaches back into the bytes before it).
+fn matches(buf: &[u8], base: u64, from: usize) -> Vec<u64> {
+    const SEGMENT: usize = 1 << 20;
+    let segs: Vec<(usize, usize)> = (from..buf.len())
+        .step_by(SEGMENT)
+        .map(|s| (s, (s + SEGMENT).min(buf.len())))
+        .collect();
+    let found: Vec<Vec<usize>> = segs
+        .par_iter()
+        .map(|&(s, e)| xet_chunk::find_matches(buf, s..e))
+        .collect();
+    found
+        .into_iter()
+        .flatten()
+        .map(|p| p as u64 + base)
+        .collect()
 }
 
-fn hash_ranges(buf: &[u8], ends: &[usize]) -> Vec<(MerkleHash, u64)> {
-    let starts = std::iter::once(0).chain(ends.iter().copied());
-    let ranges: Vec<(usize, usize)> = starts.zip(ends.iter().copied()).collect();
+/// Hash the chunks `[starts[i], ends[i])` (absolute) that lie in `buf` (whose first byte is
+/// at absolute offset `base`).
+fn hash_chunks(buf: &[u8], base: u64, first_start: u64, ends: &[u64]) -> Vec<(MerkleHash, u64)> {
+    let starts = std::iter::once(first_start).chain(ends.iter().copied());
+    let ranges: Vec<(u64, u64)> = starts.zip(ends.iter().copied()).collect();
     ranges
         .par_iter()
-        .map(|&(s, e)| (xet_hash::chunk_hash(&buf[s..e]), (e - s) as u64))
+        .map(|&(s, e)| {
+            (
+                xet_hash::chunk_hash(&buf[(s - base) as usize..(e - base) as usize]),
+                e - s,
+            )
+        })
         .collect()
 }
 
@@ -103,12 +119,15 @@ pub fn scan_reader<R: Read + Send + 'static>(
         (None, None)
     };
 
-    let mut chunker = Chunker::new();
+    let mut resolver = MatchResolver::new();
     let mut chunks = Vec::new();
-    let mut size = 0u64;
-    // `cur` holds the open chunk's bytes followed by the newest block.
-    let mut prev: Option<(Vec<u8>, Vec<usize>)> = None;
+    let mut seen = 0u64;
+    // `buf` holds the open chunk's bytes (at least the 63 bytes a match window needs, once
+    // there are that many) followed by the newest block; `base` is its first byte's offset.
     let mut carry: Vec<u8> = Vec::new();
+    let mut carry_base = 0u64;
+    // The previous buffer and the chunk ends decided in it, hashed while the next block is scanned.
+    let mut prev: Option<(Vec<u8>, u64, u64, Vec<u64>)> = None;
     let mut read_err = None;
     for block in rx.iter() {
         let block = match block {
@@ -118,39 +137,52 @@ pub fn scan_reader<R: Read + Send + 'static>(
                 break;
             }
         };
-        size += block.len() as u64;
         if let Some(tx) = &sha_tx {
             let _ = tx.send(block.clone());
         }
-        let mut cur = std::mem::take(&mut carry);
-        let from = cur.len();
-        cur.extend_from_slice(&block);
-        // Hash the previous buffer's chunks while scanning this one.
-        let mut ends = Vec::with_capacity(cur.len() / xet_chunk::TARGET_CHUNK_SIZE + 2);
-        let (hashed, ()) = rayon::join(
-            || prev.as_ref().map(|(b, e)| hash_ranges(b, e)),
-            || boundaries(&mut chunker, &cur, from, &mut ends),
+        let base = carry_base;
+        let mut buf = std::mem::take(&mut carry);
+        let from = buf.len();
+        buf.extend_from_slice(&block);
+        seen += block.len() as u64;
+        let open_start = resolver.open_chunk_start();
+        let (hashed, found) = rayon::join(
+            || {
+                prev.as_ref()
+                    .map(|(b, bb, fs, e)| hash_chunks(b, *bb, *fs, e))
+            },
+            || matches(&buf, base, from),
         );
         if let Some(h) = hashed {
             chunks.extend(h);
         }
-        let done = ends.last().copied().unwrap_or(0);
-        carry = Vec::with_capacity(xet_chunk::MAX_CHUNK_SIZE + block_size);
-        carry.extend_from_slice(&cur[done..]);
-        cur.truncate(done);
-        prev = Some((cur, ends));
+        let mut ends = Vec::new();
+        resolver.push(found, seen, &mut ends);
+        // Keep the open chunk, and at least a full match window, for the next block.
+        let keep_from = resolver
+            .open_chunk_start()
+            .min(seen.saturating_sub(xet_chunk::HASH_WINDOW_SIZE as u64 - 1))
+            .max(base);
+        carry = Vec::with_capacity((seen - keep_from) as usize + block_size);
+        carry.extend_from_slice(&buf[(keep_from - base) as usize..]);
+        carry_base = keep_from;
+        prev = Some((buf, base, open_start, ends));
     }
     drop(sha_tx);
     let _ = reader.join();
     if let Some(e) = read_err {
         return Err(e);
     }
-    if let Some((b, e)) = prev {
-        chunks.extend(hash_ranges(&b, &e));
+    if let Some((b, bb, fs, e)) = prev {
+        chunks.extend(hash_chunks(&b, bb, fs, &e));
     }
-    if chunker.finish().is_some() {
-        chunks.push((xet_hash::chunk_hash(&carry), carry.len() as u64));
+    let last_start = resolver.open_chunk_start();
+    let mut ends = Vec::new();
+    resolver.finish(seen, &mut ends);
+    if !ends.is_empty() {
+        chunks.extend(hash_chunks(&carry, carry_base, last_start, &ends));
     }
+    let size = seen;
     let sha256 = sha_handle.map(|h| h.join().expect("sha256 thread"));
     Ok(Scanned {
         size,
