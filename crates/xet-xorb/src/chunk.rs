@@ -29,7 +29,16 @@ impl ChunkHeader {
         debug_assert!(self.compressed_size < 1 << 24 && self.uncompressed_size < 1 << 24);
         let c = self.compressed_size.to_le_bytes();
         let u = self.uncompressed_size.to_le_bytes();
-        [CHUNK_HEADER_VERSION, c[0], c[1], c[2], self.scheme.as_u8(), u[0], u[1], u[2]]
+        [
+            CHUNK_HEADER_VERSION,
+            c[0],
+            c[1],
+            c[2],
+            self.scheme.as_u8(),
+            u[0],
+            u[1],
+            u[2],
+        ]
     }
 
     /// Decode and validate a header found at `offset` as chunk number `chunk` of a chunk
@@ -42,10 +51,17 @@ impl ChunkHeader {
         remaining: u64,
     ) -> Result<ChunkHeader, XorbError> {
         if b[0] != CHUNK_HEADER_VERSION {
-            return Err(XorbError::ChunkVersion { chunk, offset, version: b[0] });
+            return Err(XorbError::ChunkVersion {
+                chunk,
+                offset,
+                version: b[0],
+            });
         }
-        let scheme = CompressionScheme::from_u8(b[4])
-            .ok_or(XorbError::UnknownScheme { chunk, offset, scheme: b[4] })?;
+        let scheme = CompressionScheme::from_u8(b[4]).ok_or(XorbError::UnknownScheme {
+            chunk,
+            offset,
+            scheme: b[4],
+        })?;
         let compressed_size = u32::from_le_bytes([b[1], b[2], b[3], 0]);
         let uncompressed_size = u32::from_le_bytes([b[5], b[6], b[7], 0]);
         if uncompressed_size == 0 || uncompressed_size as usize > MAX_CHUNK_SIZE {
@@ -58,7 +74,12 @@ impl ChunkHeader {
         }
         let max = remaining.min(MAX_CHUNK_SIZE as u64);
         if compressed_size == 0 || u64::from(compressed_size) > max {
-            return Err(XorbError::CompressedSize { chunk, offset, size: compressed_size, max });
+            return Err(XorbError::CompressedSize {
+                chunk,
+                offset,
+                size: compressed_size,
+                max,
+            });
         }
         if scheme == CompressionScheme::None && compressed_size != uncompressed_size {
             return Err(XorbError::StoredSizeMismatch {
@@ -68,7 +89,11 @@ impl ChunkHeader {
                 uncompressed: uncompressed_size,
             });
         }
-        Ok(ChunkHeader { compressed_size, scheme, uncompressed_size })
+        Ok(ChunkHeader {
+            compressed_size,
+            scheme,
+            uncompressed_size,
+        })
     }
 
     /// Header plus payload length.
@@ -111,7 +136,10 @@ impl SerializedChunk {
 /// Check that a chunk's length is valid for a xorb.
 pub(crate) fn check_chunk_len(len: usize) -> Result<(), XorbError> {
     if len == 0 || len > MAX_CHUNK_SIZE {
-        return Err(XorbError::ChunkSize { len, max: MAX_CHUNK_SIZE });
+        return Err(XorbError::ChunkSize {
+            len,
+            max: MAX_CHUNK_SIZE,
+        });
     }
     Ok(())
 }
@@ -136,10 +164,9 @@ pub(crate) fn write_chunk(
     header
 }
 
-/// Compress one chunk into its serialized form. `scheme` is the scheme to try
-/// (usually from [`crate::choose_scheme`] on the first chunk of its block of
-/// [`crate::SCHEME_BLOCK_CHUNKS`]); the chunk is stored uncompressed if that does not
-/// shrink it. `hash` skips rehashing when the chunker already computed it.
+/// Compress one chunk into its serialized form with `scheme`, or store it uncompressed
+/// if that does not shrink it. `hash` skips rehashing when the chunker already
+/// computed it (it is trusted).
 ///
 /// Independent of any other chunk, so a pipeline can run it on many threads.
 pub fn serialize_chunk(
@@ -153,7 +180,20 @@ pub fn serialize_chunk(
     let mut bytes = Vec::with_capacity(CHUNK_HEADER_LEN + data.len() + 32);
     let mut scratch = Vec::new();
     let header = write_chunk(data, scheme, &mut bytes, &mut scratch);
-    Ok(SerializedChunk { hash, header, bytes })
+    Ok(SerializedChunk {
+        hash,
+        header,
+        bytes,
+    })
+}
+
+/// [`serialize_chunk`] with the scheme picked by [`crate::choose_scheme`], exactly as
+/// [`crate::XorbBuilder::add_chunk`] does it.
+pub fn serialize_chunk_auto(
+    data: &[u8],
+    hash: Option<MerkleHash>,
+) -> Result<SerializedChunk, XorbError> {
+    serialize_chunk(data, hash, scheme::choose_scheme(data))
 }
 
 /// A chunk found in a chunk region: validated header and its (still compressed) payload.
@@ -170,10 +210,15 @@ pub struct RawChunk<'a> {
 impl RawChunk<'_> {
     /// Append the decompressed chunk to `out`; exactly `header.uncompressed_size` bytes
     /// are added or an error is returned (and `out` is restored).
-    pub fn decompress_into(&self, out: &mut Vec<u8>, scratch: &mut Vec<u8>) -> Result<(), XorbError> {
+    pub fn decompress_into(
+        &self,
+        out: &mut Vec<u8>,
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), XorbError> {
         let start = out.len();
         out.resize(start + self.header.uncompressed_size as usize, 0);
-        let res = scheme::decompress_into(self.header.scheme, self.payload, &mut out[start..], scratch);
+        let res =
+            scheme::decompress_into(self.header.scheme, self.payload, &mut out[start..], scratch);
         if let Err(problem) = res {
             out.truncate(start);
             return Err(XorbError::CorruptPayload {
@@ -203,7 +248,12 @@ impl RawChunk<'_> {
 /// whole chunks). Headers are validated; payloads are not decompressed. After the first
 /// error the iterator ends.
 pub fn chunks(region: &[u8]) -> ChunkIter<'_> {
-    ChunkIter { region, pos: 0, index: 0, failed: false }
+    ChunkIter {
+        region,
+        pos: 0,
+        index: 0,
+        failed: false,
+    }
 }
 
 /// Iterator returned by [`chunks`].
@@ -249,7 +299,12 @@ impl<'a> ChunkIter<'a> {
         };
         let header = ChunkHeader::parse(hb, self.index, offset, after.len() as u64)?;
         let payload = &after[..header.compressed_size as usize];
-        let chunk = RawChunk { index: self.index, offset, header, payload };
+        let chunk = RawChunk {
+            index: self.index,
+            offset,
+            header,
+            payload,
+        };
         self.pos += header.serialized_len();
         self.index += 1;
         Ok(chunk)
@@ -279,24 +334,48 @@ impl DecodedChunks {
     }
     /// Data of chunk `i`.
     pub fn chunk(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.chunk_ends[i - 1] as usize };
+        let start = if i == 0 {
+            0
+        } else {
+            self.chunk_ends[i - 1] as usize
+        };
         &self.data[start..self.chunk_ends[i] as usize]
     }
     /// Chunk hashes, computed now.
     pub fn chunk_hashes(&self) -> Vec<MerkleHash> {
-        (0..self.num_chunks()).map(|i| xet_hash::chunk_hash(self.chunk(i))).collect()
+        (0..self.num_chunks())
+            .map(|i| xet_hash::chunk_hash(self.chunk(i)))
+            .collect()
     }
 }
 
 /// Decode a byte slice that is a sequence of whole chunks (what a ranged GET of a
 /// xorb returns), checking it against `expected` and `limits` before decompressing
 /// anything that would exceed them.
-pub fn decode_chunks(bytes: &[u8], expected: Expected, limits: &Limits) -> Result<DecodedChunks, XorbError> {
+pub fn decode_chunks(
+    bytes: &[u8],
+    expected: Expected,
+    limits: &Limits,
+) -> Result<DecodedChunks, XorbError> {
     limits.check_input(bytes.len())?;
-    let max_unpacked = expected.unpacked_len.map_or(limits.max_unpacked_bytes, |e| e.min(limits.max_unpacked_bytes));
-    let max_chunks = expected.num_chunks.map_or(limits.max_chunks, |e| e.min(limits.max_chunks));
+    let max_unpacked = expected
+        .unpacked_len
+        .map_or(limits.max_unpacked_bytes, |e| {
+            e.min(limits.max_unpacked_bytes)
+        });
+    let max_chunks = expected
+        .num_chunks
+        .map_or(limits.max_chunks, |e| e.min(limits.max_chunks));
     let mut out = DecodedChunks {
-        data: Vec::with_capacity(expected.unpacked_len.unwrap_or(0).min(max_unpacked) as usize),
+        // Only a hint: never more than the input could decompress to (LZ4 expands at
+        // most ~255x).
+        data: Vec::with_capacity(
+            expected
+                .unpacked_len
+                .unwrap_or(0)
+                .min(max_unpacked)
+                .min(bytes.len() as u64 * 256) as usize,
+        ),
         chunk_ends: Vec::with_capacity(expected.num_chunks.unwrap_or(0).min(max_chunks)),
     };
     let mut scratch = Vec::new();
@@ -304,19 +383,26 @@ pub fn decode_chunks(bytes: &[u8], expected: Expected, limits: &Limits) -> Resul
         let c = c?;
         if c.index >= max_chunks {
             return Err(match expected.num_chunks {
-                Some(e) if e < limits.max_chunks => {
-                    XorbError::ChunkCount { expected: e, got: chunks(bytes).count() }
-                }
-                _ => XorbError::TooManyChunks { max: limits.max_chunks },
+                Some(e) if e < limits.max_chunks => XorbError::ChunkCount {
+                    expected: e,
+                    got: chunks(bytes).count(),
+                },
+                _ => XorbError::TooManyChunks {
+                    max: limits.max_chunks,
+                },
             });
         }
         let new_len = out.data.len() as u64 + u64::from(c.header.uncompressed_size);
         if new_len > max_unpacked {
             return Err(match expected.unpacked_len {
-                Some(e) if e < limits.max_unpacked_bytes => {
-                    XorbError::UnpackedLength { expected: e, got: new_len }
-                }
-                _ => XorbError::UnpackedTooLarge { chunk: c.index, max: limits.max_unpacked_bytes },
+                Some(e) if e < limits.max_unpacked_bytes => XorbError::UnpackedLength {
+                    expected: e,
+                    got: new_len,
+                },
+                _ => XorbError::UnpackedTooLarge {
+                    chunk: c.index,
+                    max: limits.max_unpacked_bytes,
+                },
             });
         }
         c.decompress_into(&mut out.data, &mut scratch)?;
@@ -324,12 +410,18 @@ pub fn decode_chunks(bytes: &[u8], expected: Expected, limits: &Limits) -> Resul
     }
     if let Some(e) = expected.num_chunks {
         if e != out.num_chunks() {
-            return Err(XorbError::ChunkCount { expected: e, got: out.num_chunks() });
+            return Err(XorbError::ChunkCount {
+                expected: e,
+                got: out.num_chunks(),
+            });
         }
     }
     if let Some(e) = expected.unpacked_len {
         if e != out.data.len() as u64 {
-            return Err(XorbError::UnpackedLength { expected: e, got: out.data.len() as u64 });
+            return Err(XorbError::UnpackedLength {
+                expected: e,
+                got: out.data.len() as u64,
+            });
         }
     }
     Ok(out)

@@ -49,15 +49,24 @@ impl fmt::Display for PayloadProblem {
             PayloadProblem::BadDescriptor { what } => write!(f, "bad LZ4 frame descriptor: {what}"),
             PayloadProblem::DictionaryNotSupported => write!(f, "LZ4 frame needs a dictionary"),
             PayloadProblem::HeaderChecksum { expected, got } => {
-                write!(f, "LZ4 frame header checksum {got:#04x}, expected {expected:#04x}")
+                write!(
+                    f,
+                    "LZ4 frame header checksum {got:#04x}, expected {expected:#04x}"
+                )
             }
             PayloadProblem::BlockTooLarge { size, max } => {
-                write!(f, "LZ4 block of {size} bytes exceeds the frame's maximum {max}")
+                write!(
+                    f,
+                    "LZ4 block of {size} bytes exceeds the frame's maximum {max}"
+                )
             }
             PayloadProblem::BlockChecksum => write!(f, "LZ4 block checksum mismatch"),
             PayloadProblem::ContentChecksum => write!(f, "LZ4 content checksum mismatch"),
             PayloadProblem::ContentSize { declared, got } => {
-                write!(f, "LZ4 frame declares {declared} content bytes, blocks hold {got}")
+                write!(
+                    f,
+                    "LZ4 frame declares {declared} content bytes, blocks hold {got}"
+                )
             }
             PayloadProblem::Block { detail } => write!(f, "LZ4 block: {detail}"),
             PayloadProblem::Overflow { declared } => {
@@ -83,31 +92,68 @@ pub enum XorbError {
 
     /// A structure runs past the end of the input.
     #[error("truncated {what} at offset {offset}: need {needed} bytes, {available} available")]
-    Truncated { what: &'static str, offset: u64, needed: u64, available: u64 },
+    Truncated {
+        what: &'static str,
+        offset: u64,
+        needed: u64,
+        available: u64,
+    },
 
     #[error("chunk {chunk} at offset {offset}: unsupported chunk header version {version}")]
-    ChunkVersion { chunk: usize, offset: u64, version: u8 },
+    ChunkVersion {
+        chunk: usize,
+        offset: u64,
+        version: u8,
+    },
 
     #[error("chunk {chunk} at offset {offset}: unknown compression scheme {scheme}")]
-    UnknownScheme { chunk: usize, offset: u64, scheme: u8 },
+    UnknownScheme {
+        chunk: usize,
+        offset: u64,
+        scheme: u8,
+    },
 
     /// Declared uncompressed size is zero or above the maximum chunk size.
-    #[error("chunk {chunk} at offset {offset}: declared uncompressed size {size} is not in 1..={max}")]
-    UncompressedSize { chunk: usize, offset: u64, size: u32, max: u32 },
+    #[error(
+        "chunk {chunk} at offset {offset}: declared uncompressed size {size} is not in 1..={max}"
+    )]
+    UncompressedSize {
+        chunk: usize,
+        offset: u64,
+        size: u32,
+        max: u32,
+    },
 
     /// Declared compressed size is zero, above the maximum chunk size, or past the end.
-    #[error("chunk {chunk} at offset {offset}: declared compressed size {size} is not in 1..={max}")]
-    CompressedSize { chunk: usize, offset: u64, size: u32, max: u64 },
+    #[error(
+        "chunk {chunk} at offset {offset}: declared compressed size {size} is not in 1..={max}"
+    )]
+    CompressedSize {
+        chunk: usize,
+        offset: u64,
+        size: u32,
+        max: u64,
+    },
 
     /// A scheme-0 chunk stores its bytes as-is, so both sizes must agree.
     #[error(
         "chunk {chunk} at offset {offset}: uncompressed chunk has compressed size {compressed} \
          but uncompressed size {uncompressed}"
     )]
-    StoredSizeMismatch { chunk: usize, offset: u64, compressed: u32, uncompressed: u32 },
+    StoredSizeMismatch {
+        chunk: usize,
+        offset: u64,
+        compressed: u32,
+        uncompressed: u32,
+    },
 
     #[error("chunk {chunk} at offset {offset}: corrupt {scheme} payload: {problem}")]
-    CorruptPayload { chunk: usize, offset: u64, scheme: CompressionScheme, problem: PayloadProblem },
+    CorruptPayload {
+        chunk: usize,
+        offset: u64,
+        scheme: CompressionScheme,
+        problem: PayloadProblem,
+    },
 
     #[error("xorb has more than {max} chunks")]
     TooManyChunks { max: usize },
@@ -116,15 +162,25 @@ pub enum XorbError {
     UnpackedTooLarge { chunk: usize, max: u64 },
 
     #[error("chunk {chunk}: hash {got} does not match the footer's {expected}")]
-    ChunkHash { chunk: usize, expected: MerkleHash, got: MerkleHash },
+    ChunkHash {
+        chunk: usize,
+        expected: MerkleHash,
+        got: MerkleHash,
+    },
 
     /// The footer's xorb hash disagrees with the hash computed from the chunks.
     #[error("footer xorb hash {footer} does not match the computed {computed}")]
-    XorbHash { footer: MerkleHash, computed: MerkleHash },
+    XorbHash {
+        footer: MerkleHash,
+        computed: MerkleHash,
+    },
 
     /// The caller's expected hash (e.g. from the URL) disagrees with the computed one.
     #[error("xorb hash {computed} is not the expected {expected}")]
-    UnexpectedXorbHash { expected: MerkleHash, computed: MerkleHash },
+    UnexpectedXorbHash {
+        expected: MerkleHash,
+        computed: MerkleHash,
+    },
 
     #[error("footer {section} ident missing at offset {offset}")]
     FooterIdent { section: &'static str, offset: u64 },
@@ -134,18 +190,31 @@ pub enum XorbError {
 
     /// A footer field disagrees with another field or with the layout.
     #[error("footer field {field} is {got}, expected {expected}")]
-    FooterField { field: &'static str, expected: u64, got: u64 },
+    FooterField {
+        field: &'static str,
+        expected: u64,
+        got: u64,
+    },
 
     #[error("footer reserved bytes at offset {offset} are not zero")]
     FooterReserved { offset: u64 },
 
     /// A boundary in the footer disagrees with the chunk headers (or is not increasing).
     #[error("chunk {chunk}: footer {field} is {footer}, chunk headers give {actual}")]
-    FooterBoundary { chunk: usize, field: &'static str, footer: u64, actual: u64 },
+    FooterBoundary {
+        chunk: usize,
+        field: &'static str,
+        footer: u64,
+        actual: u64,
+    },
 
     /// Consecutive footer offsets imply a chunk size no valid chunk can have.
     #[error("chunk {chunk}: footer {field} imply an impossible chunk size {size}")]
-    FooterChunkSize { chunk: usize, field: &'static str, size: i64 },
+    FooterChunkSize {
+        chunk: usize,
+        field: &'static str,
+        size: i64,
+    },
 
     #[error("expected {expected} chunks, got {got}")]
     ChunkCount { expected: usize, got: usize },
@@ -154,11 +223,21 @@ pub enum XorbError {
     UnpackedLength { expected: u64, got: u64 },
 
     #[error("chunk range {start}..{end} is not a non-empty range within {num_chunks} chunks")]
-    ChunkRange { start: usize, end: usize, num_chunks: usize },
+    ChunkRange {
+        start: usize,
+        end: usize,
+        num_chunks: usize,
+    },
 
     /// The builder cannot take this chunk; start a new xorb. The builder is unchanged.
-    #[error("xorb is full ({chunks} chunks, {unpacked_bytes} bytes) and cannot take a {adding}-byte chunk")]
-    XorbFull { chunks: usize, unpacked_bytes: u64, adding: usize },
+    #[error(
+        "xorb is full ({chunks} chunks, {unpacked_bytes} bytes) and cannot take a {adding}-byte chunk"
+    )]
+    XorbFull {
+        chunks: usize,
+        unpacked_bytes: u64,
+        adding: usize,
+    },
 
     /// Chunks must be 1..=MAX_CHUNK_SIZE bytes.
     #[error("chunk of {len} bytes is not in 1..={max}")]

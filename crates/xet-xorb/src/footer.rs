@@ -74,7 +74,9 @@ impl XorbFooter {
 
     /// Length of the chunk region this footer describes.
     pub fn body_len(&self) -> u64 {
-        self.chunk_boundary_offsets.last().map_or(0, |&b| u64::from(b))
+        self.chunk_boundary_offsets
+            .last()
+            .map_or(0, |&b| u64::from(b))
     }
 
     /// Serialized length without the trailing `info_length`.
@@ -92,7 +94,11 @@ impl XorbFooter {
     /// empty for v0).
     pub fn write(&self, out: &mut Vec<u8>) {
         let n = self.num_chunks();
-        assert_eq!(self.chunk_boundary_offsets.len(), n, "footer: boundary count");
+        assert_eq!(
+            self.chunk_boundary_offsets.len(),
+            n,
+            "footer: boundary count"
+        );
         let start = out.len();
         out.reserve(self.serialized_len() + 4);
         out.extend_from_slice(FOOTER_IDENT);
@@ -105,7 +111,11 @@ impl XorbFooter {
                 out.extend_from_slice(h.as_bytes());
             }
         } else {
-            assert_eq!(self.unpacked_chunk_offsets.len(), n, "footer: unpacked offset count");
+            assert_eq!(
+                self.unpacked_chunk_offsets.len(),
+                n,
+                "footer: unpacked offset count"
+            );
             out.push(FOOTER_VERSION);
             out.extend_from_slice(self.xorb_hash.as_bytes());
             out.extend_from_slice(HASHES_IDENT);
@@ -140,7 +150,11 @@ impl XorbFooter {
     /// reconstruction answer and what a ranged GET fetches; end-exclusive here).
     pub fn chunk_byte_range(&self, chunks: Range<usize>) -> Result<Range<u64>, XorbError> {
         check_range(&chunks, self.num_chunks())?;
-        let start = if chunks.start == 0 { 0 } else { self.chunk_boundary_offsets[chunks.start - 1] };
+        let start = if chunks.start == 0 {
+            0
+        } else {
+            self.chunk_boundary_offsets[chunks.start - 1]
+        };
         Ok(u64::from(start)..u64::from(self.chunk_boundary_offsets[chunks.end - 1]))
     }
 
@@ -151,14 +165,24 @@ impl XorbFooter {
         if self.unpacked_chunk_offsets.len() != self.num_chunks() {
             return Ok(None);
         }
-        let start = if chunks.start == 0 { 0 } else { self.unpacked_chunk_offsets[chunks.start - 1] };
-        Ok(Some(u64::from(start)..u64::from(self.unpacked_chunk_offsets[chunks.end - 1])))
+        let start = if chunks.start == 0 {
+            0
+        } else {
+            self.unpacked_chunk_offsets[chunks.start - 1]
+        };
+        Ok(Some(
+            u64::from(start)..u64::from(self.unpacked_chunk_offsets[chunks.end - 1]),
+        ))
     }
 }
 
 pub(crate) fn check_range(r: &Range<usize>, n: usize) -> Result<(), XorbError> {
     if r.start >= r.end || r.end > n {
-        return Err(XorbError::ChunkRange { start: r.start, end: r.end, num_chunks: n });
+        return Err(XorbError::ChunkRange {
+            start: r.start,
+            end: r.end,
+            num_chunks: n,
+        });
     }
     Ok(())
 }
@@ -215,16 +239,24 @@ impl<'a> Reader<'a> {
     }
     fn u32s(&mut self, n: usize, what: &'static str) -> Result<Vec<u32>, XorbError> {
         let b = self.take(4 * n, what)?;
-        Ok(b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        Ok(b.chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
     fn hashes(&mut self, n: usize, what: &'static str) -> Result<Vec<MerkleHash>, XorbError> {
         let b = self.take(32 * n, what)?;
-        Ok(b.chunks_exact(32).map(|c| MerkleHash(c.try_into().expect("32 bytes"))).collect())
+        Ok(b.chunks_exact(32)
+            .map(|c| MerkleHash(c.try_into().expect("32 bytes")))
+            .collect())
     }
     fn expect_u32(&mut self, field: &'static str, expected: u64) -> Result<(), XorbError> {
         let got = u64::from(self.u32(field)?);
         if got != expected {
-            return Err(XorbError::FooterField { field, expected, got });
+            return Err(XorbError::FooterField {
+                field,
+                expected,
+                got,
+            });
         }
         Ok(())
     }
@@ -239,7 +271,12 @@ pub fn parse_footer(xorb: &[u8], limits: &Limits) -> Result<(XorbFooter, usize),
     limits.check_input(xorb.len())?;
     let len = xorb.len();
     let Some(tail) = len.checked_sub(4) else {
-        return Err(XorbError::Truncated { what: "info_length", offset: 0, needed: 4, available: len as u64 });
+        return Err(XorbError::Truncated {
+            what: "info_length",
+            offset: 0,
+            needed: 4,
+            available: len as u64,
+        });
     };
     let info_len = u32::from_le_bytes(xorb[tail..].try_into().expect("4 bytes")) as usize;
     if info_len > tail {
@@ -251,37 +288,62 @@ pub fn parse_footer(xorb: &[u8], limits: &Limits) -> Result<(XorbFooter, usize),
         });
     }
     let body_len = tail - info_len;
-    let mut r = Reader { buf: &xorb[body_len..tail], pos: 0, base: body_len as u64 };
+    let mut r = Reader {
+        buf: &xorb[body_len..tail],
+        pos: 0,
+        base: body_len as u64,
+    };
 
     r.ident(FOOTER_IDENT, "XETBLOB")?;
     let version = r.u8("footer version")?;
     let footer = match version {
         FOOTER_VERSION => parse_v1(&mut r, info_len, limits)?,
         FOOTER_VERSION_V0 => parse_v0(&mut r, info_len, limits)?,
-        v => return Err(XorbError::FooterVersion { section: "XETBLOB", version: v }),
+        v => {
+            return Err(XorbError::FooterVersion {
+                section: "XETBLOB",
+                version: v,
+            });
+        }
     };
     let reserved_at = r.offset();
-    if r.take(RESERVED_LEN, "footer reserved bytes")?.iter().any(|&b| b != 0) {
-        return Err(XorbError::FooterReserved { offset: reserved_at });
+    if r.take(RESERVED_LEN, "footer reserved bytes")?
+        .iter()
+        .any(|&b| b != 0)
+    {
+        return Err(XorbError::FooterReserved {
+            offset: reserved_at,
+        });
     }
     debug_assert_eq!(r.pos, info_len, "length was checked against num_chunks");
     check_boundaries(&footer, body_len, limits)?;
     Ok((footer, body_len))
 }
 
-fn check_count(n: u32, info_len: usize, expected_len: fn(usize) -> usize, limits: &Limits) -> Result<usize, XorbError> {
+fn check_count(
+    n: u32,
+    info_len: usize,
+    expected_len: fn(usize) -> usize,
+    limits: &Limits,
+) -> Result<usize, XorbError> {
     let n = n as usize;
     if n == 0 {
         return Err(XorbError::Empty);
     }
     if n > limits.max_chunks {
-        return Err(XorbError::TooManyChunks { max: limits.max_chunks });
+        return Err(XorbError::TooManyChunks {
+            max: limits.max_chunks,
+        });
     }
     // The footer's length is fully determined by the chunk count: checking it here
     // means the arrays below are known to fit before they are read.
     let expected = expected_len(n);
     if info_len != expected {
-        return Err(XorbError::FooterField { field: "info_length", expected: expected as u64, got: info_len as u64 });
+        return Err(XorbError::FooterField {
+            field: "info_length",
+            expected: expected as u64,
+            got: info_len as u64,
+        });
     }
     Ok(n)
 }
@@ -291,7 +353,10 @@ fn parse_v1(r: &mut Reader<'_>, info_len: usize, limits: &Limits) -> Result<Xorb
     r.ident(HASHES_IDENT, "XBLBHSH")?;
     let hv = r.u8("hash section version")?;
     if hv != HASHES_VERSION {
-        return Err(XorbError::FooterVersion { section: "XBLBHSH", version: hv });
+        return Err(XorbError::FooterVersion {
+            section: "XBLBHSH",
+            version: hv,
+        });
     }
     let n32 = r.u32("hash section num_chunks")?;
     let n = check_count(n32, info_len, footer_len_v1, limits)?;
@@ -299,15 +364,30 @@ fn parse_v1(r: &mut Reader<'_>, info_len: usize, limits: &Limits) -> Result<Xorb
     r.ident(BOUNDARIES_IDENT, "XBLBBND")?;
     let bv = r.u8("boundary section version")?;
     if bv != BOUNDARIES_VERSION {
-        return Err(XorbError::FooterVersion { section: "XBLBBND", version: bv });
+        return Err(XorbError::FooterVersion {
+            section: "XBLBBND",
+            version: bv,
+        });
     }
     r.expect_u32("boundary section num_chunks", n as u64)?;
     let chunk_boundary_offsets = r.u32s(n, "chunk boundary offsets")?;
     let unpacked_chunk_offsets = r.u32s(n, "unpacked chunk offsets")?;
     r.expect_u32("num_chunks", n as u64)?;
-    r.expect_u32("hashes_section_offset_from_end", hashes_offset_from_end(n) as u64)?;
-    r.expect_u32("boundary_section_offset_from_end", boundary_offset_from_end(n) as u64)?;
-    Ok(XorbFooter { version: FOOTER_VERSION, xorb_hash, chunk_hashes, chunk_boundary_offsets, unpacked_chunk_offsets })
+    r.expect_u32(
+        "hashes_section_offset_from_end",
+        hashes_offset_from_end(n) as u64,
+    )?;
+    r.expect_u32(
+        "boundary_section_offset_from_end",
+        boundary_offset_from_end(n) as u64,
+    )?;
+    Ok(XorbFooter {
+        version: FOOTER_VERSION,
+        xorb_hash,
+        chunk_hashes,
+        chunk_boundary_offsets,
+        unpacked_chunk_offsets,
+    })
 }
 
 fn parse_v0(r: &mut Reader<'_>, info_len: usize, limits: &Limits) -> Result<XorbFooter, XorbError> {
@@ -360,7 +440,10 @@ fn check_boundaries(f: &XorbFooter, body_len: usize, limits: &Limits) -> Result<
             });
         }
         if u > limits.max_unpacked_bytes {
-            return Err(XorbError::UnpackedTooLarge { chunk: i, max: limits.max_unpacked_bytes });
+            return Err(XorbError::UnpackedTooLarge {
+                chunk: i,
+                max: limits.max_unpacked_bytes,
+            });
         }
         prev = u;
     }

@@ -24,8 +24,11 @@ pub enum CompressionScheme {
 }
 
 impl CompressionScheme {
-    pub const ALL: [CompressionScheme; 3] =
-        [CompressionScheme::None, CompressionScheme::Lz4, CompressionScheme::ByteGrouping4Lz4];
+    pub const ALL: [CompressionScheme; 3] = [
+        CompressionScheme::None,
+        CompressionScheme::Lz4,
+        CompressionScheme::ByteGrouping4Lz4,
+    ];
 
     pub fn from_u8(v: u8) -> Option<Self> {
         match v {
@@ -77,10 +80,9 @@ pub fn byte_group4_into(data: &[u8], out: &mut Vec<u8>) {
         g2[i] = q[2];
         g3[i] = q[3];
     }
+    // At most 3 leftover bytes: one more for each of the first groups.
     let full = n / 4;
-    let groups: [&mut [u8]; 3] = [g0, g1, g2];
-    for (k, (&b, g)) in quads.remainder().iter().zip(groups).enumerate() {
-        debug_assert!(k < 3);
+    for (&b, g) in quads.remainder().iter().zip([g0, g1, g2]) {
         g[full] = b;
     }
 }
@@ -94,7 +96,11 @@ pub fn byte_group4(data: &[u8]) -> Vec<u8> {
 
 /// Undo [`byte_group4`]: `out` must have the same length as `grouped`.
 pub fn byte_ungroup4_into(grouped: &[u8], out: &mut [u8]) {
-    assert_eq!(grouped.len(), out.len(), "byte_ungroup4_into: length mismatch");
+    assert_eq!(
+        grouped.len(),
+        out.len(),
+        "byte_ungroup4_into: length mismatch"
+    );
     let n = grouped.len();
     let sizes = group_sizes(n);
     let (g0, rest) = grouped.split_at(sizes[0]);
@@ -128,15 +134,17 @@ fn group_sizes(n: usize) -> [usize; 4] {
 // ---------------------------------------------------------------------------------------
 // Scheme choice
 
-/// How many chunks share one scheme choice, as the reference does it.
-pub const SCHEME_BLOCK_CHUNKS: usize = 32;
-
 /// Bytes of a chunk the byte-grouping predictor looks at. A sample is enough: the
 /// per-position byte statistics of tensor data are stable across a chunk.
 const PREDICTOR_SAMPLE: usize = 16 * 1024;
 
-/// Pick LZ4 or ByteGrouping4LZ4 for data like `sample` (never `None`: whether
-/// compression pays off is decided per chunk by [`compress_chunk_into`]).
+/// Pick LZ4 or ByteGrouping4LZ4 for a chunk (never `None`: whether compression pays off
+/// is decided by [`compress_chunk_into`]).
+///
+/// The reference decides once per block of 32 chunks of a file; we decide per chunk,
+/// which is cheap enough (see below) and makes each chunk's encoding independent of its
+/// neighbours, so chunks can be compressed in any order on any thread. The choice only
+/// affects size: the xorb hash depends on the uncompressed chunks alone.
 ///
 /// Byte grouping helps when the four byte positions of each 4-byte word have different
 /// statistics (float32 tensors: the exponent byte repeats, the low mantissa bytes do
@@ -181,7 +189,11 @@ pub fn choose_scheme(sample: &[u8]) -> CompressionScheme {
         }
         max_kl = max_kl.max(kl);
     }
-    if max_kl > 0.02 { CompressionScheme::ByteGrouping4Lz4 } else { CompressionScheme::Lz4 }
+    if max_kl > 0.02 {
+        CompressionScheme::ByteGrouping4Lz4
+    } else {
+        CompressionScheme::Lz4
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -236,13 +248,51 @@ pub fn compress_chunk_into(
 }
 
 /// One LZ4 frame holding `data`, with the encoder's default settings (independent
-/// blocks, no checksums, block size chosen from the input length). These defaults are
-/// what the reference writes, so the frames are byte-identical.
+/// blocks, no checksums, block size chosen from the input length: 64 KiB up to 64 KiB
+/// of input, else 256 KiB). These defaults are what the reference writes, so the frames
+/// are byte-identical.
 fn lz4_frame_compress(data: &[u8], out: &mut Vec<u8>) {
-    let mut enc = lz4_flex::frame::FrameEncoder::new(out);
+    use lz4_flex::frame::BlockSize;
+    let block_size = match data.len() {
+        0 => None,
+        n if n <= 64 << 10 => Some(BlockSize::Max64KB),
+        n if n <= 256 << 10 => Some(BlockSize::Max256KB),
+        _ => None,
+    };
+    // Setting up an encoder (buffers, hash table) costs more than compressing a
+    // random chunk, so each thread keeps one per block size and reuses it: a finished
+    // encoder starts the next frame from a cleared state, giving the same bytes as a
+    // fresh one. The caller's `out` is swapped in as the encoder's writer, so the frame
+    // is appended in place.
+    let Some(block_size) = block_size else {
+        let mut enc = lz4_flex::frame::FrameEncoder::new(std::mem::take(out));
+        encode_frame(&mut enc, data);
+        *out = enc.into_inner();
+        return;
+    };
+    ENCODERS.with(|cell| {
+        let mut encoders = cell.borrow_mut();
+        let slot = usize::from(block_size == BlockSize::Max256KB);
+        let enc = encoders[slot].get_or_insert_with(|| {
+            let info = lz4_flex::frame::FrameInfo::new().block_size(block_size);
+            lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::new())
+        });
+        std::mem::swap(enc.get_mut(), out);
+        encode_frame(enc, data);
+        std::mem::swap(enc.get_mut(), out);
+    });
+}
+
+type Encoder = lz4_flex::frame::FrameEncoder<Vec<u8>>;
+
+thread_local! {
+    static ENCODERS: std::cell::RefCell<[Option<Encoder>; 2]> = const { std::cell::RefCell::new([None, None]) };
+}
+
+fn encode_frame(enc: &mut Encoder, data: &[u8]) {
     // Writing into a Vec cannot fail and the frame has no declared content size to miss.
     enc.write_all(data).expect("LZ4 frame encoding into memory");
-    enc.finish().expect("LZ4 frame encoding into memory");
+    enc.try_finish().expect("LZ4 frame encoding into memory");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -261,7 +311,9 @@ pub fn decompress_into(
     match scheme {
         CompressionScheme::None => {
             if payload.len() > out.len() {
-                return Err(PayloadProblem::Overflow { declared: declared(out.len()) });
+                return Err(PayloadProblem::Overflow {
+                    declared: declared(out.len()),
+                });
             }
             if payload.len() < out.len() {
                 return Err(PayloadProblem::Short {
@@ -335,7 +387,9 @@ fn lz4_frame_decompress(payload: &[u8], out: &mut [u8]) -> Result<(), PayloadPro
     let mut input = Input { rest: payload };
     let mut pos = 0usize;
     if payload.is_empty() {
-        return Err(PayloadProblem::Truncated { what: "frame header" });
+        return Err(PayloadProblem::Truncated {
+            what: "frame header",
+        });
     }
     while !input.rest.is_empty() {
         let descriptor_start = input.rest;
@@ -346,21 +400,32 @@ fn lz4_frame_decompress(payload: &[u8], out: &mut [u8]) -> Result<(), PayloadPro
         let fb = input.take(2, "frame header")?;
         let (flg, bd) = (fb[0], fb[1]);
         if flg >> 6 != 0b01 {
-            return Err(PayloadProblem::BadDescriptor { what: "version is not 01" });
+            return Err(PayloadProblem::BadDescriptor {
+                what: "version is not 01",
+            });
         }
         if flg & FLG_RESERVED != 0 || bd & 0x8F != 0 {
-            return Err(PayloadProblem::BadDescriptor { what: "reserved bit set" });
+            return Err(PayloadProblem::BadDescriptor {
+                what: "reserved bit set",
+            });
         }
         let block_max: usize = match (bd >> 4) & 0x7 {
             4 => 64 << 10,
             5 => 256 << 10,
             6 => 1 << 20,
             7 => 4 << 20,
-            _ => return Err(PayloadProblem::BadDescriptor { what: "block size code" }),
+            _ => {
+                return Err(PayloadProblem::BadDescriptor {
+                    what: "block size code",
+                });
+            }
         };
-        let content_size =
-            if flg & FLG_CONTENT_SIZE != 0 { Some(input.take(8, "frame header")?) } else { None }
-                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        let content_size = if flg & FLG_CONTENT_SIZE != 0 {
+            Some(input.take(8, "frame header")?)
+        } else {
+            None
+        }
+        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
         if flg & FLG_DICT_ID != 0 {
             return Err(PayloadProblem::DictionaryNotSupported);
         }
@@ -368,7 +433,10 @@ fn lz4_frame_decompress(payload: &[u8], out: &mut [u8]) -> Result<(), PayloadPro
         let hc = input.take(1, "frame header")?[0];
         let expected_hc = (XxHash32::oneshot(0, &descriptor_start[4..descriptor_len]) >> 8) as u8;
         if hc != expected_hc {
-            return Err(PayloadProblem::HeaderChecksum { expected: expected_hc, got: hc });
+            return Err(PayloadProblem::HeaderChecksum {
+                expected: expected_hc,
+                got: hc,
+            });
         }
 
         let frame_start = pos;
@@ -380,7 +448,10 @@ fn lz4_frame_decompress(payload: &[u8], out: &mut [u8]) -> Result<(), PayloadPro
             let stored = bsize & 0x8000_0000 != 0;
             let len = (bsize & 0x7FFF_FFFF) as usize;
             if len > block_max {
-                return Err(PayloadProblem::BlockTooLarge { size: len as u32, max: block_max as u32 });
+                return Err(PayloadProblem::BlockTooLarge {
+                    size: len as u32,
+                    max: block_max as u32,
+                });
             }
             let data = input.take(len, "block data")?;
             if flg & FLG_BLOCK_CHECKSUM != 0 {
@@ -392,7 +463,9 @@ fn lz4_frame_decompress(payload: &[u8], out: &mut [u8]) -> Result<(), PayloadPro
             let room = out.len() - pos;
             if stored {
                 if len > room {
-                    return Err(PayloadProblem::Overflow { declared: declared(out.len()) });
+                    return Err(PayloadProblem::Overflow {
+                        declared: declared(out.len()),
+                    });
                 }
                 out[pos..pos + len].copy_from_slice(data);
                 pos += len;
@@ -413,9 +486,15 @@ fn lz4_frame_decompress(payload: &[u8], out: &mut [u8]) -> Result<(), PayloadPro
             match res {
                 Ok(n) => pos += n,
                 Err(lz4_flex::block::DecompressError::OutputTooSmall { .. }) if cap == room => {
-                    return Err(PayloadProblem::Overflow { declared: declared(out.len()) });
+                    return Err(PayloadProblem::Overflow {
+                        declared: declared(out.len()),
+                    });
                 }
-                Err(e) => return Err(PayloadProblem::Block { detail: e.to_string() }),
+                Err(e) => {
+                    return Err(PayloadProblem::Block {
+                        detail: e.to_string(),
+                    });
+                }
             }
         }
         if let Some(cs) = content_size {
@@ -432,7 +511,10 @@ fn lz4_frame_decompress(payload: &[u8], out: &mut [u8]) -> Result<(), PayloadPro
         }
     }
     if pos != out.len() {
-        return Err(PayloadProblem::Short { declared: declared(out.len()), got: pos as u64 });
+        return Err(PayloadProblem::Short {
+            declared: declared(out.len()),
+            got: pos as u64,
+        });
     }
     Ok(())
 }
@@ -441,11 +523,51 @@ fn lz4_frame_decompress(payload: &[u8], out: &mut [u8]) -> Result<(), PayloadPro
 mod tests {
     use super::*;
 
+    fn fresh_frame(data: &[u8]) -> Vec<u8> {
+        let mut enc = lz4_flex::frame::FrameEncoder::new(Vec::new());
+        enc.write_all(data).unwrap();
+        enc.finish().unwrap()
+    }
+
+    /// Reused per-thread encoders write exactly what a fresh default encoder writes.
+    #[test]
+    fn reused_encoders_match_fresh_ones() {
+        let mut seed = 1u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        let sizes = [
+            0, 1, 5, 1000, 65535, 65536, 65537, 131072, 200_000, 262_144, 262_145, 70_000, 3, 65536,
+        ];
+        for (i, &n) in sizes.iter().enumerate() {
+            // Mix compressible and random bytes.
+            let data: Vec<u8> = (0..n)
+                .map(|j| {
+                    if (j / 1000 + i) % 2 == 0 {
+                        (j % 7) as u8
+                    } else {
+                        next() as u8
+                    }
+                })
+                .collect();
+            let mut out = vec![9u8; 3];
+            lz4_frame_compress(&data, &mut out);
+            assert_eq!(&out[..3], &[9, 9, 9]);
+            assert_eq!(&out[3..], fresh_frame(&data), "size {n}");
+        }
+    }
+
     #[test]
     fn group_sizes_put_remainder_first() {
         assert_eq!(group_sizes(10), [3, 3, 2, 2]);
         assert_eq!(group_sizes(8), [2, 2, 2, 2]);
         assert_eq!(group_sizes(3), [1, 1, 1, 0]);
-        assert_eq!(byte_group4(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]), vec![0, 4, 8, 1, 5, 9, 2, 6, 3, 7]);
+        assert_eq!(
+            byte_group4(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]),
+            vec![0, 4, 8, 1, 5, 9, 2, 6, 3, 7]
+        );
     }
 }
