@@ -61,18 +61,83 @@ pub fn chunk(out: &Out, file: &Path) -> CliResult {
     Ok(())
 }
 
-pub fn xorb_inspect(_out: &Out, _file: &Path) -> CliResult {
-    Err(Failure::new(
-        Code::Failure,
-        anyhow::anyhow!("xorb inspect: not wired yet"),
-    ))
+/// Verify a xorb in whichever form it is: with a footer (stored) or a bare chunk region
+/// (upload body). Returns the info and the form's name.
+fn verify_xorb(
+    path: &Path,
+    expected: Option<&xet_hash::MerkleHash>,
+) -> CliResult<(xet_xorb::XorbInfo, &'static str, u64)> {
+    let bytes = read_input(path)?;
+    let limits = xet_xorb::Limits::default();
+    let footered = xet_xorb::parse_footer(&bytes, &limits).is_ok();
+    let res = if footered {
+        xet_xorb::verify(&bytes, expected, &limits)
+    } else {
+        xet_xorb::verify_body(&bytes, expected, &limits)
+    };
+    let form = if footered { "footered" } else { "upload body" };
+    let info = res
+        .with_context(|| format!("{} is not a valid xorb ({form})", path.display()))
+        .map_err(Failure::input)?;
+    Ok((info, form, bytes.len() as u64))
 }
-pub fn xorb_verify(_out: &Out, _file: &Path, _hash: Option<&str>) -> CliResult {
-    Err(Failure::new(
-        Code::Failure,
-        anyhow::anyhow!("xorb verify: not wired yet"),
-    ))
+
+fn parse_expected(hash: Option<&str>) -> CliResult<Option<xet_hash::MerkleHash>> {
+    hash.map(|h| {
+        xet_hash::MerkleHash::from_hex(h)
+            .with_context(|| format!("--hash {h:?} is not a xet hash"))
+            .map_err(|e| Failure::new(Code::Usage, e))
+    })
+    .transpose()
 }
+
+pub fn xorb_inspect(out: &Out, file: &Path) -> CliResult {
+    let (info, form, len) = verify_xorb(file, None)?;
+    out.line(format!(
+        "xorb {}  {form}  {} chunks  {} bytes ({} chunk region, {} unpacked)",
+        info.hash,
+        info.chunks.len(),
+        len,
+        info.body_len(),
+        info.unpacked_len()
+    ));
+    let mut chunks = Vec::with_capacity(info.chunks.len());
+    for (i, c) in info.chunks.iter().enumerate() {
+        out.line(format!(
+            "{i:>5}  offset {:>9}  {:>6} -> {:>6}  {:<16}  {}",
+            c.offset,
+            c.compressed_size,
+            c.uncompressed_size,
+            c.scheme.name(),
+            c.hash
+        ));
+        chunks.push(json!({ "index": i, "offset": c.offset, "compressed_size": c.compressed_size,
+                            "uncompressed_size": c.uncompressed_size, "scheme": c.scheme.name(), "hash": c.hash.to_string() }));
+    }
+    out.doc(&json!({ "ok": true, "path": file.display().to_string(), "hash": info.hash.to_string(), "form": form,
+                     "bytes": len, "chunk_region_bytes": info.body_len(), "unpacked_bytes": info.unpacked_len(), "chunks": chunks }));
+    Ok(())
+}
+
+pub fn xorb_verify(out: &Out, file: &Path, hash: Option<&str>) -> CliResult {
+    let expected = parse_expected(hash)?;
+    let (info, form, _) = verify_xorb(file, expected.as_ref())?;
+    let what = if expected.is_some() {
+        "matches --hash"
+    } else {
+        "computed"
+    };
+    out.line(format!(
+        "ok: {} is a valid xorb ({form}), {} chunks, hash {} ({what})",
+        file.display(),
+        info.chunks.len(),
+        info.hash
+    ));
+    out.doc(&json!({ "ok": true, "path": file.display().to_string(), "form": form, "hash": info.hash.to_string(),
+                     "chunks": info.chunks.len(), "hash_checked": expected.is_some() }));
+    Ok(())
+}
+
 fn parse_shard(path: &Path) -> CliResult<(Vec<u8>, xet_shard::ParsedShard)> {
     let bytes = read_input(path)?;
     let parsed = xet_shard::ParsedShard::parse(&bytes, &xet_shard::Limits::default())
