@@ -12,10 +12,13 @@
 //! - A failed write leaves no object that looks complete.
 //! - Missing files and xorbs are [`CasError::NotFound`]; callers branch on the variant.
 
+pub mod conformance;
 pub mod routes;
+pub mod store;
 pub mod types;
 pub mod wire;
 
+pub use store::{MemoryBackend, MemoryStore, ObjectBackend, ObjectKey, StoreCas, StoreConfig};
 pub use types::*;
 
 use bytes::Bytes;
@@ -33,7 +36,11 @@ pub enum CasError {
     #[error("shard references xorb {hash}, which is not stored: upload the xorb before the shard")]
     MissingXorb { hash: MerkleHash },
     #[error("range starts at byte {start} but file {file} is {size} bytes")]
-    RangeNotSatisfiable { file: MerkleHash, start: u64, size: u64 },
+    RangeNotSatisfiable {
+        file: MerkleHash,
+        start: u64,
+        size: u64,
+    },
     #[error("not authorized: {0} (check the token)")]
     Unauthorized(String),
     #[error("forbidden: {0}")]
@@ -43,7 +50,11 @@ pub enum CasError {
     UrlExpired { hash: MerkleHash },
     /// The server answered with a status this client does not expect.
     #[error("server answered {status} for {what}: {message}")]
-    Server { status: u16, what: String, message: String },
+    Server {
+        status: u16,
+        what: String,
+        message: String,
+    },
     /// Connection, timeout, truncated body: the request may succeed if tried again.
     #[error("network error for {what}: {message}")]
     Network { what: String, message: String },
@@ -106,7 +117,11 @@ pub trait Cas: Send + Sync {
 
     /// How to rebuild `file` (or bytes `range` of it). The empty file (hash zero)
     /// reconstructs to no terms without being registered.
-    async fn reconstruction(&self, file: &MerkleHash, range: Option<ByteRange>) -> Result<Reconstruction>;
+    async fn reconstruction(
+        &self,
+        file: &MerkleHash,
+        range: Option<ByteRange>,
+    ) -> Result<Reconstruction>;
 
     /// The serialized chunks (headers + compressed data) at `fetch.bytes` of the xorb's
     /// chunk region. In-process stores read `xorb` + `bytes`; the HTTP client reads

@@ -82,6 +82,8 @@ impl Reconstruction {
 
     /// The fetch that contains `term`'s chunks.
     pub fn fetch_for(&self, term: &Term) -> Option<&XorbFetch> {
-        self.fetches.iter().find(|f| f.xorb == term.xorb && f.chunks.contains(&term.chunks))
+        self.fetches
+            .iter()
+            .find(|f| f.xorb == term.xorb && f.chunks.contains(&term.chunks))
     }
 }

@@ -105,10 +105,18 @@ pub struct ShardResultV1 {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ShardFrame {
-    Validating { verified: u64, total: u64 },
-    Committing { stage: String },
+    Validating {
+        verified: u64,
+        total: u64,
+    },
+    Committing {
+        stage: String,
+    },
     Result {},
-    Error { message: String, retryable: bool },
+    Error {
+        message: String,
+        retryable: bool,
+    },
     #[serde(other)]
     Unknown,
 }
@@ -138,7 +146,10 @@ fn wire_term(t: &Term) -> WireTerm {
     WireTerm {
         hash: t.xorb.to_string(),
         unpacked_length: t.unpacked_length,
-        range: WireRange { start: t.chunks.start as u64, end: t.chunks.end as u64 },
+        range: WireRange {
+            start: t.chunks.start as u64,
+            end: t.chunks.end as u64,
+        },
     }
 }
 
@@ -164,7 +175,11 @@ fn terms_from_wire(terms: &[WireTerm]) -> Result<Vec<Term>, String> {
     terms
         .iter()
         .map(|t| {
-            Ok(Term { xorb: parse_hash(&t.hash)?, chunks: chunk_range(&t.range)?, unpacked_length: t.unpacked_length })
+            Ok(Term {
+                xorb: parse_hash(&t.hash)?,
+                chunks: chunk_range(&t.range)?,
+                unpacked_length: t.unpacked_length,
+            })
         })
         .collect()
 }
@@ -176,14 +191,23 @@ impl Reconstruction {
         for f in &self.fetches {
             let url = f.url.clone().unwrap_or_else(|| url_for(f));
             let range = XorbRangeV2 {
-                chunks: WireRange { start: f.chunks.start as u64, end: f.chunks.end as u64 },
-                bytes: WireRange { start: f.bytes.start, end: f.bytes.end.saturating_sub(1) },
+                chunks: WireRange {
+                    start: f.chunks.start as u64,
+                    end: f.chunks.end as u64,
+                },
+                bytes: WireRange {
+                    start: f.bytes.start,
+                    end: f.bytes.end.saturating_sub(1),
+                },
             };
             let list = xorbs.entry(f.xorb.to_string()).or_default();
             // One URL entry per xorb holding all its ranges, as the reference server does.
             match list.iter_mut().find(|e| e.url == url) {
                 Some(e) => e.ranges.push(range),
-                None => list.push(XorbFetchV2 { url, ranges: vec![range] }),
+                None => list.push(XorbFetchV2 {
+                    url,
+                    ranges: vec![range],
+                }),
             }
         }
         ReconstructionV2 {
@@ -216,7 +240,11 @@ impl Reconstruction {
                 }
             }
         }
-        Ok(Reconstruction { offset_into_first_range: w.offset_into_first_range, terms: terms_from_wire(&w.terms)?, fetches })
+        Ok(Reconstruction {
+            offset_into_first_range: w.offset_into_first_range,
+            terms: terms_from_wire(&w.terms)?,
+            fetches,
+        })
     }
 
     pub fn from_v1(w: &ReconstructionV1) -> Result<Self, String> {
@@ -232,18 +260,33 @@ impl Reconstruction {
                 });
             }
         }
-        Ok(Reconstruction { offset_into_first_range: w.offset_into_first_range, terms: terms_from_wire(&w.terms)?, fetches })
+        Ok(Reconstruction {
+            offset_into_first_range: w.offset_into_first_range,
+            terms: terms_from_wire(&w.terms)?,
+            fetches,
+        })
     }
 }
 
-pub fn fetch_info_v1(fetches: &[XorbFetch], url_for: impl Fn(&XorbFetch) -> String) -> BTreeMap<String, Vec<FetchInfoV1>> {
+pub fn fetch_info_v1(
+    fetches: &[XorbFetch],
+    url_for: impl Fn(&XorbFetch) -> String,
+) -> BTreeMap<String, Vec<FetchInfoV1>> {
     let mut out: BTreeMap<String, Vec<FetchInfoV1>> = BTreeMap::new();
     for f in fetches {
-        out.entry(f.xorb.to_string()).or_default().push(FetchInfoV1 {
-            range: WireRange { start: f.chunks.start as u64, end: f.chunks.end as u64 },
-            url: f.url.clone().unwrap_or_else(|| url_for(f)),
-            url_range: WireRange { start: f.bytes.start, end: f.bytes.end.saturating_sub(1) },
-        });
+        out.entry(f.xorb.to_string())
+            .or_default()
+            .push(FetchInfoV1 {
+                range: WireRange {
+                    start: f.chunks.start as u64,
+                    end: f.chunks.end as u64,
+                },
+                url: f.url.clone().unwrap_or_else(|| url_for(f)),
+                url_range: WireRange {
+                    start: f.bytes.start,
+                    end: f.bytes.end.saturating_sub(1),
+                },
+            });
     }
     out
 }
@@ -258,14 +301,41 @@ mod tests {
         Reconstruction {
             offset_into_first_range: 5,
             terms: vec![
-                Term { xorb: a, chunks: ChunkRange::new(0, 2), unpacked_length: 100 },
-                Term { xorb: b, chunks: ChunkRange::new(1, 3), unpacked_length: 50 },
-                Term { xorb: a, chunks: ChunkRange::new(4, 5), unpacked_length: 10 },
+                Term {
+                    xorb: a,
+                    chunks: ChunkRange::new(0, 2),
+                    unpacked_length: 100,
+                },
+                Term {
+                    xorb: b,
+                    chunks: ChunkRange::new(1, 3),
+                    unpacked_length: 50,
+                },
+                Term {
+                    xorb: a,
+                    chunks: ChunkRange::new(4, 5),
+                    unpacked_length: 10,
+                },
             ],
             fetches: vec![
-                XorbFetch { xorb: a, chunks: ChunkRange::new(0, 2), bytes: ByteRange::new(0, 80), url: None },
-                XorbFetch { xorb: a, chunks: ChunkRange::new(4, 5), bytes: ByteRange::new(120, 130), url: None },
-                XorbFetch { xorb: b, chunks: ChunkRange::new(1, 3), bytes: ByteRange::new(30, 70), url: None },
+                XorbFetch {
+                    xorb: a,
+                    chunks: ChunkRange::new(0, 2),
+                    bytes: ByteRange::new(0, 80),
+                    url: None,
+                },
+                XorbFetch {
+                    xorb: a,
+                    chunks: ChunkRange::new(4, 5),
+                    bytes: ByteRange::new(120, 130),
+                    url: None,
+                },
+                XorbFetch {
+                    xorb: b,
+                    chunks: ChunkRange::new(1, 3),
+                    bytes: ByteRange::new(30, 70),
+                    url: None,
+                },
             ],
         }
     }
@@ -316,12 +386,30 @@ mod tests {
             r#"{"type":"error","message":"boom","retryable":true}"#,
             r#"{"type":"something-new","x":1}"#,
         ];
-        let f: Vec<ShardFrame> = lines.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
-        assert_eq!(f[0], ShardFrame::Validating { verified: 0, total: 3 });
+        let f: Vec<ShardFrame> = lines
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            f[0],
+            ShardFrame::Validating {
+                verified: 0,
+                total: 3
+            }
+        );
         assert_eq!(f[2], ShardFrame::Result {});
-        assert_eq!(f[3], ShardFrame::Error { message: "boom".into(), retryable: true });
+        assert_eq!(
+            f[3],
+            ShardFrame::Error {
+                message: "boom".into(),
+                retryable: true
+            }
+        );
         assert_eq!(f[4], ShardFrame::Unknown);
-        assert_eq!(serde_json::to_string(&ShardFrame::Result {}).unwrap(), r#"{"type":"result"}"#);
+        assert_eq!(
+            serde_json::to_string(&ShardFrame::Result {}).unwrap(),
+            r#"{"type":"result"}"#
+        );
     }
 
     #[test]
@@ -336,7 +424,8 @@ mod tests {
 
     #[test]
     fn token_refresh_field_names() {
-        let t: TokenRefresh = serde_json::from_str(r#"{"accessToken":"t","exp":5,"casUrl":"http://h"}"#).unwrap();
+        let t: TokenRefresh =
+            serde_json::from_str(r#"{"accessToken":"t","exp":5,"casUrl":"http://h"}"#).unwrap();
         assert_eq!(t.access_token, "t");
     }
 }

@@ -1,0 +1,948 @@
+//! The conformance suite every [`Cas`] implementation passes: the in-memory store, the
+//! filesystem store, and the HTTP client against `xet serve`.
+//!
+//! Each case is a public async function taking a **fresh, empty** store; failures panic
+//! with a message naming the case and what differed. Run them all from any crate's tests
+//! with [`cas_conformance_tests!`](crate::cas_conformance_tests) (one `#[tokio::test]`
+//! per case) or [`run_all`]. The data are real xorbs and shards built with the format
+//! crates from deterministic generated files: several files, one sharing chunks with
+//! another, the empty file, a file spanning two xorbs, a file of repeated chunks.
+//!
+//! [`populate`] and [`check_populated`] split the happy path in two so a persistent store
+//! can be dropped and reopened in between.
+//!
+//! Fetches are only ever taken from reconstruction answers (never fabricated), so an
+//! HTTP client that follows presigned URLs passes too.
+
+pub mod backend;
+mod fixture;
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::future::Future;
+use std::ops::Deref;
+
+use bytes::Bytes;
+use xet_hash::MerkleHash;
+
+use crate::store::format::{self, ShardContent, ShardTerm};
+use crate::{ByteRange, Cas, CasError, ChunkRange, ObjectKind, Reconstruction};
+use fixture::{Fixture, FixtureFile, fixture};
+
+/// A store under test, plus whatever must outlive it (a temporary directory, a server).
+/// Dropped in order: the store first, then the guard.
+pub struct Subject {
+    cas: Box<dyn Cas>,
+    _guard: Box<dyn Any + Send + Sync>,
+}
+
+impl Subject {
+    pub fn new(cas: impl Cas + 'static) -> Self {
+        Subject {
+            cas: Box::new(cas),
+            _guard: Box::new(()),
+        }
+    }
+
+    pub fn with_guard(cas: impl Cas + 'static, guard: impl Any + Send + Sync) -> Self {
+        Subject {
+            cas: Box::new(cas),
+            _guard: Box::new(guard),
+        }
+    }
+}
+
+impl Deref for Subject {
+    type Target = dyn Cas;
+    fn deref(&self) -> &(dyn Cas + 'static) {
+        &*self.cas
+    }
+}
+
+/// One `#[tokio::test]` per conformance case. `$make` is a function or closure with no
+/// arguments returning a future of a [`Subject`] holding a fresh, empty store. The
+/// calling crate needs `tokio` (macros, multi-thread runtime) as a dev-dependency.
+///
+/// ```ignore
+/// mod conformance {
+///     async fn make() -> xet_cas::conformance::Subject {
+///         xet_cas::conformance::Subject::new(xet_cas::MemoryStore::in_memory().await.unwrap())
+///     }
+///     xet_cas::cas_conformance_tests!(make);
+/// }
+/// ```
+#[macro_export]
+macro_rules! cas_conformance_tests {
+    ($make:expr) => {
+        $crate::cas_conformance_tests!(@cases $make;
+            empty_store, xorb_rejections, xorb_uploads, shard_rejections, reconstructions,
+            range_errors, dedup, fetch_errors, concurrent_uploads, xorb_limits);
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let subject = ($make)().await;
+                $crate::conformance::$case(&*subject).await;
+            }
+        )*
+    };
+}
+
+/// Every case, each on a fresh store from `make`.
+pub async fn run_all<F, Fut>(make: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Subject>,
+{
+    empty_store(&*make().await).await;
+    xorb_rejections(&*make().await).await;
+    xorb_uploads(&*make().await).await;
+    shard_rejections(&*make().await).await;
+    reconstructions(&*make().await).await;
+    range_errors(&*make().await).await;
+    dedup(&*make().await).await;
+    fetch_errors(&*make().await).await;
+    concurrent_uploads(&*make().await).await;
+    xorb_limits(&*make().await).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+#[track_caller]
+fn expect_err<T: std::fmt::Debug>(
+    r: crate::Result<T>,
+    what: &str,
+    ok: impl Fn(&CasError) -> bool,
+) -> CasError {
+    match r {
+        Ok(v) => panic!("{what}: expected an error, got Ok({v:?})"),
+        Err(e) if ok(&e) => e,
+        Err(e) => panic!("{what}: wrong error {e:?}"),
+    }
+}
+
+fn is_not_found(kind: ObjectKind, hash: MerkleHash) -> impl Fn(&CasError) -> bool {
+    move |e| matches!(e, CasError::NotFound { kind: k, hash: h } if *k == kind && *h == hash)
+}
+
+fn is_invalid_xorb(e: &CasError) -> bool {
+    matches!(e, CasError::InvalidXorb { .. })
+}
+
+fn is_invalid_shard(e: &CasError) -> bool {
+    matches!(e, CasError::InvalidShard { .. })
+}
+
+async fn upload_xorbs(cas: &dyn Cas, f: &Fixture) {
+    for (i, x) in f.xorbs.iter().enumerate() {
+        let r = cas.put_xorb(&x.hash, Bytes::from(x.body.clone())).await;
+        assert_eq!(r, Ok(true), "uploading fixture xorb {i} ({})", x.hash);
+    }
+}
+
+async fn upload_shards(cas: &dyn Cas, f: &Fixture) {
+    for i in 0..f.shards.len() {
+        let r = cas.put_shard(Bytes::from(f.shard_bytes(i))).await;
+        assert_eq!(r, Ok(true), "uploading fixture shard {i}");
+    }
+}
+
+/// Files that no valid upload has registered yet must be unknown.
+async fn assert_unregistered(cas: &dyn Cas, files: &[&FixtureFile], after: &str) {
+    for file in files.iter().filter(|f| !f.hash.is_zero()) {
+        assert_eq!(
+            cas.file_size(&file.hash).await,
+            Ok(None),
+            "{after}: file_size of {}",
+            file.name
+        );
+        expect_err(
+            cas.reconstruction(&file.hash, None).await,
+            &format!("{after}: reconstruction of {}", file.name),
+            is_not_found(ObjectKind::File, file.hash),
+        );
+    }
+}
+
+/// Download `file` (or bytes `range` of it) through the reconstruction API exactly as a
+/// client does: fetch every range, decode the chunks, concatenate the terms, skip
+/// `offset_into_first_range`, cut to the range. Checks the answer's structure on the way
+/// (every term in a fetch, whole chunks, exact lengths, trimmed first term) and returns
+/// the first violation as an error. `size` is the file size, to cut the tail.
+pub async fn read_file(
+    cas: &dyn Cas,
+    file: &MerkleHash,
+    size: u64,
+    range: Option<ByteRange>,
+) -> Result<Vec<u8>, String> {
+    let r: Reconstruction = cas
+        .reconstruction(file, range)
+        .await
+        .map_err(|e| format!("reconstruction failed: {e}"))?;
+    let mut decoded: HashMap<(MerkleHash, u32), Vec<Vec<u8>>> = HashMap::new();
+    for fetch in &r.fetches {
+        if fetch.chunks.is_empty() || fetch.bytes.is_empty() {
+            return Err(format!("empty fetch {fetch:?}"));
+        }
+        let bytes = cas
+            .fetch_xorb_range(fetch)
+            .await
+            .map_err(|e| format!("fetching {fetch:?}: {e}"))?;
+        if bytes.len() as u64 != fetch.bytes.len() {
+            return Err(format!("fetch {fetch:?} returned {} bytes", bytes.len()));
+        }
+        let chunks = format::decode_chunks(&bytes)
+            .map_err(|e| format!("fetch {fetch:?} does not decode: {e}"))?;
+        if chunks.len() as u32 != fetch.chunks.len() {
+            return Err(format!("fetch {fetch:?} holds {} chunks", chunks.len()));
+        }
+        decoded.insert((fetch.xorb, fetch.chunks.start), chunks);
+    }
+    let mut out = Vec::new();
+    for (i, t) in r.terms.iter().enumerate() {
+        let fetch = r
+            .fetch_for(t)
+            .ok_or_else(|| format!("term {i} {t:?} is in no fetch"))?;
+        let chunks = &decoded[&(fetch.xorb, fetch.chunks.start)];
+        let from = (t.chunks.start - fetch.chunks.start) as usize;
+        let to = (t.chunks.end - fetch.chunks.start) as usize;
+        let before = out.len();
+        for c in &chunks[from..to] {
+            out.extend_from_slice(c);
+        }
+        if (out.len() - before) as u64 != t.unpacked_length {
+            return Err(format!(
+                "term {i} holds {} bytes, unpacked_length says {}",
+                out.len() - before,
+                t.unpacked_length
+            ));
+        }
+    }
+    let skip = r.offset_into_first_range as usize;
+    if skip > out.len() {
+        return Err(format!(
+            "offset_into_first_range {skip} past the {} bytes of the terms",
+            out.len()
+        ));
+    }
+    if let (Some(t), Some(_)) = (r.terms.first(), range) {
+        if r.offset_into_first_range >= t.unpacked_length {
+            return Err("first term not trimmed to chunk granularity".into());
+        }
+    }
+    let mut out = out.split_off(skip);
+    let want = match range {
+        Some(rg) => rg.end.min(size).saturating_sub(rg.start) as usize,
+        None => size as usize,
+    };
+    if out.len() < want {
+        return Err(format!(
+            "reconstruction holds {} bytes, {want} are needed",
+            out.len()
+        ));
+    }
+    out.truncate(want);
+    Ok(out)
+}
+
+/// [`read_file`] on a fixture file, also checking every fetched range against the
+/// fixture xorb's chunk region.
+async fn download(
+    cas: &dyn Cas,
+    f: &Fixture,
+    file: &FixtureFile,
+    range: Option<ByteRange>,
+) -> Vec<u8> {
+    let what = format!("{} {range:?}", file.name);
+    if let Ok(r) = cas.reconstruction(&file.hash, range).await {
+        for fetch in &r.fetches {
+            let Some(xi) = f.xorb_index(&fetch.xorb) else {
+                panic!("{what}: fetch from unknown xorb {fetch:?}")
+            };
+            let body = &f.xorbs[xi].body;
+            assert!(
+                fetch.bytes.end <= body.len() as u64,
+                "{what}: fetch {fetch:?} past the chunk region"
+            );
+            let bytes = cas
+                .fetch_xorb_range(fetch)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: fetching {fetch:?}: {e}"));
+            assert!(
+                bytes.as_ref() == &body[fetch.bytes.start as usize..fetch.bytes.end as usize],
+                "{what}: fetch {fetch:?} bytes differ from the xorb's chunk region"
+            );
+        }
+    }
+    read_file(cas, &file.hash, file.data.len() as u64, range)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+async fn check_file(cas: &dyn Cas, f: &Fixture, file: &FixtureFile, range: Option<ByteRange>) {
+    let got = download(cas, f, file, range).await;
+    let (s, e) = match range {
+        Some(r) => (r.start as usize, (r.end as usize).min(file.data.len())),
+        None => (0, file.data.len()),
+    };
+    assert!(
+        got == file.data[s..e],
+        "{} {range:?}: reassembled bytes differ from the original",
+        file.name
+    );
+}
+
+/// Ranges on chunk, xorb and file boundaries (and one byte either side).
+fn interesting_ranges(file: &FixtureFile) -> Vec<ByteRange> {
+    let n = file.data.len() as u64;
+    let mut v = vec![
+        ByteRange::new(0, n),
+        ByteRange::new(0, 1),
+        ByteRange::new(n - 1, n),
+        ByteRange::new(n - 1, n + 1000),
+        ByteRange::new(n / 3, 2 * n / 3 + 1),
+        ByteRange::new(0, u64::MAX),
+    ];
+    for &(off, len, _) in file.chunks.iter().skip(1) {
+        v.push(ByteRange::new(off, off + 1));
+        v.push(ByteRange::new(off - 1, off + 1));
+        v.push(ByteRange::new(off - 1, off));
+        v.push(ByteRange::new(off, (off + len).min(n)));
+        v.push(ByteRange::new(off, n));
+        v.push(ByteRange::new(0, off));
+    }
+    v
+}
+
+// ---------------------------------------------------------------------------------------
+// Cases
+
+/// A new store knows nothing, except the empty file.
+pub async fn empty_store(cas: &dyn Cas) {
+    let f = fixture();
+    let r = cas
+        .reconstruction(&MerkleHash::ZERO, None)
+        .await
+        .expect("empty file reconstructs");
+    assert!(
+        r.terms.is_empty() && r.fetches.is_empty() && r.offset_into_first_range == 0,
+        "empty file: {r:?}"
+    );
+    let a = f.file("random");
+    assert_unregistered(cas, &[a], "empty store").await;
+    expect_err(
+        cas.reconstruction(&a.hash, Some(ByteRange::new(0, 10)))
+            .await,
+        "ranged reconstruction of an unknown file",
+        is_not_found(ObjectKind::File, a.hash),
+    );
+    for x in &f.xorbs {
+        assert_eq!(
+            cas.xorb_size(&x.hash).await,
+            Ok(None),
+            "xorb_size of an unknown xorb"
+        );
+    }
+    assert_eq!(
+        cas.dedup_shard(&a.chunks[0].2).await,
+        Ok(None),
+        "dedup query on an empty store"
+    );
+}
+
+/// Bad xorb bodies are rejected and leave nothing behind.
+pub async fn xorb_rejections(cas: &dyn Cas) {
+    let f = fixture();
+    let (x0, x1) = (&f.xorbs[0], &f.xorbs[1]);
+    let body = &x0.body;
+    let mut corrupt = body.clone();
+    let mid = corrupt.len() / 2;
+    corrupt[mid] ^= 0x55;
+    let mut trailing = body.clone();
+    trailing.extend_from_slice(&[1, 2, 3]);
+    let mut bad_footer = x0.footered.clone();
+    let at = body.len() + 8 + 32 + 8 + 4; // first chunk hash in the v1 footer
+    bad_footer[at] ^= 1;
+    let cases: Vec<(&str, MerkleHash, Vec<u8>)> = vec![
+        ("body under another xorb's hash", x1.hash, body.clone()),
+        (
+            "truncated by one byte",
+            x0.hash,
+            body[..body.len() - 1].to_vec(),
+        ),
+        (
+            "truncated to half",
+            x0.hash,
+            body[..body.len() / 2].to_vec(),
+        ),
+        (
+            "truncated inside the first header",
+            x0.hash,
+            body[..5].to_vec(),
+        ),
+        ("one byte flipped", x0.hash, corrupt),
+        ("trailing garbage", x0.hash, trailing),
+        ("empty body", x0.hash, Vec::new()),
+        ("footer with a wrong chunk hash", x0.hash, bad_footer),
+    ];
+    for (what, hash, bytes) in cases {
+        expect_err(
+            cas.put_xorb(&hash, Bytes::from(bytes)).await,
+            &format!("xorb {what}"),
+            is_invalid_xorb,
+        );
+        for x in &f.xorbs {
+            assert_eq!(
+                cas.xorb_size(&x.hash).await,
+                Ok(None),
+                "after rejecting a xorb ({what}), xorb_size"
+            );
+        }
+    }
+    // The store is unchanged: the real uploads still insert.
+    upload_xorbs(cas, f).await;
+}
+
+/// Xorb uploads: sizes, idempotency, the footered form.
+pub async fn xorb_uploads(cas: &dyn Cas) {
+    let f = fixture();
+    let (x0, x1) = (&f.xorbs[0], &f.xorbs[1]);
+    assert_eq!(
+        cas.put_xorb(&x0.hash, Bytes::from(x0.body.clone())).await,
+        Ok(true),
+        "first upload"
+    );
+    assert_eq!(
+        cas.put_xorb(&x0.hash, Bytes::from(x0.body.clone())).await,
+        Ok(false),
+        "second upload"
+    );
+    assert_eq!(
+        cas.put_xorb(&x0.hash, Bytes::from(x0.footered.clone()))
+            .await,
+        Ok(false),
+        "footered re-upload"
+    );
+    assert_eq!(
+        cas.xorb_size(&x0.hash).await,
+        Ok(Some(x0.body.len() as u64)),
+        "xorb_size is the chunk region length"
+    );
+    // A footered upload is accepted and sized by its chunk region.
+    assert_eq!(
+        cas.put_xorb(&x1.hash, Bytes::from(x1.footered.clone()))
+            .await,
+        Ok(true),
+        "footered upload"
+    );
+    assert_eq!(
+        cas.xorb_size(&x1.hash).await,
+        Ok(Some(x1.body.len() as u64)),
+        "footered upload: xorb_size"
+    );
+    assert_eq!(
+        cas.put_xorb(&x1.hash, Bytes::from(x1.body.clone())).await,
+        Ok(false),
+        "body after footered"
+    );
+    assert_eq!(
+        cas.xorb_size(&f.xorbs[2].hash).await,
+        Ok(None),
+        "xorb not uploaded yet"
+    );
+    // Ranges served from the footered upload are the chunk region's bytes.
+    let x2 = &f.xorbs[2];
+    assert_eq!(
+        cas.put_xorb(&x2.hash, Bytes::from(x2.body.clone())).await,
+        Ok(true)
+    );
+    upload_shards(cas, f).await;
+    for file in &f.files {
+        check_file(cas, f, file, None).await;
+    }
+}
+
+/// Bad shards are rejected with the right error and register nothing.
+pub async fn shard_rejections(cas: &dyn Cas) {
+    let f = fixture();
+    upload_xorbs(cas, f).await;
+    let all: Vec<&FixtureFile> = f.files.iter().collect();
+    let b = f.file("shares_random");
+    let a = f.file("random");
+    let text = f.file("text_two_xorbs");
+    let one = |file: &FixtureFile| ShardContent {
+        files: vec![file.shard.clone()],
+        xorbs: vec![],
+    };
+
+    // A file in a xorb that was never uploaded.
+    let orphan_data = fixture::random_bytes(20_000, 99);
+    let orphan = format::build_xorb(&[&orphan_data]).expect("orphan xorb");
+    let orphan_file = {
+        let c = orphan.chunks[0];
+        let term = ShardTerm {
+            xorb: orphan.hash,
+            chunks: ChunkRange::new(0, 1),
+            unpacked: c.1,
+        };
+        crate::store::format::ShardFile {
+            hash: xet_hash::file_hash(&[c]),
+            terms: vec![term],
+            verification: Some(vec![xet_hash::verification_hash(&[c.0])]),
+            sha256: Some([7; 32]),
+        }
+    };
+    let missing_term = ShardContent {
+        files: vec![orphan_file.clone()],
+        xorbs: vec![],
+    };
+    let mut missing_cas = f.shards[0].clone();
+    missing_cas.xorbs.push(crate::store::format::ShardXorb {
+        hash: orphan.hash,
+        num_bytes_in_cas: orphan.chunks[0].1,
+        num_bytes_on_disk: 0,
+        chunks: vec![crate::store::format::ShardChunk {
+            hash: orphan.chunks[0].0,
+            byte_range_start: 0,
+            unpacked: orphan.chunks[0].1,
+        }],
+    });
+    for (what, content) in [
+        ("a term in a missing xorb", missing_term),
+        ("a CAS entry for a missing xorb", missing_cas),
+    ] {
+        let bytes = format::upload_shard_bytes(&content).expect("serializes");
+        let e = expect_err(cas.put_shard(Bytes::from(bytes)).await, what, |e| {
+            matches!(e, CasError::MissingXorb { .. })
+        });
+        assert_eq!(
+            e,
+            CasError::MissingXorb { hash: orphan.hash },
+            "{what}: names the missing xorb"
+        );
+        assert_unregistered(cas, &all, what).await;
+    }
+
+    let mut invalid: Vec<(&str, ShardContent)> = Vec::new();
+    let mut s = one(text);
+    let t = s.files[0].terms.last_mut().expect("terms");
+    let xi = f.xorb_index(&t.xorb).expect("fixture xorb");
+    t.chunks.end = f.xorbs[xi].chunks.len() as u32 + 1;
+    invalid.push(("a term past the end of its xorb", s));
+    let mut s = one(b);
+    s.files[0].terms[0].unpacked += 1;
+    invalid.push(("a wrong unpacked_segment_bytes", s));
+    let mut s = one(b);
+    s.files[0].verification.as_mut().expect("verification")[0] = xet_hash::chunk_hash(b"wrong");
+    invalid.push(("a wrong verification hash", s));
+    let mut s = one(b);
+    s.files[0].verification = None;
+    invalid.push(("no verification entries", s));
+    let mut s = one(b);
+    s.files[0].hash = a.hash;
+    invalid.push(("a wrong file hash", s));
+    let mut s = one(b);
+    s.files[0].sha256 = None;
+    invalid.push(("no FileMetadataExt", s));
+    let mut s = f.shards[0].clone();
+    s.xorbs[0].chunks[0].hash = xet_hash::chunk_hash(b"not this chunk");
+    invalid.push(("a CAS entry that differs from the stored xorb", s));
+    let mut s = f.shards[0].clone();
+    let mut bad = b.shard.clone();
+    bad.terms[0].unpacked += 1;
+    s.files.push(bad);
+    invalid.push(("one good and one bad file", s));
+    for (what, content) in invalid {
+        let bytes = format::upload_shard_bytes(&content).unwrap_or_else(|e| panic!("{what}: {e}"));
+        expect_err(
+            cas.put_shard(Bytes::from(bytes)).await,
+            &format!("shard with {what}"),
+            is_invalid_shard,
+        );
+        assert_unregistered(cas, &all, what).await;
+    }
+    let mut truncated = f.shard_bytes(1);
+    truncated.truncate(truncated.len() - 10);
+    for (what, bytes) in [
+        ("garbage", b"not a shard at all".to_vec()),
+        ("nothing", Vec::new()),
+        ("a truncated shard", truncated),
+    ] {
+        expect_err(
+            cas.put_shard(Bytes::from(bytes)).await,
+            &format!("shard that is {what}"),
+            is_invalid_shard,
+        );
+        assert_unregistered(cas, &all, what).await;
+    }
+
+    // The store is unchanged: the valid shards register, once.
+    upload_shards(cas, f).await;
+    for i in 0..f.shards.len() {
+        assert_eq!(
+            cas.put_shard(Bytes::from(f.shard_bytes(i))).await,
+            Ok(false),
+            "re-uploading shard {i}"
+        );
+    }
+    for file in &f.files {
+        check_file(cas, f, file, None).await;
+    }
+    expect_err(
+        cas.reconstruction(&orphan_file.hash, None).await,
+        "rejected file",
+        is_not_found(ObjectKind::File, orphan_file.hash),
+    );
+}
+
+/// Upload everything (xorbs, then shards).
+pub async fn populate(cas: &dyn Cas) {
+    let f = fixture();
+    upload_xorbs(cas, f).await;
+    upload_shards(cas, f).await;
+}
+
+/// After [`populate`] (possibly in an earlier process): every file reconstructs, sizes are
+/// right, uploads are no-ops, dedup finds first chunks.
+pub async fn check_populated(cas: &dyn Cas) {
+    let f = fixture();
+    for x in &f.xorbs {
+        assert_eq!(
+            cas.xorb_size(&x.hash).await,
+            Ok(Some(x.body.len() as u64)),
+            "xorb_size"
+        );
+        assert_eq!(
+            cas.put_xorb(&x.hash, Bytes::from(x.body.clone())).await,
+            Ok(false),
+            "xorb re-upload"
+        );
+    }
+    for i in 0..f.shards.len() {
+        assert_eq!(
+            cas.put_shard(Bytes::from(f.shard_bytes(i))).await,
+            Ok(false),
+            "shard {i} re-upload"
+        );
+    }
+    for file in &f.files {
+        assert_eq!(
+            cas.file_size(&file.hash).await,
+            Ok(Some(file.data.len() as u64)),
+            "file_size of {}",
+            file.name
+        );
+        check_file(cas, f, file, None).await;
+        if file.data.len() > 1 {
+            check_file(
+                cas,
+                f,
+                file,
+                Some(ByteRange::new(1, file.data.len() as u64)),
+            )
+            .await;
+        }
+    }
+    check_dedup(cas, f).await;
+}
+
+/// A chunk that [`populate`] makes findable through global dedup.
+pub fn dedup_probe() -> MerkleHash {
+    fixture().files[0].chunks[0].2
+}
+
+/// The chunk hash key in a dedup answer's footer (zero if unkeyed). Panics if the answer
+/// does not parse.
+pub fn dedup_answer_key(answer: &[u8]) -> MerkleHash {
+    format::parse_dedup_answer(answer)
+        .expect("dedup answer parses")
+        .key
+}
+
+/// Whole files and ranges on chunk, xorb and file boundaries reassemble exactly.
+pub async fn reconstructions(cas: &dyn Cas) {
+    let f = fixture();
+    populate(cas).await;
+    for file in &f.files {
+        assert_eq!(
+            cas.file_size(&file.hash).await,
+            Ok(Some(file.data.len() as u64)),
+            "file_size of {}",
+            file.name
+        );
+        check_file(cas, f, file, None).await;
+        if file.data.is_empty() {
+            continue;
+        }
+        let r = cas
+            .reconstruction(&file.hash, None)
+            .await
+            .expect("reconstruction");
+        assert_eq!(
+            r.offset_into_first_range, 0,
+            "{}: whole file offset",
+            file.name
+        );
+        assert_eq!(
+            r.unpacked_len(),
+            file.data.len() as u64,
+            "{}: whole file terms",
+            file.name
+        );
+        assert_eq!(
+            r.terms.len(),
+            file.shard.terms.len(),
+            "{}: whole file has the shard's terms",
+            file.name
+        );
+        for (t, s) in r.terms.iter().zip(&file.shard.terms) {
+            assert_eq!(
+                (t.xorb, t.chunks, t.unpacked_length),
+                (s.xorb, s.chunks, s.unpacked),
+                "{}: term",
+                file.name
+            );
+        }
+        let r2 = cas
+            .reconstruction(&file.hash, Some(ByteRange::new(0, file.data.len() as u64)))
+            .await
+            .expect("reconstruction");
+        assert_eq!(
+            r2.terms, r.terms,
+            "{}: a range covering the file is the whole file",
+            file.name
+        );
+        for range in interesting_ranges(file) {
+            check_file(cas, f, file, Some(range)).await;
+        }
+    }
+    // A file spanning two xorbs references both; a file with repeated chunks has
+    // overlapping terms served by one fetch.
+    let text = f.file("text_two_xorbs");
+    let r = cas
+        .reconstruction(&text.hash, None)
+        .await
+        .expect("reconstruction");
+    let mut xorbs: Vec<MerkleHash> = r.terms.iter().map(|t| t.xorb).collect();
+    xorbs.dedup();
+    assert!(
+        xorbs.len() >= 2,
+        "text_two_xorbs should span two xorbs: {r:?}"
+    );
+    let zeros = f.file("zeros");
+    let r = cas
+        .reconstruction(&zeros.hash, None)
+        .await
+        .expect("reconstruction");
+    assert!(
+        r.terms.len() >= 2 && r.fetches.len() == 1,
+        "zeros: overlapping terms merge into one fetch: {r:?}"
+    );
+}
+
+/// Range edge cases: start at or past the end, end past the end.
+pub async fn range_errors(cas: &dyn Cas) {
+    let f = fixture();
+    populate(cas).await;
+    for file in f.files.iter().filter(|f| !f.data.is_empty()) {
+        let n = file.data.len() as u64;
+        for start in [n, n + 1, n + 1_000_000] {
+            let e = expect_err(
+                cas.reconstruction(&file.hash, Some(ByteRange::new(start, start + 10)))
+                    .await,
+                &format!("{}: range starting at {start} of {n}", file.name),
+                |e| matches!(e, CasError::RangeNotSatisfiable { .. }),
+            );
+            assert_eq!(
+                e,
+                CasError::RangeNotSatisfiable {
+                    file: file.hash,
+                    start,
+                    size: n
+                },
+                "{}",
+                file.name
+            );
+        }
+        check_file(cas, f, file, Some(ByteRange::new(n / 2, n + 12345))).await;
+    }
+    let unknown = xet_hash::chunk_hash(b"no such file");
+    expect_err(
+        cas.reconstruction(&unknown, Some(ByteRange::new(0, 1)))
+            .await,
+        "unknown file with a range",
+        is_not_found(ObjectKind::File, unknown),
+    );
+}
+
+async fn check_dedup(cas: &dyn Cas, f: &Fixture) {
+    for file in f.files.iter().filter(|f| !f.data.is_empty()) {
+        let chunk = file.chunks[0].2;
+        let what = format!("dedup query for the first chunk of {}", file.name);
+        let bytes = match cas.dedup_shard(&chunk).await {
+            Ok(Some(b)) => b,
+            other => panic!("{what}: {other:?}"),
+        };
+        let answer = format::parse_dedup_answer(&bytes)
+            .unwrap_or_else(|e| panic!("{what}: does not parse: {e}"));
+        assert_eq!(answer.num_files, 0, "{what}: file section must be empty");
+        assert!(!answer.xorbs.is_empty(), "{what}: lists no xorb");
+        if !answer.key.is_zero() {
+            assert!(answer.expiry > 0, "{what}: keyed answer without an expiry");
+            assert!(
+                answer
+                    .xorbs
+                    .iter()
+                    .all(|x| x.chunks.iter().all(|c| c.hash != chunk)),
+                "{what}: raw chunk hash visible in a keyed answer"
+            );
+        }
+        for x in &answer.xorbs {
+            let xi = f
+                .xorb_index(&x.hash)
+                .unwrap_or_else(|| panic!("{what}: lists unknown xorb {}", x.hash));
+            assert_eq!(
+                x.chunks.len(),
+                f.xorbs[xi].chunks.len(),
+                "{what}: xorb {} listed partially",
+                x.hash
+            );
+        }
+        let hit = answer
+            .find(&chunk)
+            .unwrap_or_else(|| panic!("{what}: keyed lookup does not find the chunk"));
+        let xi = f
+            .xorb_index(&hit.xorb)
+            .unwrap_or_else(|| panic!("{what}: hit in unknown xorb"));
+        assert_eq!(
+            f.xorbs[xi]
+                .chunks
+                .get(hit.chunk_index as usize)
+                .map(|c| c.0),
+            Some(chunk),
+            "{what}: the hit does not point at the chunk"
+        );
+    }
+    assert_eq!(
+        cas.dedup_shard(&xet_hash::chunk_hash(b"never stored"))
+            .await,
+        Ok(None),
+        "dedup query for an unknown chunk"
+    );
+}
+
+/// Global dedup after upload: the first chunk of every file is found in the right xorb.
+pub async fn dedup(cas: &dyn Cas) {
+    let f = fixture();
+    populate(cas).await;
+    check_dedup(cas, f).await;
+}
+
+/// Fetches outside a xorb's chunk region are errors, never short reads.
+pub async fn fetch_errors(cas: &dyn Cas) {
+    let f = fixture();
+    populate(cas).await;
+    let a = f.file("random");
+    let r = cas
+        .reconstruction(&a.hash, None)
+        .await
+        .expect("reconstruction");
+    let fetch = r.fetches.last().expect("a fetch").clone();
+    let size = cas
+        .xorb_size(&fetch.xorb)
+        .await
+        .expect("xorb_size")
+        .expect("stored");
+    let mut past = fetch.clone();
+    past.bytes = ByteRange::new(fetch.bytes.start, size + 1);
+    assert!(
+        cas.fetch_xorb_range(&past).await.is_err(),
+        "fetch ending past the chunk region must fail"
+    );
+    let mut beyond = fetch.clone();
+    beyond.bytes = ByteRange::new(size + 10, size + 20);
+    assert!(
+        cas.fetch_xorb_range(&beyond).await.is_err(),
+        "fetch starting past the chunk region must fail"
+    );
+    // The real fetch still works.
+    let got = cas.fetch_xorb_range(&fetch).await.expect("fetch");
+    assert_eq!(got.len() as u64, fetch.bytes.len());
+}
+
+/// Racing uploads of the same objects: exactly one wins, the others are no-ops.
+pub async fn concurrent_uploads(cas: &dyn Cas) {
+    let f = fixture();
+    for x in &f.xorbs {
+        let put = || cas.put_xorb(&x.hash, Bytes::from(x.body.clone()));
+        let (a, b, c, d) = tokio::join!(put(), put(), put(), put());
+        let wins = [a, b, c, d]
+            .into_iter()
+            .map(|r| r.expect("concurrent xorb upload"))
+            .filter(|w| *w)
+            .count();
+        assert_eq!(
+            wins, 1,
+            "racing uploads of xorb {}: {wins} reported an insert",
+            x.hash
+        );
+    }
+    for i in 0..f.shards.len() {
+        let put = || cas.put_shard(Bytes::from(f.shard_bytes(i)));
+        let (a, b, c) = tokio::join!(put(), put(), put());
+        let wins = [a, b, c]
+            .into_iter()
+            .map(|r| r.expect("concurrent shard upload"))
+            .filter(|w| *w)
+            .count();
+        assert_eq!(
+            wins, 1,
+            "racing uploads of shard {i}: {wins} reported an insert"
+        );
+    }
+    for file in &f.files {
+        check_file(cas, f, file, None).await;
+    }
+}
+
+/// The reference's xorb limits: at most 8192 chunks and 64 MiB of *uncompressed* data;
+/// the serialized body of a full xorb is slightly over 64 MiB and must be accepted.
+pub async fn xorb_limits(cas: &dyn Cas) {
+    let one = [7u8];
+    async fn put(cas: &dyn Cas, chunks: Vec<&[u8]>) -> (MerkleHash, u64, crate::Result<bool>) {
+        let (hash, body) = format::raw_xorb(&chunks).expect("raw xorb");
+        let len = body.len() as u64;
+        (hash, len, cas.put_xorb(&hash, Bytes::from(body)).await)
+    }
+    let (h, _, r) = put(cas, vec![&one[..]; 8193]).await;
+    expect_err(r, "xorb of 8193 chunks", is_invalid_xorb);
+    assert_eq!(
+        cas.xorb_size(&h).await,
+        Ok(None),
+        "rejected xorb of 8193 chunks"
+    );
+    let (h, len, r) = put(cas, vec![&one[..]; 8192]).await;
+    assert_eq!(r, Ok(true), "xorb of 8192 chunks");
+    assert_eq!(cas.xorb_size(&h).await, Ok(Some(len)));
+
+    const MIB: usize = 1 << 20;
+    let data = fixture::random_bytes(64 * MIB, 5);
+    let mut chunks: Vec<&[u8]> = data.chunks(128 * 1024).collect();
+    let (h, len, r) = put(cas, chunks.clone()).await;
+    assert!(
+        len > 64 * MIB as u64,
+        "the full xorb serializes to more than 64 MiB"
+    );
+    assert_eq!(
+        r,
+        Ok(true),
+        "xorb of exactly 64 MiB uncompressed ({len} bytes serialized)"
+    );
+    assert_eq!(cas.xorb_size(&h).await, Ok(Some(len)));
+    chunks.push(&one[..]);
+    let (h, _, r) = put(cas, chunks).await;
+    expect_err(r, "xorb of 64 MiB + 1 byte uncompressed", is_invalid_xorb);
+    assert_eq!(cas.xorb_size(&h).await, Ok(None), "rejected oversized xorb");
+}

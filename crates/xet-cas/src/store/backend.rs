@@ -1,0 +1,284 @@
+//! Object backends: where a [`crate::store::StoreCas`] keeps its bytes.
+//!
+//! The semantics are those of an object store (S3, GCS, a directory): whole objects are
+//! written once and never modified, reads may be ranged. A backend only ever sees keys
+//! built by [`ObjectKey`] from hashes (or a few fixed metadata names), never anything
+//! taken from a request path.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use xet_hash::MerkleHash;
+
+use crate::{ByteRange, CasError, Result};
+
+/// Prefix of stored xorbs (footered form): `xorbs/<hash>`.
+pub const XORB_PREFIX: &str = "xorbs/";
+/// Prefix of stored shards (stored form): `shards/<hash>.mdb`.
+pub const SHARD_PREFIX: &str = "shards/";
+/// Prefix of store metadata: `meta/<name>`.
+pub const META_PREFIX: &str = "meta/";
+const SHARD_SUFFIX: &str = ".mdb";
+
+/// The name of an object. Only three shapes exist, and every one is safe as a relative
+/// file path or an S3 key: `xorbs/<hash>`, `shards/<hash>.mdb` and `meta/<name>` where
+/// `<hash>` is a 64-digit XET hash string and `<name>` is `[a-z0-9-]{1,64}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey(String);
+
+impl ObjectKey {
+    pub fn xorb(hash: &MerkleHash) -> Self {
+        ObjectKey(format!("{XORB_PREFIX}{hash}"))
+    }
+
+    pub fn shard(hash: &MerkleHash) -> Self {
+        ObjectKey(format!("{SHARD_PREFIX}{hash}{SHARD_SUFFIX}"))
+    }
+
+    /// A metadata object. Panics on a name outside `[a-z0-9-]{1,64}` (names are constants).
+    pub fn meta(name: &str) -> Self {
+        assert!(
+            valid_meta_name(name),
+            "invalid metadata object name {name:?}"
+        );
+        ObjectKey(format!("{META_PREFIX}{name}"))
+    }
+
+    /// Parse a key found while listing a backend; `None` for anything that is not one of
+    /// the three shapes (foreign files are ignored, never served).
+    pub fn parse(s: &str) -> Option<Self> {
+        if let Some(h) = s.strip_prefix(XORB_PREFIX) {
+            return parse_hash(h).map(|h| ObjectKey::xorb(&h));
+        }
+        if let Some(rest) = s.strip_prefix(SHARD_PREFIX) {
+            return parse_hash(rest.strip_suffix(SHARD_SUFFIX)?).map(|h| ObjectKey::shard(&h));
+        }
+        if let Some(name) = s.strip_prefix(META_PREFIX) {
+            return valid_meta_name(name).then(|| ObjectKey(s.to_string()));
+        }
+        None
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The hash of a xorb key.
+    pub fn xorb_hash(&self) -> Option<MerkleHash> {
+        self.0.strip_prefix(XORB_PREFIX).and_then(parse_hash)
+    }
+
+    /// The hash of a shard key.
+    pub fn shard_hash(&self) -> Option<MerkleHash> {
+        self.0
+            .strip_prefix(SHARD_PREFIX)
+            .and_then(|r| r.strip_suffix(SHARD_SUFFIX))
+            .and_then(parse_hash)
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn parse_hash(s: &str) -> Option<MerkleHash> {
+    // Only the canonical lowercase form, so one hash has exactly one key.
+    if s.len() != 64
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return None;
+    }
+    MerkleHash::from_hex(s).ok()
+}
+
+fn valid_meta_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// An immutable-object store.
+///
+/// Contract (checked by [`crate::conformance::backend`]):
+/// - [`put_if_absent`](ObjectBackend::put_if_absent) is atomic: a concurrent or later
+///   reader sees either no object or the whole object, never a prefix, even if the
+///   process dies mid-write. Two racing puts of one key: exactly one returns `true`.
+/// - Objects are never modified once written.
+/// - [`get_range`](ObjectBackend::get_range) returns exactly `range.len()` bytes; a range
+///   past the end of the object is an error, never a short read.
+/// - Missing objects are `Ok(None)` / `Ok(false)`; I/O failures are [`CasError::Storage`].
+#[async_trait::async_trait]
+pub trait ObjectBackend: Send + Sync + 'static {
+    /// Write `data` under `key` unless an object already exists there. Returns whether
+    /// this call wrote it.
+    async fn put_if_absent(&self, key: &ObjectKey, data: Bytes) -> Result<bool>;
+
+    /// The whole object.
+    async fn get(&self, key: &ObjectKey) -> Result<Option<Bytes>>;
+
+    /// Bytes `range` of the object (`None` if the object does not exist).
+    async fn get_range(&self, key: &ObjectKey, range: ByteRange) -> Result<Option<Bytes>>;
+
+    /// Size of the object.
+    async fn size(&self, key: &ObjectKey) -> Result<Option<u64>>;
+
+    async fn exists(&self, key: &ObjectKey) -> Result<bool> {
+        Ok(self.size(key).await?.is_some())
+    }
+
+    /// Every key starting with `prefix` (e.g. [`SHARD_PREFIX`]), sorted.
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectKey>>;
+
+    /// Remove an object; returns whether it existed. The store itself never deletes
+    /// (objects are immutable); this exists for maintenance tools and tests.
+    async fn delete(&self, key: &ObjectKey) -> Result<bool>;
+}
+
+#[async_trait::async_trait]
+impl<B: ObjectBackend + ?Sized> ObjectBackend for Arc<B> {
+    async fn put_if_absent(&self, key: &ObjectKey, data: Bytes) -> Result<bool> {
+        (**self).put_if_absent(key, data).await
+    }
+    async fn get(&self, key: &ObjectKey) -> Result<Option<Bytes>> {
+        (**self).get(key).await
+    }
+    async fn get_range(&self, key: &ObjectKey, range: ByteRange) -> Result<Option<Bytes>> {
+        (**self).get_range(key, range).await
+    }
+    async fn size(&self, key: &ObjectKey) -> Result<Option<u64>> {
+        (**self).size(key).await
+    }
+    async fn exists(&self, key: &ObjectKey) -> Result<bool> {
+        (**self).exists(key).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectKey>> {
+        (**self).list(prefix).await
+    }
+    async fn delete(&self, key: &ObjectKey) -> Result<bool> {
+        (**self).delete(key).await
+    }
+}
+
+/// Check `range` against an object of `size` bytes (shared by backends).
+pub fn check_range(key: &ObjectKey, range: ByteRange, size: u64) -> Result<()> {
+    if range.start > range.end || range.end > size {
+        return Err(CasError::Storage(format!(
+            "range {}..{} is outside object {key} of {size} bytes",
+            range.start, range.end
+        )));
+    }
+    Ok(())
+}
+
+/// Objects in memory. Cloning shares the same objects.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryBackend {
+    objects: Arc<RwLock<BTreeMap<ObjectKey, Bytes>>>,
+}
+
+impl MemoryBackend {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<ObjectKey, Bytes>> {
+        // A panic while holding the lock cannot leave a map half-updated (single inserts).
+        self.objects.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<ObjectKey, Bytes>> {
+        self.objects.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectBackend for MemoryBackend {
+    async fn put_if_absent(&self, key: &ObjectKey, data: Bytes) -> Result<bool> {
+        let mut map = self.write();
+        if map.contains_key(key) {
+            return Ok(false);
+        }
+        map.insert(key.clone(), data);
+        Ok(true)
+    }
+
+    async fn get(&self, key: &ObjectKey) -> Result<Option<Bytes>> {
+        Ok(self.read().get(key).cloned())
+    }
+
+    async fn get_range(&self, key: &ObjectKey, range: ByteRange) -> Result<Option<Bytes>> {
+        let Some(obj) = self.read().get(key).cloned() else {
+            return Ok(None);
+        };
+        check_range(key, range, obj.len() as u64)?;
+        Ok(Some(obj.slice(range.start as usize..range.end as usize)))
+    }
+
+    async fn size(&self, key: &ObjectKey) -> Result<Option<u64>> {
+        Ok(self.read().get(key).map(|b| b.len() as u64))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectKey>> {
+        Ok(self
+            .read()
+            .keys()
+            .filter(|k| k.as_str().starts_with(prefix))
+            .cloned()
+            .collect())
+    }
+
+    async fn delete(&self, key: &ObjectKey) -> Result<bool> {
+        Ok(self.write().remove(key).is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_and_reject_foreign_names() {
+        let h = xet_hash::chunk_hash(b"x");
+        let x = ObjectKey::xorb(&h);
+        let s = ObjectKey::shard(&h);
+        assert_eq!(ObjectKey::parse(x.as_str()), Some(x.clone()));
+        assert_eq!(ObjectKey::parse(s.as_str()), Some(s.clone()));
+        assert_eq!(x.xorb_hash(), Some(h));
+        assert_eq!(s.shard_hash(), Some(h));
+        assert_eq!(x.shard_hash(), None);
+        assert_eq!(
+            ObjectKey::parse("meta/dedup-secret"),
+            Some(ObjectKey::meta("dedup-secret"))
+        );
+        for bad in [
+            "xorbs/../etc/passwd",
+            "xorbs/abc",
+            "shards/x.mdb",
+            &format!("xorbs/{}", h.to_string().to_uppercase()),
+            &format!("shards/{h}"),
+            &format!("shards/{h}.mdb.tmp"),
+            "meta/",
+            "meta/a/b",
+            "tmp/x",
+            "",
+        ] {
+            assert_eq!(ObjectKey::parse(bad), None, "{bad}");
+        }
+    }
+}

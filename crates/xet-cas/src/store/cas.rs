@@ -1,0 +1,375 @@
+//! [`StoreCas`]: the [`Cas`] contract over an [`ObjectBackend`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use xet_hash::MerkleHash;
+
+use super::backend::{ObjectBackend, ObjectKey, SHARD_PREFIX};
+use super::format;
+use super::index::{Index, IndexStats};
+use super::keys::{DedupKeys, KeyRing};
+use super::meta::XorbMeta;
+use super::plan;
+use super::validate;
+use crate::{ByteRange, Cas, CasError, ObjectKind, Reconstruction, Result, XorbFetch};
+
+/// Where the dedup-key secret lives.
+pub const DEDUP_SECRET_KEY: &str = "dedup-secret";
+
+/// Tuning of a [`StoreCas`].
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// How dedup answers key their chunk hashes (default: rotating daily).
+    pub dedup_keys: DedupKeys,
+    /// `shard_key_expiry` of dedup answers = now + this (default 7 days).
+    pub dedup_expiry: Duration,
+    /// Most xorbs listed in one dedup answer (default 4).
+    pub max_dedup_xorbs: usize,
+    /// Budget for cached xorb footers, in bytes (default 256 MiB).
+    pub meta_cache_bytes: usize,
+    /// Largest shard upload accepted (default 1 GiB).
+    pub max_shard_bytes: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            dedup_keys: DedupKeys::default(),
+            dedup_expiry: Duration::from_secs(7 * 24 * 3600),
+            max_dedup_xorbs: 4,
+            meta_cache_bytes: 256 << 20,
+            max_shard_bytes: 1 << 30,
+        }
+    }
+}
+
+/// A content-addressed store over an object backend: validates every upload, keeps
+/// xorbs (footered) and shards (stored form) in the backend, and answers
+/// reconstructions and dedup queries from an in-memory index rebuilt on open.
+pub struct StoreCas<B> {
+    backend: B,
+    index: Index,
+    keys: KeyRing,
+    config: StoreConfig,
+}
+
+impl<B> std::fmt::Debug for StoreCas<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreCas")
+            .field("config", &self.config)
+            .field("index", &self.index.stats())
+            .finish()
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| CasError::Storage(format!("validation task failed: {e}")))
+}
+
+impl<B: ObjectBackend> StoreCas<B> {
+    /// Open a store with the default configuration.
+    pub async fn open(backend: B) -> Result<Self> {
+        Self::open_with(backend, StoreConfig::default()).await
+    }
+
+    /// Open a store: load (or create) the dedup secret and index every stored shard.
+    pub async fn open_with(backend: B, config: StoreConfig) -> Result<Self> {
+        let secret = load_secret(&backend).await?;
+        let store = StoreCas {
+            keys: KeyRing::new(secret, config.dedup_keys),
+            index: Index::new(config.meta_cache_bytes),
+            backend,
+            config,
+        };
+        let n = store.refresh().await?;
+        tracing::debug!(shards = n, "store opened");
+        Ok(store)
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> IndexStats {
+        self.index.stats()
+    }
+
+    /// Index shards written since open (by another process sharing the backend).
+    /// Returns how many were added. A stored shard that cannot be read or references a
+    /// xorb that is no longer stored is skipped with a warning.
+    pub async fn refresh(&self) -> Result<usize> {
+        let mut added = 0;
+        for key in self.backend.list(SHARD_PREFIX).await? {
+            let Some(h) = key.shard_hash() else { continue };
+            if self.index.has_shard(&h) {
+                continue;
+            }
+            match self.index_stored_shard(h, &key).await {
+                Ok(true) => added += 1,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(shard = %key, error = %e, "skipping stored shard"),
+            }
+        }
+        Ok(added)
+    }
+
+    async fn index_stored_shard(&self, h: MerkleHash, key: &ObjectKey) -> Result<bool> {
+        let Some(bytes) = self.backend.get(key).await? else {
+            return Ok(false);
+        };
+        let content = blocking(move || format::parse_stored_shard(&bytes))
+            .await?
+            .map_err(|e| CasError::Storage(format!("stored shard {key} does not parse: {e}")))?;
+        let metas = self.metas(&validate::referenced_xorbs(&content)).await?;
+        self.index.add_shard(h, &content, &metas);
+        Ok(true)
+    }
+
+    /// A xorb's footer, from the cache or the backend (reading only the object's tail).
+    async fn meta(&self, h: &MerkleHash) -> Result<Option<Arc<XorbMeta>>> {
+        if let Some(m) = self.index.cached_meta(h) {
+            return Ok(Some(m));
+        }
+        let key = ObjectKey::xorb(h);
+        let Some(len) = self.backend.size(&key).await? else {
+            return Ok(None);
+        };
+        let corrupt = |e: String| CasError::Storage(format!("stored xorb {h}: {e}"));
+        if len < 4 {
+            return Err(corrupt(format!("{len} bytes is too short")));
+        }
+        let Some(last4) = self
+            .backend
+            .get_range(&key, ByteRange::new(len - 4, len))
+            .await?
+        else {
+            return Ok(None);
+        };
+        let tail_len = format::stored_xorb_tail_len(&last4).map_err(corrupt)?;
+        if tail_len > len {
+            return Err(corrupt(format!(
+                "footer of {tail_len} bytes in a {len}-byte object"
+            )));
+        }
+        let Some(tail) = self
+            .backend
+            .get_range(&key, ByteRange::new(len - tail_len, len))
+            .await?
+        else {
+            return Ok(None);
+        };
+        let hash = *h;
+        let meta = blocking(move || format::meta_from_stored_tail(&hash, &tail, len))
+            .await?
+            .map_err(corrupt)?;
+        let meta = Arc::new(meta);
+        self.index.note_xorb(meta.clone());
+        Ok(Some(meta))
+    }
+
+    /// Footers of `xorbs`; a missing one is [`CasError::MissingXorb`].
+    async fn metas(&self, xorbs: &[MerkleHash]) -> Result<HashMap<MerkleHash, Arc<XorbMeta>>> {
+        let mut out = HashMap::with_capacity(xorbs.len());
+        for h in xorbs {
+            match self.meta(h).await? {
+                Some(m) => {
+                    out.insert(*h, m);
+                }
+                None => return Err(CasError::MissingXorb { hash: *h }),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn region_len(&self, h: &MerkleHash) -> Result<Option<u64>> {
+        if let Some(n) = self.index.xorb_size(h) {
+            return Ok(Some(n));
+        }
+        Ok(self.meta(h).await?.map(|m| m.region_len()))
+    }
+}
+
+async fn load_secret<B: ObjectBackend>(backend: &B) -> Result<[u8; 32]> {
+    let key = ObjectKey::meta(DEDUP_SECRET_KEY);
+    if backend.get(&key).await?.is_none() {
+        let s: [u8; 32] = rand::random();
+        // Another process may win the race; either way the stored one is used.
+        backend
+            .put_if_absent(&key, Bytes::copy_from_slice(&s))
+            .await?;
+    }
+    let got = backend
+        .get(&key)
+        .await?
+        .ok_or_else(|| CasError::Storage("dedup secret vanished".into()))?;
+    got.as_ref()
+        .try_into()
+        .map_err(|_| CasError::Storage(format!("{key} is {} bytes, expected 32", got.len())))
+}
+
+#[async_trait::async_trait]
+impl<B: ObjectBackend> Cas for StoreCas<B> {
+    async fn put_xorb(&self, hash: &MerkleHash, body: Bytes) -> Result<bool> {
+        let key = ObjectKey::xorb(hash);
+        if self.index.xorb_size(hash).is_some() || self.backend.exists(&key).await? {
+            return Ok(false);
+        }
+        if body.len() as u64 > format::MAX_XORB_UPLOAD_BYTES {
+            return Err(CasError::InvalidXorb {
+                hash: *hash,
+                reason: format!(
+                    "body is {} bytes, more than any valid xorb ({})",
+                    body.len(),
+                    format::MAX_XORB_UPLOAD_BYTES
+                ),
+            });
+        }
+        let h = *hash;
+        let valid = blocking(move || format::validate_xorb(&h, &body))
+            .await?
+            .map_err(|reason| CasError::InvalidXorb { hash: h, reason })?;
+        let inserted = self.backend.put_if_absent(&key, valid.stored).await?;
+        self.index.note_xorb(Arc::new(valid.meta));
+        Ok(inserted)
+    }
+
+    async fn xorb_size(&self, hash: &MerkleHash) -> Result<Option<u64>> {
+        self.region_len(hash).await
+    }
+
+    async fn put_shard(&self, shard: Bytes) -> Result<bool> {
+        let max = self.config.max_shard_bytes;
+        if shard.len() as u64 > max {
+            return Err(CasError::InvalidShard {
+                reason: format!("shard is {} bytes, the limit is {max}", shard.len()),
+            });
+        }
+        let upload = blocking(move || format::parse_upload_shard(&shard, max))
+            .await?
+            .map_err(|reason| CasError::InvalidShard { reason })?;
+        let metas = self
+            .metas(&validate::referenced_xorbs(&upload.content))
+            .await?;
+        let metas = Arc::new(metas);
+        let m2 = metas.clone();
+        let (content, key, stored) = blocking(move || -> Result<_> {
+            validate::validate_shard(&upload.content, &m2)?;
+            let content = upload.content.clone();
+            let (key, stored) =
+                format::stored_shard(upload).map_err(|e| CasError::InvalidShard {
+                    reason: format!("cannot store the shard: {e}"),
+                })?;
+            Ok((content, key, stored))
+        })
+        .await??;
+        if self.index.has_shard(&key) {
+            return Ok(false);
+        }
+        let inserted = self
+            .backend
+            .put_if_absent(&ObjectKey::shard(&key), stored)
+            .await?;
+        self.index.add_shard(key, &content, &metas);
+        Ok(inserted)
+    }
+
+    async fn file_size(&self, file: &MerkleHash) -> Result<Option<u64>> {
+        if file.is_zero() {
+            return Ok(Some(0));
+        }
+        Ok(self.index.file(file).map(|e| e.size()))
+    }
+
+    async fn reconstruction(
+        &self,
+        file: &MerkleHash,
+        range: Option<ByteRange>,
+    ) -> Result<Reconstruction> {
+        if file.is_zero() {
+            return Ok(Reconstruction::default());
+        }
+        let entry = self.index.file(file).ok_or(CasError::NotFound {
+            kind: ObjectKind::File,
+            hash: *file,
+        })?;
+        let w = plan::window(file, entry.size(), range)?;
+        let idx = plan::overlapping(&entry, w);
+        let mut xorbs: Vec<MerkleHash> = entry.terms[idx].iter().map(|t| t.xorb).collect();
+        xorbs.sort();
+        xorbs.dedup();
+        let metas = self.metas(&xorbs).await.map_err(|e| match e {
+            CasError::MissingXorb { hash } => CasError::NotFound {
+                kind: ObjectKind::Xorb,
+                hash,
+            },
+            e => e,
+        })?;
+        plan::plan(&entry, w, &metas)
+    }
+
+    async fn fetch_xorb_range(&self, fetch: &XorbFetch) -> Result<Bytes> {
+        let h = fetch.xorb;
+        let len = self.region_len(&h).await?.ok_or(CasError::NotFound {
+            kind: ObjectKind::Xorb,
+            hash: h,
+        })?;
+        let r = fetch.bytes;
+        if r.start > r.end || r.end > len {
+            return Err(CasError::RangeNotSatisfiable {
+                file: h,
+                start: r.start,
+                size: len,
+            });
+        }
+        self.backend
+            .get_range(&ObjectKey::xorb(&h), r)
+            .await?
+            .ok_or(CasError::NotFound {
+                kind: ObjectKind::Xorb,
+                hash: h,
+            })
+    }
+
+    async fn dedup_shard(&self, chunk: &MerkleHash) -> Result<Option<Bytes>> {
+        let Some(xorbs) = self.index.dedup_xorbs(chunk) else {
+            return Ok(None);
+        };
+        let mut metas = Vec::new();
+        for h in xorbs.iter().take(self.config.max_dedup_xorbs.max(1)) {
+            if let Some(m) = self.meta(h).await? {
+                metas.push(m);
+            }
+        }
+        if metas.is_empty() {
+            return Ok(None);
+        }
+        let now = now_secs();
+        let key = self.keys.key_at(now);
+        let expiry = now.saturating_add(self.config.dedup_expiry.as_secs());
+        let bytes = blocking(move || {
+            let refs: Vec<&XorbMeta> = metas.iter().map(|m| m.as_ref()).collect();
+            format::dedup_shard(&refs, key, now, expiry)
+        })
+        .await?
+        .map_err(|e| {
+            CasError::Storage(format!("building the dedup answer for chunk {chunk}: {e}"))
+        })?;
+        Ok(Some(bytes))
+    }
+}

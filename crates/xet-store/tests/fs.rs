@@ -1,0 +1,179 @@
+//! The conformance suites and restart tests against the filesystem store.
+
+use std::time::{Duration, SystemTime};
+
+use xet_cas::conformance::{self, Subject};
+use xet_cas::store::DedupKeys;
+use xet_cas::{Cas, ObjectBackend, ObjectKey, StoreConfig};
+use xet_store::{FsBackend, open_store, open_store_with};
+
+async fn make() -> Subject {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_store(dir.path()).await.expect("open");
+    Subject::with_guard(store, dir)
+}
+
+async fn make_unkeyed() -> Subject {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = StoreConfig {
+        dedup_keys: DedupKeys::Unkeyed,
+        ..StoreConfig::default()
+    };
+    let store = open_store_with(dir.path(), config).await.expect("open");
+    Subject::with_guard(store, dir)
+}
+
+mod fs {
+    xet_cas::cas_conformance_tests!(super::make);
+}
+
+mod fs_unkeyed {
+    xet_cas::cas_conformance_tests!(super::make_unkeyed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fs_backend_conformance() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    conformance::backend::run_all(&FsBackend::open(dir.path()).await.expect("open")).await;
+    // Nothing is left behind in tmp/ by successful or losing writers.
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("tmp")).unwrap().collect();
+    assert!(left.is_empty(), "tmp/ not empty: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_keeps_everything() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_store(dir.path()).await.expect("open");
+    conformance::populate(&store).await;
+    let stats = store.stats();
+    drop(store);
+    let store = open_store(dir.path()).await.expect("reopen");
+    let again = store.stats();
+    assert_eq!(
+        (again.files, again.shards, again.dedup_chunks),
+        (stats.files, stats.shards, stats.dedup_chunks)
+    );
+    conformance::check_populated(&store).await;
+    // And once more, after the re-uploads of check_populated (which must change nothing).
+    drop(store);
+    let store = open_store(dir.path()).await.expect("reopen");
+    assert_eq!(store.stats().shards, stats.shards);
+    conformance::check_populated(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layout_is_as_documented() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_store(dir.path()).await.expect("open");
+    conformance::populate(&store).await;
+    let names = |sub: &str| {
+        let mut v: Vec<String> = std::fs::read_dir(dir.path().join(sub))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    let xorbs = names("xorbs");
+    assert_eq!(xorbs.len(), 3, "{xorbs:?}");
+    for x in &xorbs {
+        let h = xet_hash::MerkleHash::from_hex(x).expect("xorb files are named by hash");
+        let size = store.xorb_size(&h).await.unwrap().unwrap();
+        let on_disk = std::fs::metadata(dir.path().join("xorbs").join(x))
+            .unwrap()
+            .len();
+        assert!(on_disk > size, "xorbs are stored with their footer");
+    }
+    let shards = names("shards");
+    assert_eq!(shards.len(), 2, "{shards:?}");
+    for s in &shards {
+        let bytes = std::fs::read(dir.path().join("shards").join(s)).unwrap();
+        // Stored shards are named like the reference names them: the chunk hash of the bytes.
+        assert_eq!(format!("{}.mdb", xet_hash::chunk_hash(&bytes)), *s);
+    }
+    assert_eq!(names("meta"), vec!["dedup-secret".to_string()]);
+    assert!(names("tmp").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_leftovers_and_foreign_files_are_ignored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_store(dir.path()).await.expect("open");
+    conformance::populate(&store).await;
+    drop(store);
+    // A writer that died: a stale and a fresh temporary file; files that are not objects.
+    let stale = dir.path().join("tmp/0123.tmp");
+    std::fs::write(&stale, b"half a xorb").unwrap();
+    let f = std::fs::File::options().write(true).open(&stale).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(7200))
+        .unwrap();
+    drop(f);
+    let fresh = dir.path().join("tmp/4567.tmp");
+    std::fs::write(&fresh, b"someone is writing this").unwrap();
+    std::fs::write(dir.path().join("xorbs/README"), b"not a xorb").unwrap();
+    std::fs::write(dir.path().join("shards/notes.txt"), b"not a shard").unwrap();
+    std::fs::write(dir.path().join("shards/ABCD.mdb"), b"not a shard name").unwrap();
+
+    let store = open_store(dir.path()).await.expect("reopen");
+    assert!(!stale.exists(), "stale temporary file removed on open");
+    assert!(
+        fresh.exists(),
+        "recent temporary files belong to live writers and are kept"
+    );
+    let listed = store.backend().list("").await.unwrap();
+    assert!(
+        listed
+            .iter()
+            .all(|k| ObjectKey::parse(k.as_str()).is_some())
+    );
+    assert_eq!(store.backend().list("shards/").await.unwrap().len(), 2);
+    conformance::check_populated(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_shard_file_is_skipped_not_fatal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_store(dir.path()).await.expect("open");
+    conformance::populate(&store).await;
+    drop(store);
+    // Damage that cannot come from the store itself (it writes atomically): an operator
+    // truncating a shard file. The store still opens; that shard's files are unknown.
+    let shards = store_files(dir.path(), "shards");
+    let victim = &shards[0];
+    let bytes = std::fs::read(victim).unwrap();
+    std::fs::write(victim, &bytes[..bytes.len() / 2]).unwrap();
+    let store = open_store(dir.path()).await.expect("reopen");
+    assert_eq!(store.stats().shards, 1);
+}
+
+fn store_files(root: &std::path::Path, sub: &str) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(root.join(sub))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_a_directory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = open_store(dir.path()).await.expect("open a");
+    let b = open_store(dir.path()).await.expect("open b");
+    conformance::populate(&a).await;
+    // b sees the xorbs at once (they are read from disk) and the files after a refresh.
+    assert_eq!(b.refresh().await.unwrap(), 2);
+    conformance::check_populated(&b).await;
+    // Same secret: both answer dedup queries with the same key.
+    let chunk = conformance::dedup_probe();
+    let (da, db) = (
+        a.dedup_shard(&chunk).await.unwrap(),
+        b.dedup_shard(&chunk).await.unwrap(),
+    );
+    let (ka, kb) = (
+        conformance::dedup_answer_key(&da.unwrap()),
+        conformance::dedup_answer_key(&db.unwrap()),
+    );
+    assert!(!ka.is_zero());
+    assert_eq!(ka, kb);
+}
