@@ -268,31 +268,35 @@ impl<'a> Reader<'a> {
 /// Every count is checked against `limits` and against the footer's own length before
 /// anything is allocated.
 pub fn parse_footer(xorb: &[u8], limits: &Limits) -> Result<(XorbFooter, usize), XorbError> {
-    limits.check_input(xorb.len())?;
-    let len = xorb.len();
-    let Some(tail) = len.checked_sub(4) else {
-        return Err(XorbError::Truncated {
-            what: "info_length",
-            offset: 0,
-            needed: 4,
-            available: len as u64,
-        });
+    parse_footer_tail(xorb, xorb.len() as u64, limits).map(|(f, body_len)| (f, body_len as usize))
+}
+
+/// [`parse_footer`] from only the end of a stored xorb: `tail` is the last `tail.len()`
+/// bytes of an object of `total_len` bytes and must contain the whole footer and
+/// `info_length` (read the last 4 bytes first to learn how much that is). Lets a store
+/// read chunk metadata without reading the chunk region.
+pub fn parse_footer_tail(tail: &[u8], total_len: u64, limits: &Limits) -> Result<(XorbFooter, u64), XorbError> {
+    if total_len > limits.max_bytes {
+        return Err(XorbError::InputTooLarge { len: total_len, max: limits.max_bytes });
+    }
+    if tail.len() as u64 > total_len {
+        return Err(XorbError::Truncated { what: "xorb tail", offset: 0, needed: tail.len() as u64, available: total_len });
+    }
+    let tail_start = total_len - tail.len() as u64;
+    let Some(info_at) = tail.len().checked_sub(4) else {
+        return Err(XorbError::Truncated { what: "info_length", offset: tail_start, needed: 4, available: tail.len() as u64 });
     };
-    let info_len = u32::from_le_bytes(xorb[tail..].try_into().expect("4 bytes")) as usize;
-    if info_len > tail {
+    let info_len = u32::from_le_bytes(tail[info_at..].try_into().expect("4 bytes")) as usize;
+    if info_len > info_at {
         return Err(XorbError::Truncated {
             what: "footer",
-            offset: tail as u64,
+            offset: tail_start + info_at as u64,
             needed: info_len as u64,
-            available: tail as u64,
+            available: info_at as u64,
         });
     }
-    let body_len = tail - info_len;
-    let mut r = Reader {
-        buf: &xorb[body_len..tail],
-        pos: 0,
-        base: body_len as u64,
-    };
+    let body_len = total_len - 4 - info_len as u64;
+    let mut r = Reader { buf: &tail[info_at - info_len..info_at], pos: 0, base: body_len };
 
     r.ident(FOOTER_IDENT, "XETBLOB")?;
     let version = r.u8("footer version")?;
@@ -406,7 +410,7 @@ fn parse_v0(r: &mut Reader<'_>, info_len: usize, limits: &Limits) -> Result<Xorb
 }
 
 /// Boundaries must describe chunks of plausible sizes that exactly tile the chunk region.
-fn check_boundaries(f: &XorbFooter, body_len: usize, limits: &Limits) -> Result<(), XorbError> {
+fn check_boundaries(f: &XorbFooter, body_len: u64, limits: &Limits) -> Result<(), XorbError> {
     let min_chunk = CHUNK_HEADER_LEN as u64 + 1;
     let max_chunk = (CHUNK_HEADER_LEN + MAX_CHUNK_SIZE) as u64;
     let mut prev = 0u64;
@@ -421,12 +425,12 @@ fn check_boundaries(f: &XorbFooter, body_len: usize, limits: &Limits) -> Result<
         }
         prev = b;
     }
-    if prev != body_len as u64 {
+    if prev != body_len {
         return Err(XorbError::FooterBoundary {
             chunk: f.num_chunks() - 1,
             field: "chunk_boundary_offsets",
             footer: prev,
-            actual: body_len as u64,
+            actual: body_len,
         });
     }
     let mut prev = 0u64;

@@ -33,6 +33,7 @@ pub use chunk::{
 };
 pub use error::{PayloadProblem, XorbError};
 pub use footer::{
+    parse_footer_tail,
     BOUNDARIES_IDENT, FOOTER_IDENT, FOOTER_VERSION, FOOTER_VERSION_V0, HASHES_IDENT, XorbFooter,
     footer_len_v0, footer_len_v1, parse_footer,
 };

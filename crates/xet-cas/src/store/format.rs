@@ -76,24 +76,14 @@ pub fn stored_xorb_tail_len(last4: &[u8]) -> Result<u64, String> {
 /// Chunk metadata of a stored xorb from its tail (footer + `info_length`) and the total
 /// object length, without reading the chunk region.
 ///
-/// `xet_xorb::parse_footer` wants the whole object (it checks the boundaries against the
-/// region length); it only reads the tail, so the region is stood in for by zeroed
-/// memory (lazily mapped by the allocator for large sizes, never touched).
 pub fn meta_from_stored_tail(
     hash: &MerkleHash,
     tail: &[u8],
     total_len: u64,
 ) -> Result<XorbMeta, String> {
     let limits = xet_xorb::Limits::PROTOCOL;
-    if total_len > limits.max_bytes || (tail.len() as u64) > total_len {
-        return Err(format!(
-            "stored xorb {hash} has an impossible length {total_len}"
-        ));
-    }
-    let mut buf = vec![0u8; total_len as usize];
-    let at = buf.len() - tail.len();
-    buf[at..].copy_from_slice(tail);
-    let (footer, _region_len) = xet_xorb::parse_footer(&buf, &limits).map_err(|e| e.to_string())?;
+    let (footer, _region_len) =
+        xet_xorb::parse_footer_tail(tail, total_len, &limits).map_err(|e| format!("stored xorb {hash}: {e}"))?;
     if footer.xorb_hash != *hash {
         return Err(format!(
             "stored xorb {hash} has footer hash {}",
