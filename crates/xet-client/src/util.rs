@@ -1,0 +1,273 @@
+//! Small pure helpers: checksums, URLs, Range headers, Retry-After, backoff.
+
+use crate::config::RetryPolicy;
+use std::time::Duration;
+use xet_cas::ByteRange;
+use xet_hash::MerkleHash;
+
+const CRC64_NVME: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_NVME);
+
+/// CRC-64/NVME of `data` (the grant request's `checksum.value`, sent in decimal).
+pub fn crc64_nvme(data: &[u8]) -> u64 {
+    CRC64_NVME.checksum(data)
+}
+
+/// `{endpoint}{path}`: routes are appended directly, with exactly one `/` between.
+pub fn join_url(endpoint: &str, path: &str) -> String {
+    let base = endpoint.trim_end_matches('/');
+    if path.starts_with('/') {
+        format!("{base}{path}")
+    } else {
+        format!("{base}/{path}")
+    }
+}
+
+/// A URL safe to print: the query string (presigned signatures) is replaced by `?…`.
+pub fn redact_url(url: &str) -> String {
+    match url.split_once('?') {
+        Some((base, _)) => format!("{base}?…"),
+        None => url.to_string(),
+    }
+}
+
+/// `bytes=S-E` with an inclusive end for the end-exclusive `r`; `bytes=S-` when the
+/// range runs to the end (`end == u64::MAX`). `None` for an empty range, which has no
+/// HTTP form.
+pub fn range_header(r: &ByteRange) -> Option<String> {
+    if r.end == u64::MAX {
+        return Some(format!("bytes={}-", r.start));
+    }
+    if r.is_empty() {
+        return None;
+    }
+    Some(format!("bytes={}-{}", r.start, r.end - 1))
+}
+
+/// `bytes=a-b,c-d` for several non-empty end-exclusive ranges.
+pub fn multi_range_header(ranges: &[ByteRange]) -> Option<String> {
+    if ranges.is_empty() || ranges.iter().any(|r| r.is_empty()) {
+        return None;
+    }
+    let parts: Vec<String> = ranges
+        .iter()
+        .map(|r| format!("{}-{}", r.start, r.end - 1))
+        .collect();
+    Some(format!("bytes={}", parts.join(",")))
+}
+
+/// `Retry-After` in delay-seconds (integer or decimal). HTTP-dates are not honoured
+/// (the normal backoff applies instead).
+pub fn parse_retry_after(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    if let Ok(s) = v.parse::<u64>() {
+        return Some(Duration::from_secs(s));
+    }
+    match v.parse::<f64>() {
+        Ok(s) if (0.0..1e9).contains(&s) => Some(Duration::from_secs_f64(s)),
+        _ => None,
+    }
+}
+
+/// Un-jittered delay before retry number `retry` (1 = the first retry).
+pub fn backoff_ceiling(policy: &RetryPolicy, retry: u32) -> Duration {
+    let shift = retry.saturating_sub(1).min(30);
+    let d = policy.base_delay.saturating_mul(1u32 << shift);
+    d.min(policy.max_delay)
+}
+
+/// Jittered delay before retry number `retry`: uniform in `[ceiling/2, ceiling]`.
+pub fn backoff_delay(policy: &RetryPolicy, retry: u32) -> Duration {
+    use rand::Rng;
+    let ceil = backoff_ceiling(policy, retry);
+    let lo = ceil / 2;
+    if ceil <= lo {
+        return ceil;
+    }
+    let nanos = rand::rng().random_range(lo.as_nanos() as u64..=ceil.as_nanos() as u64);
+    Duration::from_nanos(nanos)
+}
+
+/// `Content-Range: bytes a-b/total` → `(a, b inclusive, total)`; `bytes */total` →
+/// `(None, Some(total))` via [`parse_unsatisfied_range`].
+pub fn parse_content_range(v: &str) -> Option<(u64, u64, Option<u64>)> {
+    let rest = v.trim().strip_prefix("bytes")?.trim_start();
+    let (range, total) = rest.split_once('/')?;
+    let (a, b) = range.trim().split_once('-')?;
+    let total = match total.trim() {
+        "*" => None,
+        t => Some(t.parse().ok()?),
+    };
+    Some((a.trim().parse().ok()?, b.trim().parse().ok()?, total))
+}
+
+/// The total size in a `416` answer's `Content-Range: bytes */N`.
+pub fn parse_unsatisfied_range(v: &str) -> Option<u64> {
+    let rest = v.trim().strip_prefix("bytes")?.trim_start();
+    rest.strip_prefix("*/")?.trim().parse().ok()
+}
+
+/// The first 64-hex-digit word in `s` that parses as a hash string.
+pub fn find_hash(s: &str) -> Option<MerkleHash> {
+    s.split(|c: char| !c.is_ascii_hexdigit())
+        .filter(|w| w.len() == 64)
+        .find_map(|w| MerkleHash::from_hex(w).ok())
+}
+
+/// A server's error body made printable: the `reason` of our JSON [`xet_cas::wire::ErrorBody`],
+/// else the text itself, trimmed and shortened.
+pub fn error_reason(body: &[u8]) -> String {
+    if let Ok(e) = serde_json::from_slice::<xet_cas::wire::ErrorBody>(body) {
+        return if e.reason.is_empty() {
+            e.error
+        } else {
+            e.reason
+        };
+    }
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
+        for k in ["reason", "message", "error", "detail"] {
+            if let Some(s) = v.get(k).and_then(|x| x.as_str()) {
+                return s.to_string();
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.chars().count() > 300 {
+        let cut: String = text.chars().take(300).collect();
+        format!("{cut}…")
+    } else {
+        text.to_string()
+    }
+}
+
+/// The `error` kind of our JSON error body, if present.
+pub fn error_kind(body: &[u8]) -> Option<String> {
+    serde_json::from_slice::<xet_cas::wire::ErrorBody>(body)
+        .ok()
+        .map(|e| e.error)
+}
+
+pub fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc64_nvme_check_value() {
+        assert_eq!(crc64_nvme(b"123456789"), 0xae8b14860a799888);
+        assert_eq!(crc64_nvme(b""), 0);
+    }
+
+    #[test]
+    fn urls_join_and_redact() {
+        assert_eq!(join_url("http://h:1", "/v1/x"), "http://h:1/v1/x");
+        assert_eq!(join_url("http://h:1/", "/v1/x"), "http://h:1/v1/x");
+        assert_eq!(
+            join_url("https://h/cas/", "v2/shards"),
+            "https://h/cas/v2/shards"
+        );
+        assert_eq!(
+            redact_url("http://h/_xorb/a?X-Xet-Signature=s3cr3t"),
+            "http://h/_xorb/a?…"
+        );
+        assert_eq!(redact_url("http://h/p"), "http://h/p");
+    }
+
+    #[test]
+    fn range_headers_are_inclusive() {
+        assert_eq!(range_header(&ByteRange::new(0, 100)).unwrap(), "bytes=0-99");
+        assert_eq!(range_header(&ByteRange::new(5, 6)).unwrap(), "bytes=5-5");
+        assert_eq!(
+            range_header(&ByteRange::new(5, u64::MAX)).unwrap(),
+            "bytes=5-"
+        );
+        assert!(range_header(&ByteRange::new(5, 5)).is_none());
+        let m = [ByteRange::new(0, 1460046), ByteRange::new(1660778, 3146112)];
+        assert_eq!(
+            multi_range_header(&m).unwrap(),
+            "bytes=0-1460045,1660778-3146111"
+        );
+        assert!(multi_range_header(&[]).is_none());
+    }
+
+    #[test]
+    fn retry_after_seconds() {
+        assert_eq!(parse_retry_after("3"), Some(Duration::from_secs(3)));
+        assert_eq!(parse_retry_after(" 0 "), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after("1.5"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(parse_retry_after("-1"), None);
+        assert_eq!(parse_retry_after("nan"), None);
+    }
+
+    #[test]
+    fn backoff_grows_is_capped_and_jittered() {
+        let p = RetryPolicy {
+            max_attempts: 10,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(700),
+            max_duration: Duration::from_secs(10),
+        };
+        assert_eq!(backoff_ceiling(&p, 1), Duration::from_millis(100));
+        assert_eq!(backoff_ceiling(&p, 2), Duration::from_millis(200));
+        assert_eq!(backoff_ceiling(&p, 3), Duration::from_millis(400));
+        assert_eq!(backoff_ceiling(&p, 4), Duration::from_millis(700));
+        assert_eq!(backoff_ceiling(&p, 400), Duration::from_millis(700));
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let d = backoff_delay(&p, 2);
+            assert!(
+                d >= Duration::from_millis(100) && d <= Duration::from_millis(200),
+                "{d:?}"
+            );
+            seen.insert(d);
+        }
+        assert!(seen.len() > 10, "jitter varies the delay");
+        let zero = RetryPolicy {
+            base_delay: Duration::ZERO,
+            ..p
+        };
+        assert_eq!(backoff_delay(&zero, 3), Duration::ZERO);
+    }
+
+    #[test]
+    fn content_range_forms() {
+        assert_eq!(
+            parse_content_range("bytes 0-99/1000"),
+            Some((0, 99, Some(1000)))
+        );
+        assert_eq!(parse_content_range("bytes 5-9/*"), Some((5, 9, None)));
+        assert_eq!(parse_content_range("bytes */1000"), None);
+        assert_eq!(parse_unsatisfied_range("bytes */1000"), Some(1000));
+        assert_eq!(parse_unsatisfied_range("bytes 0-1/2"), None);
+    }
+
+    #[test]
+    fn error_bodies() {
+        assert_eq!(
+            error_reason(br#"{"error":"invalid_shard","reason":"bad magic"}"#),
+            "bad magic"
+        );
+        assert_eq!(
+            error_kind(br#"{"error":"invalid_shard","reason":"bad magic"}"#).unwrap(),
+            "invalid_shard"
+        );
+        assert_eq!(error_reason(br#"{"message":"nope"}"#), "nope");
+        assert_eq!(error_reason(b"  plain text\n"), "plain text");
+        assert_eq!(error_reason(&[b'x'; 1000]).chars().count(), 301);
+    }
+
+    #[test]
+    fn finds_hash_in_message() {
+        let h = xet_hash::chunk_hash(b"x");
+        let msg = format!("shard references xorb {h}, which is not stored");
+        assert_eq!(find_hash(&msg), Some(h));
+        assert_eq!(find_hash("no hash here"), None);
+    }
+}

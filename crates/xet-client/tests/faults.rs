@@ -1,0 +1,638 @@
+//! Fault injection through a proxy in front of a real server: every case ends with the
+//! right data or a clear error, retries are bounded, nothing hangs.
+
+mod support;
+
+use bytes::Bytes;
+use std::time::{Duration, Instant};
+use support::faultproxy::{Fault, FaultProxy, Match};
+use support::{TestServer, download, sample, upload, within};
+use xet_cas::{ByteRange, Cas, CasError, ObjectKind};
+use xet_client::HttpCas;
+
+const GRANTS: &str = "/v1/xorb-grants/";
+const GRANT_PUT: &str = "/_grant-upload/";
+const COMMITS: &str = "/v1/xorb-commits/";
+const XORBS_V1: &str = "/v1/xorbs/";
+const SHARDS_V2: &str = "/v2/shards";
+const SHARDS_V1: &str = "/v1/shards";
+const RECON_V2: &str = "/v2/reconstructions/";
+const RECON_V1: &str = "/v1/reconstructions/";
+const XORB_DATA: &str = "/_xorb/";
+
+async fn setup() -> (TestServer, FaultProxy, HttpCas) {
+    let server = TestServer::full().await;
+    let proxy = FaultProxy::start(&server.url).await;
+    let cas = support::client(&proxy.url);
+    (server, proxy, cas)
+}
+
+#[tokio::test]
+async fn transient_5xx_on_every_upload_route_are_retried() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(1);
+    proxy.inject(Match::prefix(GRANTS), Fault::Status(500), 2);
+    proxy.inject(Match::prefix(GRANT_PUT), Fault::Status(503), 1);
+    proxy.inject(Match::prefix(COMMITS), Fault::Status(502), 1);
+    proxy.inject(Match::prefix(SHARDS_V2), Fault::Status(500), 1);
+    within(30, async {
+        assert_eq!(cas.put_xorb(&s.xorb, s.body.clone()).await, Ok(true));
+        assert_eq!(cas.put_shard(s.shard.clone()).await, Ok(true));
+    })
+    .await;
+    assert_eq!(proxy.pending(), 0);
+    assert_eq!(
+        proxy.count("POST", GRANTS),
+        3,
+        "two failures, then the grant"
+    );
+    assert_eq!(proxy.count("PUT", GRANT_PUT), 2, "retried on the same URL");
+    assert_eq!(
+        proxy.count("POST", GRANTS),
+        3,
+        "a 503 on the grant URL does not ask for a new grant"
+    );
+    assert_eq!(proxy.count("POST", COMMITS), 2);
+    assert_eq!(proxy.count("POST", SHARDS_V2), 2);
+    assert_eq!(
+        proxy.count("POST", SHARDS_V1),
+        0,
+        "5xx is not a reason to fall back"
+    );
+    for f in &s.files {
+        assert_eq!(
+            within(30, download(&cas, &f.hash, None)).await.unwrap(),
+            f.data
+        );
+    }
+}
+
+#[tokio::test]
+async fn persistent_503_gives_up_after_max_attempts_with_a_server_error() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(2);
+    proxy.inject(Match::prefix(GRANTS), Fault::Status(503), 1000);
+    let start = Instant::now();
+    let e = within(30, cas.put_xorb(&s.xorb, s.body.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(proxy.count("POST", GRANTS), 4, "max_attempts = 4");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    match &e {
+        CasError::Server {
+            status: 503,
+            what,
+            message,
+        } => {
+            assert!(what.contains(&s.xorb.to_string()), "{e}");
+            assert!(message.contains("after 4 attempts"), "{e}");
+        }
+        other => panic!("expected Server 503, got {other:?}"),
+    }
+    assert!(
+        e.is_retryable(),
+        "a 503 stays classified as transient for the caller"
+    );
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured_on_429() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(3);
+    cas.put_xorb(&s.xorb, s.body.clone()).await.unwrap();
+    proxy.inject(
+        Match::prefix(SHARDS_V2),
+        Fault::StatusRetryAfter(429, "1".into()),
+        1,
+    );
+    let start = Instant::now();
+    assert_eq!(within(30, cas.put_shard(s.shard.clone())).await, Ok(true));
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(950),
+        "waited only {took:?} despite Retry-After: 1"
+    );
+    assert_eq!(proxy.count("POST", SHARDS_V2), 2);
+}
+
+#[tokio::test]
+async fn other_4xx_are_not_retried() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(4);
+    proxy.inject(Match::prefix(GRANTS), Fault::Status(409), 1);
+    let e = within(10, cas.put_xorb(&s.xorb, s.body.clone()))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CasError::InvalidXorb { .. }), "{e:?}");
+    assert_eq!(proxy.count("POST", GRANTS), 1);
+    proxy.inject(Match::prefix(GRANTS), Fault::Status(418), 1);
+    let e = within(10, cas.put_xorb(&s.xorb, s.body.clone()))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CasError::Server { status: 418, .. }), "{e:?}");
+    assert!(!e.is_retryable());
+    assert_eq!(proxy.count("POST", GRANTS), 2);
+}
+
+#[tokio::test]
+async fn expired_grant_url_gets_a_new_grant() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(5);
+    proxy.inject(Match::prefix(GRANT_PUT), Fault::Status(403), 1);
+    assert_eq!(
+        within(30, cas.put_xorb(&s.xorb, s.body.clone())).await,
+        Ok(true)
+    );
+    assert_eq!(proxy.count("POST", GRANTS), 2);
+    assert_eq!(proxy.count("PUT", GRANT_PUT), 2);
+    assert_eq!(proxy.count("POST", COMMITS), 1);
+    assert_eq!(cas.xorb_size(&s.xorb).await, Ok(Some(s.body.len() as u64)));
+}
+
+#[tokio::test]
+async fn commit_without_data_gets_a_new_grant_at_most_three_times() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(6);
+    proxy.inject(Match::prefix(COMMITS), Fault::Status(404), 1);
+    assert_eq!(
+        within(30, cas.put_xorb(&s.xorb, s.body.clone())).await,
+        Ok(true)
+    );
+    assert_eq!(proxy.count("POST", GRANTS), 2);
+
+    let s = sample(7);
+    proxy.clear_log();
+    proxy.inject(Match::prefix(GRANT_PUT), Fault::Status(403), 1000);
+    let e = within(30, cas.put_xorb(&s.xorb, s.body.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(proxy.count("POST", GRANTS), 3, "at most 3 grants per xorb");
+    assert_eq!(proxy.count("POST", COMMITS), 0);
+    assert!(e.to_string().contains("3 upload grants"), "{e}");
+    assert_eq!(cas.xorb_size(&s.xorb).await, Ok(None));
+}
+
+#[tokio::test]
+async fn grant_upload_412_counts_as_uploaded() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(8);
+    // 412 (the object is already at the grant URL) goes straight to the commit. Here the
+    // proxy answered it, so no data arrived: the commit's 404 starts over with a new grant.
+    proxy.inject(Match::prefix(GRANT_PUT), Fault::Status(412), 1);
+    assert_eq!(
+        within(30, cas.put_xorb(&s.xorb, s.body.clone())).await,
+        Ok(true)
+    );
+    assert_eq!(proxy.count("POST", GRANTS), 2);
+    assert_eq!(proxy.count("PUT", GRANT_PUT), 2);
+    assert_eq!(proxy.count("POST", COMMITS), 2);
+}
+
+#[tokio::test]
+async fn server_without_grants_or_v2_gets_fallbacks_cached_per_client() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(10);
+    proxy.inject(Match::prefix(GRANTS), Fault::Status(404), 1000);
+    proxy.inject(Match::prefix(SHARDS_V2), Fault::Status(501), 1000);
+    proxy.inject(Match::prefix(RECON_V2), Fault::Status(404), 1000);
+    within(30, upload(&cas, &s)).await;
+    assert_eq!(
+        proxy.count("POST", XORBS_V1),
+        1,
+        "direct upload after a grant 404"
+    );
+    assert_eq!(proxy.count("POST", SHARDS_V1), 1);
+    assert!(cas.lacks_v2_shards());
+    for f in &s.files {
+        assert_eq!(
+            within(30, download(&cas, &f.hash, None)).await.unwrap(),
+            f.data
+        );
+    }
+    assert!(cas.lacks_v2_reconstructions());
+    assert_eq!(
+        proxy.count("GET", RECON_V2),
+        1,
+        "v2 asked once, then v1 only"
+    );
+    assert_eq!(proxy.count("GET", RECON_V1), 2);
+    // Grants are asked per xorb, as the reference does.
+    let s2 = sample(11);
+    within(30, upload(&cas, &s2)).await;
+    assert_eq!(proxy.count("POST", GRANTS), 2);
+    assert_eq!(
+        proxy.count("POST", SHARDS_V2),
+        1,
+        "v2 shards not asked again"
+    );
+}
+
+#[tokio::test]
+async fn missing_file_costs_v2_then_v1_and_is_not_found() {
+    let (_s, proxy, cas) = setup().await;
+    let h = xet_hash::chunk_hash(b"nope");
+    let e = within(10, cas.reconstruction(&h, None)).await.unwrap_err();
+    assert_eq!(
+        e,
+        CasError::NotFound {
+            kind: ObjectKind::File,
+            hash: h
+        }
+    );
+    assert_eq!(proxy.count("GET", RECON_V2), 1);
+    assert_eq!(proxy.count("GET", RECON_V1), 1);
+    assert!(
+        !cas.lacks_v2_reconstructions(),
+        "a missing file says nothing about v2"
+    );
+}
+
+#[tokio::test]
+async fn presigned_403_is_url_expired_and_a_fresh_reconstruction_works() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(12);
+    within(30, upload(&cas, &s)).await;
+    let f = &s.files[1];
+    let r = cas.reconstruction(&f.hash, None).await.unwrap();
+    proxy.inject(Match::prefix(XORB_DATA), Fault::Status(403), 1);
+    let e = within(10, cas.fetch_xorb_range(&r.fetches[0]))
+        .await
+        .unwrap_err();
+    assert_eq!(e, CasError::UrlExpired { hash: s.xorb });
+    assert_eq!(
+        proxy.count("GET", XORB_DATA),
+        1,
+        "403 is not retried on the same URL"
+    );
+    assert_eq!(
+        within(30, download(&cas, &f.hash, None)).await.unwrap(),
+        f.data
+    );
+}
+
+#[tokio::test]
+async fn broken_and_stalled_downloads_are_retried() {
+    let server = TestServer::full().await;
+    let proxy = FaultProxy::start(&server.url).await;
+    let cfg = support::config(&proxy.url)
+        .with_timeouts(Duration::from_secs(2), Duration::from_millis(400));
+    let cas = HttpCas::new(cfg).unwrap();
+    let s = sample(13);
+    within(30, upload(&cas, &s)).await;
+    let f = &s.files[0];
+    proxy.clear_log();
+    proxy.inject(Match::prefix(XORB_DATA), Fault::DropMidBody, 1);
+    proxy.inject(Match::prefix(XORB_DATA), Fault::StallMidBody, 1);
+    proxy.inject(Match::prefix(XORB_DATA), Fault::Status(500), 1);
+    proxy.inject(Match::prefix(RECON_V2), Fault::StallHeaders, 1);
+    let got = within(30, download(&cas, &f.hash, None)).await.unwrap();
+    assert_eq!(got, f.data);
+    assert_eq!(proxy.pending(), 0);
+    assert_eq!(proxy.count("GET", XORB_DATA), 4);
+    assert_eq!(proxy.count("GET", RECON_V2), 2);
+    // Presigned requests never carry the token header; all share the session id.
+    let log = proxy.log();
+    assert!(
+        log.iter()
+            .filter(|l| l.path.starts_with(XORB_DATA))
+            .all(|l| l.range.is_some())
+    );
+}
+
+#[tokio::test]
+async fn stalled_upload_is_cut_by_the_idle_timeout_and_retried() {
+    let server = TestServer::full().await;
+    let proxy = FaultProxy::start(&server.url).await;
+    let cfg = support::config(&proxy.url)
+        .with_timeouts(Duration::from_secs(2), Duration::from_millis(400));
+    let cas = HttpCas::new(cfg).unwrap();
+    let s = sample(14);
+    proxy.inject(Match::prefix(COMMITS), Fault::StallHeaders, 1);
+    proxy.inject(Match::prefix(SHARDS_V2), Fault::StallMidBody, 1);
+    let start = Instant::now();
+    within(30, upload(&cas, &s)).await;
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert_eq!(proxy.pending(), 0);
+    // The stalled commit was retried on the same grant and found its data.
+    assert_eq!(proxy.count("POST", GRANTS), 1);
+    assert_eq!(proxy.count("POST", COMMITS), 2);
+    assert_eq!(cas.xorb_size(&s.xorb).await, Ok(Some(s.body.len() as u64)));
+}
+
+#[tokio::test]
+async fn ndjson_error_frames_and_truncated_streams() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(15);
+    cas.put_xorb(&s.xorb, s.body.clone()).await.unwrap();
+    let ndjson = |body: &str| Fault::Respond {
+        status: 200,
+        content_type: "application/x-ndjson".into(),
+        body: body.to_string(),
+    };
+    // Retryable error frame, then a stream that ends without a terminal frame: both retried.
+    proxy.inject(
+        Match::prefix(SHARDS_V2),
+        ndjson("{\"type\":\"validating\",\"verified\":0,\"total\":1}\n{\"type\":\"error\",\"message\":\"disk busy\",\"retryable\":true}\n"),
+        1,
+    );
+    proxy.inject(
+        Match::prefix(SHARDS_V2),
+        ndjson("{\"type\":\"validating\",\"verified\":0,\"total\":1}\n"),
+        1,
+    );
+    assert_eq!(within(30, cas.put_shard(s.shard.clone())).await, Ok(true));
+    assert_eq!(proxy.count("POST", SHARDS_V2), 3);
+
+    // A final error frame: the message reaches the caller.
+    proxy.inject(
+        Match::prefix(SHARDS_V2),
+        ndjson("{\"type\":\"error\",\"message\":\"policy says no\",\"retryable\":false}\n"),
+        1,
+    );
+    let e = within(10, cas.put_shard(s.shard.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e,
+        CasError::InvalidShard {
+            reason: "policy says no".into()
+        }
+    );
+
+    // Truncated for good: a network error after max attempts.
+    proxy.clear_log();
+    proxy.inject(
+        Match::prefix(SHARDS_V2),
+        ndjson("{\"type\":\"committing\",\"stage\":\"x\"}"),
+        1000,
+    );
+    let e = within(10, cas.put_shard(s.shard.clone()))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CasError::Network { .. }), "{e:?}");
+    assert!(e.to_string().contains("without a result"), "{e}");
+    assert_eq!(proxy.count("POST", SHARDS_V2), 4);
+}
+
+#[tokio::test]
+async fn real_shard_rejections_name_the_problem() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(16);
+    // Shard before its xorb: the server names the missing xorb.
+    let e = within(10, cas.put_shard(s.shard.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(e, CasError::MissingXorb { hash: s.xorb });
+    let e = within(10, cas.put_shard(Bytes::from_static(b"garbage")))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CasError::InvalidShard { .. }), "{e:?}");
+    assert_eq!(
+        proxy.count("POST", SHARDS_V2),
+        2,
+        "rejections are not retried"
+    );
+}
+
+#[tokio::test]
+async fn dedup_query_failures_are_misses_without_retry() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(17);
+    within(30, upload(&cas, &s)).await;
+    let first_chunk = {
+        // The first chunk of file 0 is dedup-eligible.
+        let data = &s.files[0].data[..40_000];
+        xet_hash::chunk_hash(data)
+    };
+    let hit = within(10, cas.dedup_shard(&first_chunk)).await.unwrap();
+    assert!(hit.is_some_and(|b| !b.is_empty()));
+    proxy.clear_log();
+    for status in [500, 429, 503, 403, 400] {
+        proxy.inject(Match::prefix("/v1/chunks/"), Fault::Status(status), 1);
+        assert_eq!(
+            within(10, cas.dedup_shard(&first_chunk)).await,
+            Ok(None),
+            "status {status}"
+        );
+    }
+    assert_eq!(proxy.count("GET", "/v1/chunks/"), 5, "one request each");
+    proxy.inject(Match::prefix("/v1/chunks/"), Fault::DropMidBody, 1);
+    assert_eq!(within(10, cas.dedup_shard(&first_chunk)).await, Ok(None));
+    proxy.inject(Match::prefix("/v1/chunks/"), Fault::Status(401), 1);
+    assert!(matches!(
+        within(10, cas.dedup_shard(&first_chunk)).await,
+        Err(CasError::Unauthorized(_))
+    ));
+}
+
+#[tokio::test]
+async fn unreachable_server_is_a_network_error_after_bounded_retries() {
+    // A port nothing listens on (bound, then closed).
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let cas = support::client(&format!("http://127.0.0.1:{port}"));
+    let s = sample(18);
+    let start = Instant::now();
+    let e = within(30, cas.put_xorb(&s.xorb, s.body.clone()))
+        .await
+        .unwrap_err();
+    assert!(start.elapsed() < Duration::from_secs(10));
+    match &e {
+        CasError::Network { what, message } => {
+            assert!(
+                what.contains("xorb-grants") && what.contains(&s.xorb.to_string()),
+                "{e}"
+            );
+            assert!(
+                message.contains("4 attempts") && message.contains("reachable"),
+                "{e}"
+            );
+        }
+        other => panic!("expected Network, got {other:?}"),
+    }
+    // Reads too: the error distinguishes the network from a server refusal.
+    let e = within(30, cas.file_size(&s.files[0].hash))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CasError::Network { .. }), "{e:?}");
+}
+
+#[tokio::test]
+async fn multi_range_fetch_uses_one_request_and_falls_back() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(19);
+    within(30, upload(&cas, &s)).await;
+    let r0 = cas.reconstruction(&s.files[0].hash, None).await.unwrap();
+    let r1 = cas.reconstruction(&s.files[1].hash, None).await.unwrap();
+    let mut fetches = vec![r0.fetches[0].clone(), r1.fetches[0].clone()];
+    // Same presigned URL for both: one xorb.
+    assert_eq!(fetches[0].url, fetches[1].url);
+    let want: Vec<Bytes> = s_body_slices(&s, &fetches);
+
+    proxy.clear_log();
+    let got = within(10, cas.fetch_xorb_ranges(&fetches)).await.unwrap();
+    assert_eq!(got, want);
+    let log = proxy.log();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert!(
+        log[0].range.as_deref().unwrap().contains(','),
+        "{:?}",
+        log[0].range
+    );
+
+    // The server answers only the first range: the rest come one by one.
+    proxy.clear_log();
+    proxy.inject(Match::prefix(XORB_DATA), Fault::FirstRangeOnly, 1);
+    assert_eq!(
+        within(10, cas.fetch_xorb_ranges(&fetches)).await.unwrap(),
+        want
+    );
+    assert_eq!(proxy.count("GET", XORB_DATA), 2);
+
+    // The server ignores Range: the whole xorb (200) is sliced.
+    proxy.clear_log();
+    proxy.inject(Match::prefix(XORB_DATA), Fault::RewriteRange(None), 1);
+    assert_eq!(
+        within(10, cas.fetch_xorb_ranges(&fetches)).await.unwrap(),
+        want
+    );
+    assert_eq!(proxy.count("GET", XORB_DATA), 1);
+
+    // Single fetches with a server ignoring Range, and a duplicate range.
+    proxy.inject(Match::prefix(XORB_DATA), Fault::RewriteRange(None), 1);
+    assert_eq!(
+        within(10, cas.fetch_xorb_range(&fetches[1])).await.unwrap(),
+        want[1]
+    );
+    fetches.push(fetches[0].clone());
+    let got = within(10, cas.fetch_xorb_ranges(&fetches)).await.unwrap();
+    assert_eq!(got[2], want[0]);
+
+    // A transient failure of the multi-range request is retried.
+    proxy.inject(Match::prefix(XORB_DATA), Fault::DropMidBody, 1);
+    assert_eq!(
+        within(10, cas.fetch_xorb_ranges(&fetches)).await.unwrap()[..2],
+        want[..]
+    );
+}
+
+fn s_body_slices(s: &support::Sample, fetches: &[xet_cas::XorbFetch]) -> Vec<Bytes> {
+    fetches
+        .iter()
+        .map(|f| s.body.slice(f.bytes.start as usize..f.bytes.end as usize))
+        .collect()
+}
+
+#[tokio::test]
+async fn ranged_reconstruction_and_range_errors() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(20);
+    within(30, upload(&cas, &s)).await;
+    let f = &s.files[1];
+    let n = f.data.len() as u64;
+    let r = ByteRange::new(70_000, 100_010);
+    assert_eq!(
+        within(10, download(&cas, &f.hash, Some(r))).await.unwrap(),
+        &f.data[70_000..100_010]
+    );
+    assert!(
+        proxy
+            .log()
+            .iter()
+            .any(|l| l.range.as_deref() == Some("bytes=70000-100009"))
+    );
+    let e = within(
+        10,
+        cas.reconstruction(&f.hash, Some(ByteRange::new(n, n + 5))),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        e,
+        CasError::RangeNotSatisfiable {
+            file: f.hash,
+            start: n,
+            size: n
+        }
+    );
+    // An empty range inside the file is empty; past the end it is an error.
+    assert!(
+        within(10, cas.reconstruction(&f.hash, Some(ByteRange::new(5, 5))))
+            .await
+            .unwrap()
+            .terms
+            .is_empty()
+    );
+    assert!(
+        within(
+            10,
+            cas.reconstruction(&f.hash, Some(ByteRange::new(n + 1, n + 1)))
+        )
+        .await
+        .is_err()
+    );
+    // Ranges past the xorb's end are errors, never short reads.
+    let mut fetch = cas.reconstruction(&f.hash, None).await.unwrap().fetches[0].clone();
+    fetch.bytes.end = s.body.len() as u64 + 1;
+    let e = within(10, cas.fetch_xorb_range(&fetch)).await.unwrap_err();
+    assert!(matches!(e, CasError::Corrupt { .. }), "{e:?}");
+}
+
+#[tokio::test]
+async fn many_ranges_are_batched_and_a_refused_multi_range_falls_back() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(21);
+    within(30, upload(&cas, &s)).await;
+    let base = cas
+        .reconstruction(&s.files[0].hash, None)
+        .await
+        .unwrap()
+        .fetches[0]
+        .clone();
+    let fetches: Vec<xet_cas::XorbFetch> = (0..70u64)
+        .map(|i| {
+            let mut f = base.clone();
+            f.bytes = ByteRange::new(i * 1000, i * 1000 + 1 + i);
+            f
+        })
+        .collect();
+    let want = s_body_slices(&s, &fetches);
+    proxy.clear_log();
+    assert_eq!(
+        within(10, cas.fetch_xorb_ranges(&fetches)).await.unwrap(),
+        want
+    );
+    assert_eq!(proxy.count("GET", XORB_DATA), 2, "64 + 6 ranges");
+
+    proxy.clear_log();
+    proxy.inject(Match::prefix(XORB_DATA), Fault::Status(400), 1);
+    assert_eq!(
+        within(10, cas.fetch_xorb_ranges(&fetches[..3]))
+            .await
+            .unwrap(),
+        want[..3]
+    );
+    assert_eq!(
+        proxy.count("GET", XORB_DATA),
+        4,
+        "refused multi-range, then 3 single GETs"
+    );
+}
+
+#[tokio::test]
+async fn retry_after_beyond_the_retry_budget_gives_up_at_once() {
+    let (_s, proxy, cas) = setup().await;
+    let h = xet_hash::chunk_hash(b"f");
+    proxy.inject(
+        Match::prefix("/v1/files/"),
+        Fault::StatusRetryAfter(429, "100".into()),
+        10,
+    );
+    let start = Instant::now();
+    let e = within(10, cas.file_size(&h)).await.unwrap_err();
+    assert!(matches!(e, CasError::Server { status: 429, .. }), "{e:?}");
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert_eq!(proxy.count("HEAD", "/v1/files/"), 1);
+}
