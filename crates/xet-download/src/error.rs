@@ -1,0 +1,161 @@
+//! The crate's one error type. Every variant names the file being downloaded and, where
+//! it applies, the xorb, chunk, term, host or path involved; [`DownloadError::kind`]
+//! gives the coarse class the CLI maps to an exit code.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use xet_cas::CasError;
+use xet_hash::MerkleHash;
+
+/// Coarse error classes, for exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The file (or a xorb it needs) does not exist.
+    NotFound,
+    /// The request itself is invalid (bad range).
+    InvalidRequest,
+    /// Downloaded data failed verification (file hash, term length, chunk decode).
+    Verification,
+    /// Network or server failure that persisted after retries, or a stall.
+    Network,
+    /// Authentication or authorization failure.
+    Auth,
+    /// Writing the output (or the `.part` / journal next to it) failed.
+    Output,
+    /// The download was cancelled.
+    Interrupted,
+    /// Anything else the CAS reported.
+    Other,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DownloadError {
+    #[error("file {file} not found")]
+    NotFound { file: MerkleHash },
+
+    #[error("file {file}: xorb {xorb} not found (the store is missing data this file needs)")]
+    XorbNotFound { file: MerkleHash, xorb: MerkleHash },
+
+    #[error(
+        "file {file}: byte range starting at {start} is not satisfiable: the file is {size} bytes"
+    )]
+    RangeNotSatisfiable {
+        file: MerkleHash,
+        start: u64,
+        size: u64,
+    },
+
+    #[error("file {file}: invalid request: {reason}")]
+    InvalidRequest { file: MerkleHash, reason: String },
+
+    /// Data arrived but is wrong. `detail` names the term, xorb and chunk where known.
+    #[error("file {file}: verification failed: {detail}; nothing was written to the destination")]
+    Verification { file: MerkleHash, detail: String },
+
+    /// The reconstruction the CAS answered is inconsistent (gaps, missing fetches).
+    #[error("file {file}: bad reconstruction from the CAS: {detail}")]
+    BadReconstruction { file: MerkleHash, detail: String },
+
+    /// A network / server failure that persisted after `attempts` tries, or a stall.
+    #[error("file {file}: {what}{host}: {message} (after {attempts} attempt(s))", host = host_suffix(host))]
+    Network {
+        file: MerkleHash,
+        what: String,
+        host: Option<String>,
+        attempts: u32,
+        message: String,
+    },
+
+    #[error("file {file}: {source}")]
+    Auth { file: MerkleHash, source: CasError },
+
+    #[error("file {file}: {source}")]
+    Cas { file: MerkleHash, source: CasError },
+
+    /// Writing or reading local output files failed.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: Arc<std::io::Error>,
+    },
+
+    #[error("file {file}: download interrupted{}", if *resumable { " (rerun to resume)" } else { "" })]
+    Interrupted { file: MerkleHash, resumable: bool },
+
+    /// A background task panicked or was lost.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+fn host_suffix(host: &Option<String>) -> String {
+    match host {
+        Some(h) => format!(" from {h}"),
+        None => String::new(),
+    }
+}
+
+impl DownloadError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            DownloadError::NotFound { .. } | DownloadError::XorbNotFound { .. } => {
+                ErrorKind::NotFound
+            }
+            DownloadError::RangeNotSatisfiable { .. } | DownloadError::InvalidRequest { .. } => {
+                ErrorKind::InvalidRequest
+            }
+            DownloadError::Verification { .. } | DownloadError::BadReconstruction { .. } => {
+                ErrorKind::Verification
+            }
+            DownloadError::Network { .. } => ErrorKind::Network,
+            DownloadError::Auth { .. } => ErrorKind::Auth,
+            DownloadError::Io { .. } => ErrorKind::Output,
+            DownloadError::Interrupted { .. } => ErrorKind::Interrupted,
+            DownloadError::Cas { .. } | DownloadError::Internal(_) => ErrorKind::Other,
+        }
+    }
+
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        DownloadError::Io {
+            op,
+            path: path.into(),
+            source: Arc::new(source),
+        }
+    }
+
+    /// Map a CAS error about `file` (not about a specific fetch).
+    pub(crate) fn from_cas(file: MerkleHash, e: CasError) -> Self {
+        match e {
+            CasError::NotFound {
+                kind: xet_cas::ObjectKind::Xorb,
+                hash,
+            } => DownloadError::XorbNotFound { file, xorb: hash },
+            CasError::NotFound { .. } => DownloadError::NotFound { file },
+            CasError::RangeNotSatisfiable { start, size, .. } => {
+                DownloadError::RangeNotSatisfiable { file, start, size }
+            }
+            CasError::Unauthorized(_) | CasError::Forbidden(_) => {
+                DownloadError::Auth { file, source: e }
+            }
+            CasError::Corrupt { what, message } => DownloadError::Verification {
+                file,
+                detail: format!("corrupt data from {what}: {message}"),
+            },
+            CasError::Network { what, message } => DownloadError::Network {
+                file,
+                what,
+                host: None,
+                attempts: 1,
+                message,
+            },
+            other => DownloadError::Cas {
+                file,
+                source: other,
+            },
+        }
+    }
+}
+
+pub type Result<T, E = DownloadError> = std::result::Result<T, E>;

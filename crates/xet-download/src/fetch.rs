@@ -1,0 +1,244 @@
+//! Talking to the CAS: reconstruction queries and xorb range fetches with a stall
+//! deadline, bounded retries with backoff, and re-queries after an expired URL.
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use xet_cas::{ByteRange, CasError, ChunkRange, Reconstruction, XorbFetch};
+use xet_hash::MerkleHash;
+
+use crate::error::DownloadError;
+use crate::pipeline::Shared;
+use crate::plan::find_fetch;
+
+/// The host of a URL, without credentials, path or query (presigned signatures stay
+/// out of messages).
+pub(crate) fn url_host(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, h)| h)
+        .to_string()
+}
+
+fn backoff(base: Duration, attempt: u32) -> Duration {
+    let exp = base.saturating_mul(1u32 << attempt.min(10));
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    // Up to +50% jitter.
+    let jitter = exp.mul_f64(f64::from(nanos % 1000) / 2000.0);
+    (exp + jitter).min(Duration::from_secs(30))
+}
+
+enum Outcome<T> {
+    Done(T),
+    Retry(String),
+    Fail(DownloadError),
+}
+
+/// Query the reconstruction of `file` for `range`, with retries.
+pub(crate) async fn query_reconstruction(
+    shared: &Shared,
+    file: MerkleHash,
+    range: ByteRange,
+) -> Result<Reconstruction, DownloadError> {
+    let opts = &shared.opts;
+    let mut attempt = 0u32;
+    loop {
+        let res = tokio::time::timeout(
+            opts.stall_timeout,
+            shared.cas.reconstruction(&file, Some(range)),
+        )
+        .await;
+        let outcome = match res {
+            Ok(Ok(mut r)) => {
+                crate::plan::merge_fetches(&mut r.fetches);
+                Outcome::Done(r)
+            }
+            Ok(Err(e)) if e.is_retryable() => Outcome::Retry(e.to_string()),
+            Ok(Err(e)) => Outcome::Fail(DownloadError::from_cas(file, e)),
+            Err(_) => Outcome::Retry(format!("no answer within {:?}", opts.stall_timeout)),
+        };
+        match outcome {
+            Outcome::Done(r) => return Ok(r),
+            Outcome::Fail(e) => return Err(e),
+            Outcome::Retry(msg) if attempt >= opts.max_retries => {
+                return Err(DownloadError::Network {
+                    file,
+                    what: format!("reconstruction of bytes {}..{}", range.start, range.end),
+                    host: None,
+                    attempts: attempt + 1,
+                    message: msg,
+                });
+            }
+            Outcome::Retry(msg) => {
+                tracing::debug!("reconstruction of {file} failed ({msg}); retrying");
+                tokio::time::sleep(backoff(opts.retry_base_delay, attempt)).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// Size of `file`, with retries.
+pub(crate) async fn query_file_size(
+    shared: &Shared,
+    file: MerkleHash,
+) -> Result<u64, DownloadError> {
+    let opts = &shared.opts;
+    let mut attempt = 0u32;
+    loop {
+        match tokio::time::timeout(opts.stall_timeout, shared.cas.file_size(&file)).await {
+            Ok(Ok(Some(n))) => return Ok(n),
+            Ok(Ok(None)) => return Err(DownloadError::NotFound { file }),
+            Ok(Err(e)) if !e.is_retryable() => return Err(DownloadError::from_cas(file, e)),
+            res => {
+                let msg = match res {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!("no answer within {:?}", opts.stall_timeout),
+                };
+                if attempt >= opts.max_retries {
+                    return Err(DownloadError::Network {
+                        file,
+                        what: "file size query".into(),
+                        host: None,
+                        attempts: attempt + 1,
+                        message: msg,
+                    });
+                }
+                tokio::time::sleep(backoff(opts.retry_base_delay, attempt)).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// Fetch the serialized chunks of `fetch`. On an expired URL the reconstruction for
+/// `segment` is queried again and the fetch containing `needed` chunks is used; the
+/// fetch actually used is returned with the bytes (its chunk range may differ).
+pub(crate) async fn fetch_range(
+    shared: &Shared,
+    file: MerkleHash,
+    segment: ByteRange,
+    mut fetch: XorbFetch,
+    needed: ChunkRange,
+) -> Result<(XorbFetch, Bytes), DownloadError> {
+    let opts = &shared.opts;
+    let mut attempt = 0u32;
+    let mut refreshes = 0u32;
+    loop {
+        let len = fetch.bytes.len();
+        let allowance = if opts.min_throughput == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(len as f64 / opts.min_throughput as f64)
+        };
+        let deadline = opts.stall_timeout + allowance;
+        let what = || {
+            format!(
+                "fetching xorb {} chunks {}..{}",
+                fetch.xorb, fetch.chunks.start, fetch.chunks.end
+            )
+        };
+        let host = fetch.url.as_deref().map(url_host);
+        let res = tokio::time::timeout(deadline, shared.cas.fetch_xorb_range(&fetch)).await;
+        let outcome = match res {
+            Ok(Ok(b)) if b.len() as u64 == len => Outcome::Done(b),
+            Ok(Ok(b)) => Outcome::Retry(format!("got {} bytes for a {len}-byte range", b.len())),
+            Ok(Err(CasError::UrlExpired { .. })) => {
+                if refreshes >= opts.max_url_refreshes {
+                    Outcome::Fail(DownloadError::Network {
+                        file,
+                        what: what(),
+                        host: host.clone(),
+                        attempts: attempt + refreshes + 1,
+                        message: format!(
+                            "presigned URL still expired after {refreshes} reconstruction re-queries"
+                        ),
+                    })
+                } else {
+                    refreshes += 1;
+                    tracing::debug!(
+                        "URL for xorb {} expired; re-querying the reconstruction",
+                        fetch.xorb
+                    );
+                    let recon = query_reconstruction(shared, file, segment).await?;
+                    match find_fetch(&recon, &fetch.xorb, &needed) {
+                        Some(f) => fetch = f.clone(),
+                        None => {
+                            return Err(DownloadError::BadReconstruction {
+                                file,
+                                detail: format!(
+                                    "re-queried reconstruction has no fetch for xorb {} chunks {}..{}",
+                                    fetch.xorb, needed.start, needed.end
+                                ),
+                            });
+                        }
+                    }
+                    continue;
+                }
+            }
+            Ok(Err(e)) if e.is_retryable() => Outcome::Retry(e.to_string()),
+            Ok(Err(CasError::NotFound { .. })) => Outcome::Fail(DownloadError::XorbNotFound {
+                file,
+                xorb: fetch.xorb,
+            }),
+            Ok(Err(CasError::Corrupt { what: w, message })) => {
+                Outcome::Fail(DownloadError::Verification {
+                    file,
+                    detail: format!(
+                        "xorb {} chunks {}..{}: corrupt data from {w}: {message}",
+                        fetch.xorb, fetch.chunks.start, fetch.chunks.end
+                    ),
+                })
+            }
+            Ok(Err(e)) => Outcome::Fail(DownloadError::from_cas(file, e)),
+            Err(_) => Outcome::Retry(format!("no progress for {deadline:?} (stalled)")),
+        };
+        match outcome {
+            Outcome::Done(b) => return Ok((fetch, b)),
+            Outcome::Fail(e) => return Err(e),
+            Outcome::Retry(message) if attempt >= opts.max_retries => {
+                return Err(DownloadError::Network {
+                    file,
+                    what: what(),
+                    host,
+                    attempts: attempt + 1,
+                    message,
+                });
+            }
+            Outcome::Retry(message) => {
+                tracing::debug!("{}: {message}; retrying", what());
+                tokio::time::sleep(backoff(opts.retry_base_delay, attempt)).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_without_secrets() {
+        assert_eq!(
+            url_host("https://cas.example.org:8443/_xorb/x?X-Sig=abc"),
+            "cas.example.org:8443"
+        );
+        assert_eq!(url_host("http://user:pw@h/p"), "h");
+        assert_eq!(url_host("h?x"), "h");
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let b = Duration::from_millis(100);
+        assert!(backoff(b, 0) >= b && backoff(b, 0) <= b * 2);
+        assert!(backoff(b, 3) >= b * 8);
+        assert!(backoff(b, 30) <= Duration::from_secs(30));
+    }
+}

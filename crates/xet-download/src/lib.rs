@@ -1,0 +1,222 @@
+//! The xet download pipeline over any [`Cas`]: reconstruction in segments, parallel
+//! fetches bounded in count and in bytes, decoding with bounded decompression, every
+//! chunk hashed, the file hash checked, positional writes to a resumable `.part` file,
+//! atomic rename, and an on-disk LRU chunk cache.
+//!
+//! # Use
+//!
+//! ```no_run
+//! # async fn f(cas: std::sync::Arc<dyn xet_cas::Cas>, hash: xet_hash::MerkleHash) -> Result<(), xet_download::DownloadError> {
+//! use xet_download::*;
+//! let opts = DownloadOptions { cache: default_cache_dir().map(CacheConfig::new), ..Default::default() };
+//! let report = download(cas, vec![DownloadRequest::to_path(hash, "model.bin")], opts, None).await?;
+//! println!("{}", serde_json::to_string(&report).unwrap());
+//! # Ok(()) }
+//! ```
+//!
+//! # What happens to one file
+//!
+//! 1. The empty file (hash zero) is created with no request at all.
+//! 2. The size comes from the request or [`Cas::file_size`]. The wanted bytes (the whole
+//!    file or a [`FileRange`]) are walked front to back in **segments**: the
+//!    reconstruction is queried for about [`DownloadOptions::segment_bytes`] at a time
+//!    and every term of the answer is taken whole, so the next query starts on a term
+//!    boundary and no chunk is taken twice (a server answering with untrimmed terms
+//!    that start before the query is handled: the overlap is dropped on a chunk
+//!    boundary). At most [`DownloadOptions::segments_in_flight`] segments are being
+//!    fetched at once, so presigned URLs are used soon after they are issued.
+//! 3. Fetches of one xorb (and URL) whose chunk ranges overlap or touch are merged,
+//!    and terms are grouped by the fetch that covers them: **one fetch serves every
+//!    term it covers** and no byte range is downloaded twice; each fetch is one
+//!    [`Cas::fetch_xorb_range`] call. Fetches run in parallel, limited by
+//!    [`DownloadOptions::max_concurrent_fetches`] (count) and by
+//!    [`DownloadOptions::memory_budget`] (a semaphore over KiB of fetched bytes held in
+//!    memory, across all files of the call; a single fetch larger than the budget
+//!    still runs, alone).
+//! 4. A fetch that does not complete within `stall_timeout + len / min_throughput` is
+//!    cancelled and retried; retryable errors ([`xet_cas::CasError::is_retryable`], short
+//!    bodies) are retried with exponential backoff and jitter, at most
+//!    [`DownloadOptions::max_retries`] times; then the error names the file, the xorb
+//!    and the URL host (never the signed query). An expired presigned URL
+//!    ([`xet_cas::CasError::UrlExpired`]) re-queries the reconstruction for that segment
+//!    and retries with the fresh URL (at most [`DownloadOptions::max_url_refreshes`]
+//!    times). Reconstruction and size queries get the same stall limit and retries.
+//! 5. Decoding runs on blocking threads + rayon. Pass 1 validates every chunk header
+//!    and bounds the chunk count (exactly what the reconstruction lists) and the total
+//!    declared size (≤ 64 MiB) before anything is decompressed; each term's length is
+//!    checked against its `unpacked_length` from the headers. Pass 2 decompresses the
+//!    chunks in parallel, each into a reused per-thread buffer of exactly its declared
+//!    size (no decompression bomb can produce more), **hashes every chunk**
+//!    ([`xet_hash::chunk_hash`]), and writes it straight to its offset(s) in
+//!    `<dest>.part` (positional writes) and into the chunk cache entry. No buffer of a
+//!    fetch's decoded size exists.
+//! 6. Once all of a term's chunks are written, the term is appended to the resume
+//!    journal.
+//! 7. **Whole-file downloads**: the file hash is recomputed from every chunk's
+//!    `(hash, size)` in file order and must equal the requested hash, and the total
+//!    must equal the size. Only then is the `.part` file fsynced and renamed to the
+//!    destination (and the directory fsynced). On any verification failure the `.part`
+//!    file and journal are deleted, the chunk-cache entries the file used are evicted,
+//!    and nothing appears at the destination. The error names the chunk, xorb and
+//!    term when a chunk fails to decode or a term has the wrong length. When only the
+//!    file hash is wrong (a corrupt but decodable chunk), the reconstruction carries
+//!    no chunk hashes to compare with, so the pipeline asks the CAS's global-dedup
+//!    endpoint ([`Cas::dedup_shard`]) for a few of the file's chunks: its answers list
+//!    every chunk hash of the xorbs holding them, which names the bad chunk; failing
+//!    that, a fetched range that was a whole xorb is checked against its xorb hash.
+//! 8. **Range downloads** cannot be checked against the file hash (it needs every
+//!    chunk of the file). What is checked: every chunk header and decompression
+//!    bound, the chunk count of each fetch, and every term's length. The report says
+//!    which check was made ([`Verification`]). A range covering the whole file is a
+//!    whole-file download.
+//!
+//! # Resume
+//!
+//! With [`DownloadOptions::resume`] (the default) an interrupted or failed download
+//! (other than a verification failure) leaves `<dest>.part` and the journal
+//! `<dest>.part.jsonl`. After a failure, fetches already under way finish and record
+//! their terms before the error is returned; nothing new starts. A rerun of the same
+//! request (same file, size and range) re-verifies the recorded terms by **re-hashing
+//! their bytes in the `.part` file** against the recorded chunk hashes (so a torn
+//! write or a tampered `.part` is caught and refetched), fetches only what is not
+//! recorded (a fetch is skipped when all the terms it serves are recorded), and checks
+//! the whole file's hash as usual, with the recorded chunk hashes standing in for the
+//! resumed terms: the final verification covers the whole file. Only whole terms are
+//! recorded, so the trimmed first and last term of a range download are refetched.
+//! Writer destinations (stdout) are assembled in a temporary file, copied to the
+//! writer only once verified, and are not resumable.
+//!
+//! The journal is JSON Lines; the first line identifies the download, each further
+//! line is one term completely written to the `.part` file:
+//!
+//! ```text
+//! {"version":1,"file":"<file hash>","size":<file size>,"start":<range start>,"end":<range end, exclusive>}
+//! {"offset":<offset in the .part file>,"len":<bytes>,"chunks":[["<chunk hash>",<size>],...]}
+//! ```
+//!
+//! # Chunk cache
+//!
+//! Decompressed chunks, keyed by (xorb hash, chunk range) — the reconstruction names
+//! chunks by xorb and index, never by chunk hash — in `<cache dir>/chunks/`, bounded by
+//! [`CacheConfig::max_bytes`] with LRU eviction (recency is the entry file's mtime,
+//! refreshed on every hit, so it survives restarts). One entry is what one fetch
+//! decoded; a lookup may be served by several entries. A group of terms that is
+//! entirely cached fetches nothing. Every chunk read from the cache is re-hashed and
+//! compared with the hash stored in the entry (a bad entry is deleted and becomes a
+//! miss). Entries are written under a temporary name and renamed; several processes
+//! may share the directory. See [`cache_stats`] and [`cache_clear`]. Entry format:
+//!
+//! ```text
+//! <cache dir>/chunks/<xorb hash>/<start>-<end>
+//!     "XETCC001"                           8-byte magic
+//!     n: u32 LE                            number of chunks (= end - start)
+//!     n × (hash: [u8; 32], size: u32 LE)   chunk hash and decompressed size
+//!     data                                 the n chunks' data, concatenated
+//! ```
+//!
+//! # Several files
+//!
+//! Files run concurrently ([`DownloadOptions::max_concurrent_files`]) and share the
+//! fetch and memory limits. The first error stops the call and is returned; other
+//! files in progress keep their `.part` file and journal for a rerun.
+//!
+//! # Cancellation
+//!
+//! Cancelling [`DownloadOptions::cancel`] stops at once with
+//! [`DownloadError::Interrupted`]; every term recorded in the journal so far is kept.
+
+mod cache;
+mod decode;
+mod diagnose;
+mod error;
+mod fetch;
+mod fsio;
+mod journal;
+mod pipeline;
+mod plan;
+mod types;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+pub use xet_cas::Cas;
+
+pub use cache::{CacheStats, cache_clear, cache_stats};
+pub use error::{DownloadError, ErrorKind, Result};
+pub use types::{
+    CacheConfig, Destination, DownloadOptions, DownloadReport, DownloadRequest, FileRange,
+    FileReport, ProgressEvent, ProgressFn, Verification, default_cache_dir,
+};
+
+use pipeline::{MemoryBudget, Shared};
+
+/// Download `requests` from `cas`. Returns a report per file (in request order) and
+/// totals, or the first error. `progress` receives [`ProgressEvent`]s from any thread.
+pub async fn download(
+    cas: Arc<dyn Cas>,
+    requests: Vec<DownloadRequest>,
+    options: DownloadOptions,
+    progress: Option<ProgressFn>,
+) -> Result<DownloadReport> {
+    let started = Instant::now();
+    let cache = match &options.cache {
+        Some(c) => {
+            let (dir, max) = (c.dir.clone(), c.max_bytes);
+            match tokio::task::spawn_blocking(move || cache::ChunkCache::open(&dir, max)).await {
+                Ok(Ok(c)) => Some(Arc::new(c)),
+                Ok(Err(e)) => {
+                    tracing::warn!(
+                        "chunk cache at {} unusable ({e}); continuing without it",
+                        c.dir.display()
+                    );
+                    None
+                }
+                Err(e) => return Err(DownloadError::Internal(format!("opening the cache: {e}"))),
+            }
+        }
+        None => None,
+    };
+    let shared = Arc::new(Shared {
+        cas,
+        cache,
+        fetch_slots: Arc::new(Semaphore::new(options.max_concurrent_fetches.max(1))),
+        memory: MemoryBudget::new(options.memory_budget),
+        progress,
+        cancel: options.cancel.clone().unwrap_or_default(),
+        opts: options,
+    });
+    let n = shared.opts.max_concurrent_files.max(1);
+    let mut stream = futures_util::stream::iter(requests.into_iter().enumerate())
+        .map(|(i, req)| {
+            let shared = shared.clone();
+            async move {
+                pipeline::download_file(shared, i, req)
+                    .await
+                    .map(|r| (i, r))
+            }
+        })
+        .buffer_unordered(n);
+    let mut files = Vec::new();
+    while let Some(r) = stream.next().await {
+        files.push(r?);
+    }
+    files.sort_by_key(|(i, _)| *i);
+    let files: Vec<FileReport> = files.into_iter().map(|(_, r)| r).collect();
+    Ok(DownloadReport {
+        total_bytes: files.iter().map(|f| f.bytes).sum(),
+        bytes_fetched: files.iter().map(|f| f.bytes_fetched).sum(),
+        bytes_from_cache: files.iter().map(|f| f.bytes_from_cache).sum(),
+        bytes_resumed: files.iter().map(|f| f.bytes_resumed).sum(),
+        fetches: files.iter().map(|f| f.fetches).sum(),
+        elapsed_secs: started.elapsed().as_secs_f64(),
+        files,
+    })
+}
+
+/// A token to pass as [`DownloadOptions::cancel`] (e.g. cancelled on Ctrl-C).
+pub fn cancel_token() -> CancellationToken {
+    CancellationToken::new()
+}

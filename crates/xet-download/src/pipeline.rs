@@ -1,0 +1,850 @@
+//! The per-file pipeline: segments → groups (one fetch each) → decode + verify →
+//! positional writes into `<dest>.part` → journal → final file-hash check → rename.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use xet_cas::{ByteRange, Cas, ChunkRange, Term, XorbFetch};
+use xet_hash::MerkleHash;
+
+use crate::cache::ChunkCache;
+use crate::decode;
+use crate::error::{DownloadError, Result};
+use crate::fetch;
+use crate::fsio;
+use crate::journal::{self, DoneTerm, Journal, JournalHeader};
+use crate::plan::{self, Group, Item};
+use crate::types::*;
+
+/// State shared by all files of one [`crate::download`] call.
+pub(crate) struct Shared {
+    pub cas: Arc<dyn Cas>,
+    pub opts: DownloadOptions,
+    pub cache: Option<Arc<ChunkCache>>,
+    pub fetch_slots: Arc<Semaphore>,
+    pub memory: MemoryBudget,
+    pub progress: Option<ProgressFn>,
+    pub cancel: CancellationToken,
+}
+
+impl Shared {
+    pub fn emit(&self, ev: ProgressEvent) {
+        if let Some(p) = &self.progress {
+            p(&ev);
+        }
+    }
+}
+
+/// A byte budget: a semaphore whose permits are KiB.
+pub(crate) struct MemoryBudget {
+    sem: Arc<Semaphore>,
+    units: u32,
+}
+
+impl MemoryBudget {
+    pub fn new(bytes: u64) -> Self {
+        let units = (bytes / 1024).clamp(1, u64::from(u32::MAX >> 4)) as u32;
+        MemoryBudget {
+            sem: Arc::new(Semaphore::new(units as usize)),
+            units,
+        }
+    }
+    /// Reserve `bytes` (at most the whole budget, so one large request still runs).
+    pub async fn reserve(&self, bytes: u64) -> OwnedSemaphorePermit {
+        let units = bytes.div_ceil(1024).clamp(1, u64::from(self.units)) as u32;
+        self.sem
+            .clone()
+            .acquire_many_owned(units)
+            .await
+            .expect("memory semaphore is never closed")
+    }
+}
+
+#[derive(Default)]
+struct FileStats {
+    fetched: AtomicU64,
+    from_cache: AtomicU64,
+    fetches: AtomicU64,
+}
+
+/// A fetch that started at chunk 0, byte 0 of its xorb: if it turns out to be the
+/// whole xorb, its chunk hashes can be checked against the xorb hash when the file
+/// hash does not match (to say which xorb is corrupt).
+struct XorbCandidate {
+    fetch: XorbFetch,
+    chunks: Vec<(MerkleHash, u32)>,
+}
+
+struct FileCtx {
+    shared: Arc<Shared>,
+    index: usize,
+    file: MerkleHash,
+    /// Wanted file bytes.
+    out: ByteRange,
+    /// Whole-file download: the file hash is checked.
+    whole: bool,
+    part: Arc<File>,
+    part_path: PathBuf,
+    journal: Option<Journal>,
+    stats: FileStats,
+    /// Cache entries this file used or added (removed if verification fails).
+    cache_touched: Mutex<Vec<(MerkleHash, u32, u32)>>,
+    candidates: Mutex<Vec<XorbCandidate>>,
+    /// Set after an error: queued groups give up instead of fetching.
+    stop: CancellationToken,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| DownloadError::Internal(format!("blocking task failed: {e}")))
+}
+
+/// Download one request. `index` is its position (for progress events).
+pub(crate) async fn download_file(
+    shared: Arc<Shared>,
+    index: usize,
+    req: DownloadRequest,
+) -> Result<FileReport> {
+    let started = Instant::now();
+    let DownloadRequest {
+        file,
+        dest,
+        range,
+        size,
+    } = req;
+    let shown = dest.display();
+    let (final_path, writer, _tmpdir) = match dest {
+        Destination::Path(p) => (p, None, None),
+        Destination::Writer(w) => {
+            let dir = match &shared.opts.temp_dir {
+                Some(d) => tempfile::Builder::new()
+                    .prefix("xet-download")
+                    .tempdir_in(d),
+                None => tempfile::Builder::new().prefix("xet-download").tempdir(),
+            }
+            .map_err(|e| {
+                DownloadError::io(
+                    "creating a temporary directory for",
+                    std::env::temp_dir(),
+                    e,
+                )
+            })?;
+            (dir.path().join("stdout"), Some(w), Some(dir))
+        }
+    };
+    let resumable = writer.is_none();
+    if let Some(parent) = final_path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| DownloadError::io("creating directory", parent, e))?;
+    }
+
+    // The empty file: no request at all.
+    if file.is_zero() {
+        if let Some(r) = range {
+            if r.start > 0 || r.end.is_some() {
+                return Err(DownloadError::RangeNotSatisfiable {
+                    file,
+                    start: r.start,
+                    size: 0,
+                });
+            }
+        }
+        shared.emit(ProgressEvent::FileStarted {
+            index,
+            file,
+            dest: shown.clone(),
+            total: 0,
+            resumed: 0,
+        });
+        let p = final_path.clone();
+        blocking(move || finish_empty(&p)).await??;
+        if let Some(w) = writer {
+            drop(w);
+        }
+        shared.emit(ProgressEvent::FileFinished { index });
+        return Ok(FileReport {
+            hash: file.to_string(),
+            path: shown,
+            bytes: 0,
+            bytes_fetched: 0,
+            bytes_from_cache: 0,
+            bytes_resumed: 0,
+            fetches: 0,
+            verification: Verification::Empty,
+            elapsed_secs: started.elapsed().as_secs_f64(),
+        });
+    }
+
+    let size = match size {
+        Some(s) => s,
+        None => fetch::query_file_size(&shared, file).await?,
+    };
+    let out = match range {
+        None => ByteRange::new(0, size),
+        Some(r) => {
+            if let Some(e) = r.end {
+                if e < r.start {
+                    return Err(DownloadError::InvalidRequest {
+                        file,
+                        reason: format!("range end {e} is before its start {}", r.start),
+                    });
+                }
+            }
+            if r.start >= size {
+                return Err(DownloadError::RangeNotSatisfiable {
+                    file,
+                    start: r.start,
+                    size,
+                });
+            }
+            ByteRange::new(
+                r.start,
+                r.end.map_or(size, |e| e.saturating_add(1).min(size)),
+            )
+        }
+    };
+    let whole = out.start == 0 && out.end == size;
+
+    // The .part file and the journal.
+    let part_path = part_path(&final_path);
+    let journal_path = journal_path(&final_path);
+    let header = JournalHeader::new(&file, size, out.start, out.end);
+    let do_resume = resumable && shared.opts.resume;
+    let (part, journal, done) = {
+        let (pp, jp, header) = (part_path.clone(), journal_path.clone(), header.clone());
+        blocking(move || open_part(&pp, &jp, &header, out.len(), do_resume, resumable)).await??
+    };
+    let resumed: u64 = done.values().map(|t| t.len).sum();
+    shared.emit(ProgressEvent::FileStarted {
+        index,
+        file,
+        dest: shown.clone(),
+        total: out.len(),
+        resumed,
+    });
+
+    let ctx = Arc::new(FileCtx {
+        shared: shared.clone(),
+        index,
+        file,
+        out,
+        whole,
+        part: Arc::new(part),
+        part_path: part_path.clone(),
+        journal,
+        stats: FileStats::default(),
+        cache_touched: Mutex::new(Vec::new()),
+        candidates: Mutex::new(Vec::new()),
+        stop: CancellationToken::new(),
+    });
+
+    let cancel = shared.cancel.clone();
+    let res = tokio::select! {
+        r = run_segments(ctx.clone(), done) => r,
+        _ = cancel.cancelled() => Err(DownloadError::Interrupted { file, resumable }),
+    };
+    let res = match res {
+        Ok(chunks) => verify_and_finish(&ctx, chunks, size, &final_path, writer).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = &res {
+        if e.kind() == crate::ErrorKind::Verification || !resumable {
+            // Bad data must not be resumed from, or served again from the cache.
+            let _ = fsio::remove_if_exists(&part_path);
+            let _ = fsio::remove_if_exists(&journal_path);
+            if e.kind() == crate::ErrorKind::Verification {
+                if let Some(cache) = &shared.cache {
+                    for (x, a, b) in lock(&ctx.cache_touched).drain(..) {
+                        cache.remove_overlapping(&x, a, b);
+                    }
+                }
+            }
+        }
+    }
+    res?;
+    shared.emit(ProgressEvent::FileFinished { index });
+    Ok(FileReport {
+        hash: file.to_string(),
+        path: shown,
+        bytes: out.len(),
+        bytes_fetched: ctx.stats.fetched.load(Ordering::Relaxed),
+        bytes_from_cache: ctx.stats.from_cache.load(Ordering::Relaxed),
+        bytes_resumed: resumed,
+        fetches: ctx.stats.fetches.load(Ordering::Relaxed),
+        verification: if whole {
+            Verification::FileHash
+        } else {
+            Verification::TermLengths
+        },
+        elapsed_secs: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn finish_empty(dest: &Path) -> Result<()> {
+    let part = part_path(dest);
+    let f = File::create(&part).map_err(|e| DownloadError::io("creating", &part, e))?;
+    f.sync_all()
+        .map_err(|e| DownloadError::io("syncing", &part, e))?;
+    std::fs::rename(&part, dest).map_err(|e| DownloadError::io("renaming into place", dest, e))?;
+    fsio::sync_dir(dest.parent().unwrap_or(Path::new(".")));
+    let _ = fsio::remove_if_exists(&journal_path(dest));
+    Ok(())
+}
+
+type Opened = (File, Option<Journal>, HashMap<u64, DoneTerm>);
+
+fn open_part(
+    part: &Path,
+    jp: &Path,
+    header: &JournalHeader,
+    len: u64,
+    resume: bool,
+    journaled: bool,
+) -> Result<Opened> {
+    let done = if resume {
+        journal::load_verified(jp, part, header)
+    } else {
+        HashMap::new()
+    };
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(part)
+        .map_err(|e| DownloadError::io("opening", part, e))?;
+    if done.is_empty() {
+        f.set_len(0)
+            .map_err(|e| DownloadError::io("truncating", part, e))?;
+    }
+    f.set_len(len)
+        .map_err(|e| DownloadError::io("sizing", part, e))?;
+    let journal = if journaled {
+        Some(Journal::create(jp, header, &done).map_err(|e| DownloadError::io("writing", jp, e))?)
+    } else {
+        None
+    };
+    Ok((f, journal, done))
+}
+
+/// Result of one group: `(item idx, kept chunks)` per item.
+type GroupResult = Vec<(usize, Vec<(MerkleHash, u32)>)>;
+
+/// Every item's term and kept chunks, in file order.
+pub(crate) type Assembled = Vec<(Term, Vec<(MerkleHash, u32)>)>;
+
+/// Walk the segments and run their groups; returns every item's kept chunks in order.
+/// On an error, fetches already under way are allowed to finish and write their terms
+/// (so a rerun can resume from them) before the error is returned; nothing new starts.
+async fn run_segments(ctx: Arc<FileCtx>, done: HashMap<u64, DoneTerm>) -> Result<Assembled> {
+    let mut tasks = JoinSet::new();
+    let res = walk_segments(&ctx, done, &mut tasks).await;
+    if res.is_err() {
+        ctx.stop.cancel();
+        while tasks.join_next().await.is_some() {}
+    }
+    res
+}
+
+async fn walk_segments(
+    ctx: &Arc<FileCtx>,
+    done: HashMap<u64, DoneTerm>,
+    tasks: &mut JoinSet<(usize, Result<GroupResult>)>,
+) -> Result<Assembled> {
+    let shared = &ctx.shared;
+    let opts = &shared.opts;
+    let out = ctx.out;
+    let mut covered = out.start;
+    let mut results: Vec<Option<Vec<(MerkleHash, u32)>>> = Vec::new();
+    let mut terms: Vec<Term> = Vec::new();
+    // Per segment still running: (segment id, groups left).
+    let mut pending: VecDeque<(usize, usize)> = VecDeque::new();
+    let mut seg_id = 0usize;
+
+    let handle =
+        |joined: std::result::Result<(usize, Result<GroupResult>), tokio::task::JoinError>,
+         results: &mut Vec<Option<Vec<(MerkleHash, u32)>>>,
+         pending: &mut VecDeque<(usize, usize)>|
+         -> Result<()> {
+            let (seg, r) = joined
+                .map_err(|e| DownloadError::Internal(format!("download task failed: {e}")))?;
+            for (idx, chunks) in r? {
+                results[idx] = Some(chunks);
+            }
+            if let Some(p) = pending.iter_mut().find(|p| p.0 == seg) {
+                p.1 -= 1;
+            }
+            pending.retain(|p| p.1 > 0);
+            Ok(())
+        };
+
+    while covered < out.end {
+        while pending.len() >= opts.segments_in_flight.max(1) {
+            let j = tasks
+                .join_next()
+                .await
+                .expect("pending segments have tasks");
+            handle(j, &mut results, &mut pending)?;
+        }
+        let query = plan::segment_query(covered, out.end, opts.segment_bytes);
+        let recon = fetch::query_reconstruction(shared, ctx.file, query).await?;
+        let (items, new_covered) =
+            plan::plan_segment(ctx.file, &recon, query, covered, out, results.len())?;
+        if ctx.whole && new_covered > out.end {
+            return Err(DownloadError::BadReconstruction {
+                file: ctx.file,
+                detail: format!(
+                    "terms extend to byte {new_covered} but the file is {} bytes",
+                    out.end
+                ),
+            });
+        }
+        results.resize(results.len() + items.len(), None);
+        terms.extend(items.iter().map(|i| i.term.clone()));
+        let mut needed = Vec::with_capacity(items.len());
+        for item in items {
+            // Only whole items are journaled, and those start inside the output.
+            let recorded = if item.is_whole() {
+                done.get(&(item.data_start - out.start))
+            } else {
+                None
+            };
+            match recorded {
+                Some(t) if t.len == item.term.unpacked_length => {
+                    results[item.idx] = Some(t.chunks.clone());
+                }
+                _ => needed.push(item),
+            }
+        }
+        let groups = plan::group_items(ctx.file, &recon, needed)?;
+        if !groups.is_empty() {
+            pending.push_back((seg_id, groups.len()));
+            for g in groups {
+                let ctx = Arc::clone(ctx);
+                let id = seg_id;
+                tasks.spawn(async move { (id, run_group(ctx, query, g).await) });
+            }
+        }
+        seg_id += 1;
+        covered = new_covered;
+    }
+    while let Some(j) = tasks.join_next().await {
+        handle(j, &mut results, &mut pending)?;
+    }
+    results
+        .into_iter()
+        .zip(terms)
+        .enumerate()
+        .map(|(i, (r, t))| match r {
+            Some(c) => Ok((t, c)),
+            None => Err(DownloadError::Internal(format!(
+                "term {i} was never completed"
+            ))),
+        })
+        .collect()
+}
+
+/// Fetch (or read from the cache), decode, verify and write the items of one group.
+async fn run_group(ctx: Arc<FileCtx>, segment: ByteRange, group: Group) -> Result<GroupResult> {
+    let shared = ctx.shared.clone();
+    let Group {
+        fetch: planned,
+        items,
+    } = group;
+    let xorb = planned.xorb;
+
+    // 1. The chunk cache: all items must be covered, else the fetch serves them all.
+    if let Some(cache) = shared.cache.clone() {
+        if items
+            .iter()
+            .all(|i| cache.contains(&xorb, i.term.chunks.start, i.term.chunks.end))
+        {
+            // Reading streams chunk by chunk; reserve a little for the buffers.
+            let Some(_mem) = ctx.unless_stopped(shared.memory.reserve(1 << 20)).await else {
+                return Ok(Vec::new());
+            };
+            let (c2, items2) = (ctx.clone(), items.clone());
+            if let Some(done) = blocking(move || read_cached(&c2, &cache, &items2)).await?? {
+                let bytes: u64 = items.iter().map(|i| i.term.unpacked_length).sum();
+                ctx.stats.from_cache.fetch_add(bytes, Ordering::Relaxed);
+                return Ok(report_written(&ctx, done, true));
+            }
+        }
+    }
+
+    // 2. The network. Memory: the serialized bytes (decoding streams through small
+    // per-thread buffers straight into the output).
+    let needed = ChunkRange::new(
+        items
+            .iter()
+            .map(|i| i.term.chunks.start)
+            .min()
+            .unwrap_or(planned.chunks.start),
+        items
+            .iter()
+            .map(|i| i.term.chunks.end)
+            .max()
+            .unwrap_or(planned.chunks.end),
+    );
+    let Some(mem) = ctx
+        .unless_stopped(shared.memory.reserve(planned.bytes.len()))
+        .await
+    else {
+        return Ok(Vec::new());
+    };
+    let slots = shared.fetch_slots.clone();
+    let Some(slot) = ctx
+        .unless_stopped(async {
+            slots
+                .acquire_owned()
+                .await
+                .expect("fetch semaphore is never closed")
+        })
+        .await
+    else {
+        return Ok(Vec::new());
+    };
+    let (fetch, bytes) = fetch::fetch_range(&shared, ctx.file, segment, planned, needed).await?;
+    drop(slot);
+    ctx.stats.fetches.fetch_add(1, Ordering::Relaxed);
+    ctx.stats
+        .fetched
+        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    let c2 = ctx.clone();
+    let done = blocking(move || decode_and_write(&c2, &fetch, &bytes, &items)).await??;
+    drop(mem);
+    Ok(report_written(&ctx, done, false))
+}
+
+/// `(item idx, kept chunks, bytes written)`.
+type WrittenItem = (usize, Vec<(MerkleHash, u32)>, u64);
+type Written = Vec<WrittenItem>;
+
+fn report_written(ctx: &FileCtx, done: Written, from_cache: bool) -> GroupResult {
+    done.into_iter()
+        .map(|(idx, kept, n)| {
+            ctx.shared.emit(ProgressEvent::Written {
+                index: ctx.index,
+                bytes: n,
+                from_cache,
+            });
+            (idx, kept)
+        })
+        .collect()
+}
+
+/// Write the part of a chunk that falls in `item.write`. `at` = the chunk's file offset.
+fn write_clipped(ctx: &FileCtx, item: &Item, at: u64, data: &[u8]) -> std::io::Result<()> {
+    let lo = at.max(item.write.start);
+    let hi = (at + data.len() as u64).min(item.write.end);
+    if lo < hi {
+        fsio::write_all_at(
+            &ctx.part,
+            &data[(lo - at) as usize..(hi - at) as usize],
+            lo - ctx.out.start,
+        )?;
+    }
+    Ok(())
+}
+
+/// After an item's chunks are written: check its length, journal it, keep its chunks.
+fn finish_item(ctx: &FileCtx, item: &Item, entries: Vec<(MerkleHash, u32)>) -> Result<WrittenItem> {
+    let len: u64 = entries.iter().map(|e| u64::from(e.1)).sum();
+    check_term_len(ctx, item, len)?;
+    if item.is_whole() {
+        if let Some(j) = &ctx.journal {
+            let t = DoneTerm {
+                len,
+                chunks: entries.clone(),
+            };
+            j.append(item.data_start - ctx.out.start, &t)
+                .map_err(|e| DownloadError::io("writing", j.path(), e))?;
+        }
+    }
+    let kept = if ctx.whole {
+        kept_chunks(ctx, item, entries)?
+    } else {
+        Vec::new()
+    };
+    Ok((item.idx, kept, item.write.len()))
+}
+
+/// Serve `items` from the cache (blocking). `None` if any item missed.
+fn read_cached(ctx: &FileCtx, cache: &ChunkCache, items: &[Item]) -> Result<Option<Written>> {
+    let mut entries = Vec::with_capacity(items.len());
+    for item in items {
+        let got = cache.read_chunks(
+            &item.term.xorb,
+            item.term.chunks.start,
+            item.term.chunks.end,
+            |off, data| write_clipped(ctx, item, item.data_start + off, data),
+        );
+        match got.map_err(|e| DownloadError::io("writing", &ctx.part_path, e))? {
+            Some(e) => entries.push(e),
+            None => return Ok(None),
+        }
+        lock(&ctx.cache_touched).push((
+            item.term.xorb,
+            item.term.chunks.start,
+            item.term.chunks.end,
+        ));
+    }
+    items
+        .iter()
+        .zip(entries)
+        .map(|(item, e)| finish_item(ctx, item, e))
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
+/// Decode a fetched range and write its chunks where the items want them (blocking).
+fn decode_and_write(
+    ctx: &FileCtx,
+    fetch: &XorbFetch,
+    bytes: &[u8],
+    items: &[Item],
+) -> Result<Written> {
+    let bad = |rel: Option<usize>, message: &str| {
+        let chunk = rel.map_or(String::new(), |r| {
+            format!("chunk {} of ", fetch.chunks.start as usize + r)
+        });
+        let users: Vec<String> = items.iter().map(Item::describe).collect();
+        DownloadError::Verification {
+            file: ctx.file,
+            detail: format!(
+                "{chunk}xorb {} (fetched bytes {}..{} for chunks {}..{}, used by {}): {message}",
+                fetch.xorb,
+                fetch.bytes.start,
+                fetch.bytes.end,
+                fetch.chunks.start,
+                fetch.chunks.end,
+                users.join(", "),
+            ),
+        }
+    };
+    let layout =
+        decode::layout(bytes, fetch.chunks.len() as usize).map_err(|e| bad(e.chunk, &e.message))?;
+    // Each item's chunks relative to the fetch; lengths are checked before decoding.
+    let spans: Vec<(usize, usize)> = items
+        .iter()
+        .map(|i| {
+            (
+                (i.term.chunks.start - fetch.chunks.start) as usize,
+                (i.term.chunks.end - fetch.chunks.start) as usize,
+            )
+        })
+        .collect();
+    for (item, &(a, b)) in items.iter().zip(&spans) {
+        check_term_len(ctx, item, layout.len_of(a, b))?;
+    }
+    let sizes: Vec<u32> = (0..layout.num_chunks()).map(|i| layout.size(i)).collect();
+    let pending = ctx
+        .shared
+        .cache
+        .as_ref()
+        .and_then(|c| c.begin(&fetch.xorb, fetch.chunks.start, &sizes));
+    let cache_ok = std::sync::atomic::AtomicBool::new(true);
+    let hashes = decode::decode_each(bytes, &layout, |i, data| {
+        for (item, &(a, b)) in items.iter().zip(&spans) {
+            if a <= i && i < b {
+                write_clipped(
+                    ctx,
+                    item,
+                    item.data_start + layout.start_of(i) - layout.start_of(a),
+                    data,
+                )?;
+            }
+        }
+        if let Some(p) = &pending {
+            if p.write_chunk(i, data).is_err() {
+                cache_ok.store(false, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    })
+    .map_err(|e| match e {
+        decode::EachError::Decode(d) => bad(d.chunk, &d.message),
+        decode::EachError::Sink(io) => DownloadError::io("writing", &ctx.part_path, io),
+    })?;
+    if let (Some(p), Some(cache)) = (pending, &ctx.shared.cache) {
+        if cache_ok.into_inner() {
+            cache.commit(p, &hashes);
+            lock(&ctx.cache_touched).push((fetch.xorb, fetch.chunks.start, fetch.chunks.end));
+        }
+    }
+    let entry = |i: usize| (hashes[i], sizes[i]);
+    if ctx.whole && fetch.chunks.start == 0 && fetch.bytes.start == 0 {
+        lock(&ctx.candidates).push(XorbCandidate {
+            fetch: fetch.clone(),
+            chunks: (0..hashes.len()).map(entry).collect(),
+        });
+    }
+    items
+        .iter()
+        .zip(&spans)
+        .map(|(item, &(a, b))| finish_item(ctx, item, (a..b).map(entry).collect()))
+        .collect()
+}
+
+impl FileCtx {
+    /// Await `f` unless the file is being stopped.
+    async fn unless_stopped<T>(&self, f: impl std::future::Future<Output = T>) -> Option<T> {
+        tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => None,
+            v = f => Some(v),
+        }
+    }
+}
+
+fn check_term_len(ctx: &FileCtx, item: &Item, got: u64) -> Result<()> {
+    if got != item.term.unpacked_length {
+        return Err(DownloadError::Verification {
+            file: ctx.file,
+            detail: format!(
+                "{} decodes to {got} bytes, the reconstruction says {}",
+                item.describe(),
+                item.term.unpacked_length
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The chunks of `item` that lie at or after `keep_from` (all of them unless a later
+/// segment's answer overlapped an earlier one); the cut must be a chunk boundary.
+fn kept_chunks(
+    ctx: &FileCtx,
+    item: &Item,
+    entries: Vec<(MerkleHash, u32)>,
+) -> Result<Vec<(MerkleHash, u32)>> {
+    let skip = item.keep_from - item.data_start;
+    if skip == 0 {
+        return Ok(entries);
+    }
+    let mut acc = 0u64;
+    for (i, e) in entries.iter().enumerate() {
+        if acc == skip {
+            return Ok(entries[i..].to_vec());
+        }
+        acc += u64::from(e.1);
+    }
+    Err(DownloadError::BadReconstruction {
+        file: ctx.file,
+        detail: format!(
+            "{} overlaps the previous segment at byte {}, not at a chunk boundary",
+            item.describe(),
+            item.keep_from
+        ),
+    })
+}
+
+/// The final check (whole files: the file hash over every chunk), then fsync and
+/// rename (or copy to the writer).
+async fn verify_and_finish(
+    ctx: &Arc<FileCtx>,
+    assembled: Assembled,
+    size: u64,
+    final_path: &Path,
+    writer: Option<Box<dyn std::io::Write + Send>>,
+) -> Result<()> {
+    if ctx.whole {
+        let n_terms = assembled.len();
+        let all: Vec<(MerkleHash, u64)> = assembled
+            .iter()
+            .flat_map(|(_, c)| c.iter())
+            .map(|(h, s)| (*h, u64::from(*s)))
+            .collect();
+        let total: u64 = all.iter().map(|c| c.1).sum();
+        if total != size {
+            return Err(DownloadError::Verification {
+                file: ctx.file,
+                detail: format!(
+                    "reassembled {total} bytes from {n_terms} terms, but the file is {size} bytes"
+                ),
+            });
+        }
+        let n_chunks = all.len();
+        let computed = blocking(move || xet_hash::file_hash(&all)).await?;
+        if computed != ctx.file {
+            let mut culprit = crate::diagnose::find_corrupt_chunk(&ctx.shared, &assembled).await;
+            if culprit.is_none() {
+                culprit = find_corrupt_xorb(ctx).await;
+            }
+            return Err(DownloadError::Verification {
+                file: ctx.file,
+                detail: format!(
+                    "the {n_chunks} chunks of {n_terms} terms hash to file hash {computed}, not the requested one{}",
+                    culprit.map_or_else(
+                        || " (a xorb holds corrupt data, the cache was corrupted, or the reconstruction is wrong)".to_string(),
+                        |c| format!("; {c}")
+                    )
+                ),
+            });
+        }
+    }
+    let part = ctx.part.clone();
+    let part_path = ctx.part_path.clone();
+    let dest = final_path.to_path_buf();
+    let journal = ctx.journal.as_ref().map(|j| j.path().to_path_buf());
+    blocking(move || -> Result<()> {
+        part.sync_all()
+            .map_err(|e| DownloadError::io("syncing", &part_path, e))?;
+        match writer {
+            Some(mut w) => {
+                let mut f = File::open(&part_path)
+                    .map_err(|e| DownloadError::io("reading", &part_path, e))?;
+                std::io::copy(&mut f, &mut w).map_err(|e| DownloadError::io("writing", "-", e))?;
+                w.flush()
+                    .map_err(|e| DownloadError::io("writing", "-", e))?;
+                let _ = fsio::remove_if_exists(&part_path);
+            }
+            None => {
+                std::fs::rename(&part_path, &dest)
+                    .map_err(|e| DownloadError::io("renaming into place", &dest, e))?;
+                fsio::sync_dir(dest.parent().unwrap_or(Path::new(".")));
+                if let Some(j) = journal {
+                    let _ = fsio::remove_if_exists(&j);
+                }
+            }
+        }
+        Ok(())
+    })
+    .await?
+}
+
+/// After a file-hash mismatch: check every fetched range that was a whole xorb against
+/// its xorb hash, to name the corrupt xorb.
+async fn find_corrupt_xorb(ctx: &FileCtx) -> Option<String> {
+    let candidates: Vec<XorbCandidate> = std::mem::take(&mut *lock(&ctx.candidates));
+    for c in candidates {
+        let Ok(Some(len)) = ctx.shared.cas.xorb_size(&c.fetch.xorb).await else {
+            continue;
+        };
+        if len != c.fetch.bytes.end {
+            continue;
+        }
+        let entries: Vec<(MerkleHash, u64)> =
+            c.chunks.iter().map(|(h, s)| (*h, u64::from(*s))).collect();
+        let computed = xet_hash::xorb_hash(&entries);
+        if computed != c.fetch.xorb {
+            return Some(format!(
+                "xorb {} (chunks 0..{}) decodes to chunks hashing to {computed}, not to its name: its stored data is corrupt",
+                c.fetch.xorb, c.fetch.chunks.end
+            ));
+        }
+    }
+    None
+}

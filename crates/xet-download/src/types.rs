@@ -1,0 +1,269 @@
+//! Requests, options, progress events and the report.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use xet_hash::MerkleHash;
+
+/// Where a file's bytes go.
+pub enum Destination {
+    /// A path. Data is written to `<path>.part` (with the resume journal
+    /// `<path>.part.jsonl` beside it), verified, fsynced and renamed into place.
+    Path(PathBuf),
+    /// A writer (e.g. stdout for `-o -`). The data is assembled and verified in a
+    /// temporary file first and copied to the writer only once verified, so a failed
+    /// download writes nothing. No resume.
+    Writer(Box<dyn Write + Send>),
+}
+
+impl Destination {
+    /// How the destination is shown in reports and messages (`-` for a writer).
+    pub fn display(&self) -> String {
+        match self {
+            Destination::Path(p) => p.display().to_string(),
+            Destination::Writer(_) => "-".to_string(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Destination::Path(p) => f.debug_tuple("Path").field(p).finish(),
+            Destination::Writer(_) => f.write_str("Writer(..)"),
+        }
+    }
+}
+
+/// A byte range of a file: `start..=end` (`end` inclusive, as in HTTP and `xet get
+/// --range`), or `start..` to the end of the file when `end` is `None`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FileRange {
+    pub start: u64,
+    /// Inclusive end; `None` means "to the end of the file".
+    pub end: Option<u64>,
+}
+
+impl FileRange {
+    pub fn new(start: u64, end_inclusive: Option<u64>) -> Self {
+        FileRange {
+            start,
+            end: end_inclusive,
+        }
+    }
+}
+
+/// One file to download.
+#[derive(Debug)]
+pub struct DownloadRequest {
+    pub file: MerkleHash,
+    pub dest: Destination,
+    /// Only these bytes (written at offset 0 of the destination). Ranges cannot be
+    /// checked against the file hash: see the crate docs.
+    pub range: Option<FileRange>,
+    /// The file's size if the caller knows it (saves a size query).
+    pub size: Option<u64>,
+}
+
+impl DownloadRequest {
+    pub fn to_path(file: MerkleHash, path: impl Into<PathBuf>) -> Self {
+        DownloadRequest {
+            file,
+            dest: Destination::Path(path.into()),
+            range: None,
+            size: None,
+        }
+    }
+    pub fn to_writer(file: MerkleHash, w: Box<dyn Write + Send>) -> Self {
+        DownloadRequest {
+            file,
+            dest: Destination::Writer(w),
+            range: None,
+            size: None,
+        }
+    }
+    pub fn with_range(mut self, range: FileRange) -> Self {
+        self.range = Some(range);
+        self
+    }
+    pub fn with_size(mut self, size: u64) -> Self {
+        self.size = Some(size);
+        self
+    }
+}
+
+/// The on-disk chunk cache.
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    /// Cache root (the chunk cache lives in `<dir>/chunks/`).
+    pub dir: PathBuf,
+    /// Size bound; least recently used entries are evicted beyond it.
+    pub max_bytes: u64,
+}
+
+impl CacheConfig {
+    /// 10 GiB, as the reference client's default chunk cache.
+    pub const DEFAULT_MAX_BYTES: u64 = 10 << 30;
+
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        CacheConfig {
+            dir: dir.into(),
+            max_bytes: Self::DEFAULT_MAX_BYTES,
+        }
+    }
+    pub fn with_max_bytes(mut self, max: u64) -> Self {
+        self.max_bytes = max;
+        self
+    }
+}
+
+/// The default cache root: `<user cache dir>/xet` (e.g. `~/.cache/xet`).
+pub fn default_cache_dir() -> Option<PathBuf> {
+    dirs::cache_dir().map(|d| d.join("xet"))
+}
+
+/// Tuning and behaviour. [`DownloadOptions::default`] is sensible for the CLI.
+#[derive(Debug, Clone)]
+pub struct DownloadOptions {
+    /// Reconstructions are queried for ranges of about this many bytes (each answer
+    /// is extended to whole terms, so a segment may be up to one xorb longer).
+    pub segment_bytes: u64,
+    /// Most reconstruction segments of one file being fetched at once.
+    pub segments_in_flight: usize,
+    /// Most files downloaded at once.
+    pub max_concurrent_files: usize,
+    /// Most xorb range fetches in flight, across all files.
+    pub max_concurrent_fetches: usize,
+    /// Most bytes of fetched (serialized) xorb data held in memory at once, across all
+    /// files. Decoding streams through small per-thread buffers and is not counted.
+    pub memory_budget: u64,
+    /// A fetch or reconstruction query that has not completed after this long (plus
+    /// the size allowance below) is cancelled and retried.
+    pub stall_timeout: Duration,
+    /// Size allowance for fetches: the deadline is `stall_timeout + len / min_throughput`
+    /// (bytes per second). `0` means no allowance.
+    pub min_throughput: u64,
+    /// Retries of a retryable failure (network, 5xx, 429, stall), per fetch or query.
+    pub max_retries: u32,
+    /// First backoff; doubled per retry, with jitter.
+    pub retry_base_delay: Duration,
+    /// Reconstruction re-queries after an expired presigned URL, per fetch.
+    pub max_url_refreshes: u32,
+    /// Continue from `<dest>.part` + journal when present and matching.
+    pub resume: bool,
+    /// The chunk cache; `None` disables it.
+    pub cache: Option<CacheConfig>,
+    /// Cancelling this token stops the download with [`crate::DownloadError::Interrupted`]
+    /// (the `.part` file and journal stay for a later resume).
+    pub cancel: Option<CancellationToken>,
+    /// Directory for the temporary file behind a [`Destination::Writer`]; the system
+    /// temp dir when `None`.
+    pub temp_dir: Option<PathBuf>,
+}
+
+impl Default for DownloadOptions {
+    fn default() -> Self {
+        DownloadOptions {
+            segment_bytes: 512 << 20,
+            segments_in_flight: 2,
+            max_concurrent_files: 4,
+            max_concurrent_fetches: 16,
+            memory_budget: 1 << 30,
+            stall_timeout: Duration::from_secs(60),
+            min_throughput: 64 << 10,
+            max_retries: 3,
+            retry_base_delay: Duration::from_millis(250),
+            max_url_refreshes: 3,
+            resume: true,
+            cache: None,
+            cancel: None,
+            temp_dir: None,
+        }
+    }
+}
+
+/// What the CLI shows progress with. `index` is the request's position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProgressEvent {
+    /// A file started; `total` output bytes, `resumed` of them already present.
+    FileStarted {
+        index: usize,
+        file: MerkleHash,
+        dest: String,
+        total: u64,
+        resumed: u64,
+    },
+    /// `bytes` more output bytes were written (`from_cache`: served by the chunk cache).
+    Written {
+        index: usize,
+        bytes: u64,
+        from_cache: bool,
+    },
+    /// The file is verified and in place.
+    FileFinished { index: usize },
+}
+
+pub type ProgressFn = Arc<dyn Fn(&ProgressEvent) + Send + Sync>;
+
+/// How a file's content was checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verification {
+    /// Every chunk hashed and the file hash recomputed and equal to the requested one.
+    FileHash,
+    /// A range: every chunk decoded within bounds and every term's length checked; the
+    /// file hash cannot be checked without the whole file.
+    TermLengths,
+    /// The empty file: nothing to check.
+    Empty,
+}
+
+/// Per file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FileReport {
+    /// File hash (hash string form).
+    pub hash: String,
+    /// Destination path, or `-` for a writer.
+    pub path: String,
+    /// Output bytes.
+    pub bytes: u64,
+    /// Serialized (compressed) bytes fetched from the CAS for this file.
+    pub bytes_fetched: u64,
+    /// Decompressed bytes taken from the chunk cache.
+    pub bytes_from_cache: u64,
+    /// Output bytes already present from an earlier interrupted run.
+    pub bytes_resumed: u64,
+    /// Xorb range fetches made for this file.
+    pub fetches: u64,
+    pub verification: Verification,
+    pub elapsed_secs: f64,
+}
+
+/// The result of [`crate::download`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DownloadReport {
+    pub files: Vec<FileReport>,
+    /// Output bytes of all files.
+    pub total_bytes: u64,
+    pub bytes_fetched: u64,
+    pub bytes_from_cache: u64,
+    pub bytes_resumed: u64,
+    pub fetches: u64,
+    pub elapsed_secs: f64,
+}
+
+pub(crate) fn part_path(dest: &Path) -> PathBuf {
+    let mut s = dest.as_os_str().to_owned();
+    s.push(".part");
+    PathBuf::from(s)
+}
+
+pub(crate) fn journal_path(dest: &Path) -> PathBuf {
+    let mut s = dest.as_os_str().to_owned();
+    s.push(".part.jsonl");
+    PathBuf::from(s)
+}

@@ -1,0 +1,941 @@
+//! The download pipeline against a real `StoreCas<MemoryBackend>` holding real xorbs and
+//! shards built with the format crates.
+
+mod common;
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use xet_cas::Cas;
+use xet_download::*;
+use xet_hash::MerkleHash;
+
+fn opts() -> DownloadOptions {
+    DownloadOptions {
+        retry_base_delay: Duration::from_millis(10),
+        ..Default::default()
+    }
+}
+
+fn req(f: &TestFile, path: &Path) -> DownloadRequest {
+    DownloadRequest::to_path(f.hash, path)
+}
+
+async fn get(
+    cas: Arc<dyn Cas>,
+    reqs: Vec<DownloadRequest>,
+    o: DownloadOptions,
+) -> Result<DownloadReport> {
+    download(cas, reqs, o, None).await
+}
+
+fn leftovers(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// A corpus exercising multi-xorb files, in-file repetition, shared chunks, tiny files.
+fn corpus() -> Corpus {
+    let a = random(1_500_000, 1);
+    let mut b = a[..600_000].to_vec(); // shares a's leading chunks
+    b.extend(random(400_000, 2));
+    let zeros = vec![0u8; 700_000]; // one chunk repeated: terms reuse chunks
+    let t = text(900_000, 3);
+    build(
+        &[a, b, zeros, t, random(3_000, 4), vec![0x42], Vec::new()],
+        700_000,
+    )
+}
+
+#[tokio::test]
+async fn whole_files_are_byte_identical_and_verified() {
+    let c = corpus();
+    assert!(c.xorbs.len() >= 4, "corpus spans several xorbs");
+    let (store, _) = store(&c).await;
+    let dir = tempfile::tempdir().unwrap();
+    let reqs: Vec<_> = c
+        .files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| req(f, &dir.path().join(format!("f{i}"))))
+        .collect();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let ev = events.clone();
+    let progress: ProgressFn =
+        Arc::new(move |e: &ProgressEvent| ev.lock().unwrap().push(e.clone()));
+    let report = download(store, reqs, opts(), Some(progress)).await.unwrap();
+    for (i, f) in c.files.iter().enumerate() {
+        assert_eq!(
+            std::fs::read(dir.path().join(format!("f{i}"))).unwrap(),
+            f.data,
+            "file {i}"
+        );
+        assert_eq!(report.files[i].hash, f.hash.to_string());
+        assert_eq!(report.files[i].bytes, f.data.len() as u64);
+    }
+    assert_eq!(report.files[6].verification, Verification::Empty);
+    assert_eq!(report.files[6].fetches, 0);
+    assert!(
+        report.files[..6]
+            .iter()
+            .all(|f| f.verification == Verification::FileHash)
+    );
+    assert_eq!(
+        report.total_bytes,
+        c.files.iter().map(|f| f.data.len() as u64).sum::<u64>()
+    );
+    assert!(report.bytes_fetched > 0 && report.bytes_from_cache == 0);
+    // No .part or journal left behind.
+    assert_eq!(leftovers(dir.path()).len(), 7);
+    // Progress adds up per file.
+    let events = events.lock().unwrap();
+    for i in 0..7 {
+        let written: u64 = events
+            .iter()
+            .filter_map(|e| match e {
+                ProgressEvent::Written { index, bytes, .. } if *index == i => Some(*bytes),
+                _ => None,
+            })
+            .sum();
+        assert_eq!(written, c.files[i].data.len() as u64);
+        assert!(events.contains(&ProgressEvent::FileFinished { index: i }));
+    }
+    let json = serde_json::to_value(&report).unwrap();
+    assert!(json["files"][0]["elapsed_secs"].is_number());
+}
+
+#[tokio::test]
+async fn empty_file_needs_no_request() {
+    let w = Wrapper::new(Arc::new(xet_cas::MemoryStore::in_memory().await.unwrap()));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("sub/empty");
+    let r = get(
+        w.clone(),
+        vec![DownloadRequest::to_path(MerkleHash::ZERO, &p)],
+        opts(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), b"");
+    assert_eq!(r.files[0].bytes, 0);
+    assert_eq!(
+        w.reconstructions.load(Ordering::SeqCst) + w.attempts.load(Ordering::SeqCst),
+        0
+    );
+}
+
+#[tokio::test]
+async fn segmented_reconstruction_and_one_fetch_per_range() {
+    let c = build(&[random(2_000_000, 7)], 300_000);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    let o = DownloadOptions {
+        segment_bytes: 250_000,
+        ..opts()
+    };
+    let r = get(w.clone(), vec![req(&c.files[0], &p)], o).await.unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), c.files[0].data);
+    assert!(
+        w.reconstructions.load(Ordering::SeqCst) >= 5,
+        "queried in segments"
+    );
+    // No byte range of any xorb was downloaded twice.
+    let ranges = w.fetched_ranges.lock().unwrap().clone();
+    for (i, a) in ranges.iter().enumerate() {
+        for b in &ranges[i + 1..] {
+            assert!(
+                a.0 != b.0 || a.1.end <= b.1.start || b.1.end <= a.1.start,
+                "overlapping fetches {a:?} {b:?}"
+            );
+        }
+    }
+    assert_eq!(r.fetches, ranges.len() as u64);
+}
+
+#[tokio::test]
+async fn untrimmed_answers_overlapping_earlier_segments() {
+    // Later segments come back starting before the query: the overlap is dropped on
+    // chunk boundaries and the file hash still checks out.
+    let c = build(&[random(2_000_000, 8), text(1_000_000, 9)], 300_000);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    w.set_fault(Fault::Untrimmed(150_000));
+    let dir = tempfile::tempdir().unwrap();
+    for (i, f) in c.files.iter().enumerate() {
+        let p = dir.path().join(format!("f{i}"));
+        let o = DownloadOptions {
+            segment_bytes: 200_000,
+            ..opts()
+        };
+        let r = get(w.clone(), vec![req(f, &p)], o.clone()).await.unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), f.data);
+        assert_eq!(r.files[0].verification, Verification::FileHash);
+        let p = dir.path().join(format!("r{i}"));
+        get(
+            w.clone(),
+            vec![req(f, &p).with_range(FileRange::new(250_001, Some(900_000)))],
+            o,
+        )
+        .await
+        .unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), &f.data[250_001..=900_000]);
+    }
+}
+
+#[tokio::test]
+async fn file_with_repeated_chunks_fetches_each_range_once() {
+    // 700 KB of zeros: one 128 KiB chunk used over and over, in several terms.
+    let c = build(&[vec![0u8; 700_000]], 1 << 26);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    let dir = tempfile::tempdir().unwrap();
+    let r = get(
+        w.clone(),
+        vec![req(&c.files[0], &dir.path().join("z"))],
+        opts(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read(dir.path().join("z")).unwrap(),
+        c.files[0].data
+    );
+    assert_eq!(
+        r.fetches, 1,
+        "the zero chunk and the tail are adjacent: one fetch"
+    );
+}
+
+async fn range_of(
+    cas: Arc<dyn Cas>,
+    f: &TestFile,
+    start: u64,
+    end: Option<u64>,
+    dir: &Path,
+) -> Vec<u8> {
+    let p = dir.join(format!("r-{start}-{end:?}"));
+    let rq = req(f, &p).with_range(FileRange::new(start, end));
+    let rep = get(
+        cas,
+        vec![rq],
+        DownloadOptions {
+            segment_bytes: 200_000,
+            ..opts()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rep.files[0].verification,
+        if start == 0 && end.is_none_or(|e| e + 1 >= f.data.len() as u64) {
+            Verification::FileHash
+        } else {
+            Verification::TermLengths
+        }
+    );
+    std::fs::read(p).unwrap()
+}
+
+#[tokio::test]
+async fn ranges_at_chunk_xorb_and_file_boundaries() {
+    let c = corpus();
+    let (store, _) = store(&c).await;
+    let dir = tempfile::tempdir().unwrap();
+    for f in &c.files[..4] {
+        let n = f.data.len() as u64;
+        let ce = &f.chunk_ends;
+        let mut cases: Vec<(u64, Option<u64>)> = vec![
+            (0, Some(0)),
+            (0, Some(n - 1)),
+            (0, None),
+            (n - 1, None),
+            (n - 1, Some(n + 100)),
+            (1, Some(n - 2)),
+            (ce[0], Some(ce[1] - 1)),      // exactly the second chunk
+            (ce[0] - 1, Some(ce[0])),      // straddles the first chunk boundary
+            (ce[2], None),                 // from a chunk boundary to the end
+            (n / 2, Some(n / 2 + 70_000)), // mid-chunk to mid-chunk
+        ];
+        for &b in &f.term_bounds {
+            cases.push((b, Some(b + 10)));
+            cases.push((b - 10, Some(b - 1)));
+            cases.push((b - 5, Some(b + 5)));
+        }
+        for (s, e) in cases {
+            let got = range_of(store.clone(), f, s, e, dir.path()).await;
+            let end = e.map_or(n, |e| (e + 1).min(n));
+            assert_eq!(
+                got,
+                &f.data[s as usize..end as usize],
+                "range {s}..={e:?} of a {n}-byte file"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn bad_ranges_and_missing_files() {
+    let c = corpus();
+    let (store, _) = store(&c).await;
+    let dir = tempfile::tempdir().unwrap();
+    let f = &c.files[0];
+    let n = f.data.len() as u64;
+    let e = get(
+        store.clone(),
+        vec![req(f, &dir.path().join("x")).with_range(FileRange::new(n, None))],
+        opts(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(e, DownloadError::RangeNotSatisfiable { .. }),
+        "{e}"
+    );
+    assert_eq!(e.kind(), ErrorKind::InvalidRequest);
+    let e = get(
+        store.clone(),
+        vec![req(f, &dir.path().join("x")).with_range(FileRange::new(10, Some(5)))],
+        opts(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidRequest);
+    let missing = xet_hash::chunk_hash(b"no such file");
+    let e = get(
+        store,
+        vec![DownloadRequest::to_path(missing, dir.path().join("m"))],
+        opts(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    assert!(e.to_string().contains(&missing.to_string()));
+    assert!(
+        leftovers(dir.path()).is_empty(),
+        "{:?}",
+        leftovers(dir.path())
+    );
+}
+
+#[tokio::test]
+async fn corrupt_payload_byte_names_the_chunk_and_leaves_nothing() {
+    // Random data is stored uncompressed, so a flipped payload byte decodes fine and only
+    // the file hash can catch it.
+    let c = build(&[random(1_000_000, 11)], 1 << 26);
+    let (store, backend) = store(&c).await;
+    let x = &c.xorbs[0];
+    let victim = 5;
+    let info = x.info().chunks[victim];
+    corrupt(&backend, &x.hash(), (info.offset + 8 + 100) as usize).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    let o = DownloadOptions {
+        cache: Some(CacheConfig::new(cache.path())),
+        ..opts()
+    };
+    let e = get(store, vec![req(&c.files[0], &p)], o).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Verification, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!("chunk {victim} of xorb {}", x.hash())),
+        "{msg}"
+    );
+    assert!(!p.exists());
+    assert!(
+        leftovers(dir.path()).is_empty(),
+        "{:?}",
+        leftovers(dir.path())
+    );
+    assert_eq!(
+        cache_stats(cache.path()).unwrap().entries,
+        0,
+        "bad data is not left in the cache"
+    );
+}
+
+#[tokio::test]
+async fn corrupt_chunk_header_names_the_chunk() {
+    let c = build(&[text(600_000, 12)], 1 << 26);
+    let (store, backend) = store(&c).await;
+    let x = &c.xorbs[0];
+    let info = x.info().chunks[3];
+    corrupt(&backend, &x.hash(), info.offset as usize + 4).await; // the scheme byte
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    let e = get(store, vec![req(&c.files[0], &p)], opts())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Verification, "{e}");
+    assert!(
+        e.to_string()
+            .contains(&format!("chunk 3 of xorb {}", x.hash())),
+        "{e}"
+    );
+    assert!(leftovers(dir.path()).is_empty());
+}
+
+#[tokio::test]
+async fn interrupted_download_resumes_fetching_only_what_is_missing() {
+    let c = build(&[random(3_000_000, 21)], 250_000);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    let o = DownloadOptions {
+        max_concurrent_fetches: 1,
+        ..opts()
+    };
+
+    // How many fetches a clean download takes.
+    let clean = get(
+        w.clone(),
+        vec![req(&c.files[0], &dir.path().join("clean"))],
+        o.clone(),
+    )
+    .await
+    .unwrap();
+    let total = clean.fetches;
+    assert!(total >= 10, "{total}");
+    w.reset();
+
+    w.set_fault(Fault::FailAfter(4));
+    let e = get(w.clone(), vec![req(&c.files[0], &p)], o.clone())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("injected"), "{e}");
+    assert!(!p.exists());
+    assert!(dir.path().join("f.part").exists() && dir.path().join("f.part.jsonl").exists());
+    let first = w.fetches();
+    assert_eq!(first, 4);
+
+    w.set_fault(Fault::None);
+    w.reset();
+    let r = get(w.clone(), vec![req(&c.files[0], &p)], o).await.unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), c.files[0].data);
+    assert_eq!(
+        w.fetches(),
+        total - first,
+        "only the missing ranges are fetched"
+    );
+    assert_eq!(r.fetches, total - first);
+    assert!(r.files[0].bytes_resumed > 0);
+    assert_eq!(r.files[0].verification, Verification::FileHash);
+    assert!(!dir.path().join("f.part").exists() && !dir.path().join("f.part.jsonl").exists());
+}
+
+#[tokio::test]
+async fn tampered_part_file_is_refetched_on_resume() {
+    let c = build(&[random(2_000_000, 22)], 250_000);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    let o = DownloadOptions {
+        max_concurrent_fetches: 1,
+        ..opts()
+    };
+    w.set_fault(Fault::FailAfter(3));
+    get(w.clone(), vec![req(&c.files[0], &p)], o.clone())
+        .await
+        .unwrap_err();
+    // Flip a byte at the start of the .part file (first term, recorded as done).
+    let part = dir.path().join("f.part");
+    let mut bytes = std::fs::read(&part).unwrap();
+    bytes[10] ^= 1;
+    std::fs::write(&part, bytes).unwrap();
+    w.set_fault(Fault::None);
+    w.reset();
+    get(w.clone(), vec![req(&c.files[0], &p)], o).await.unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), c.files[0].data);
+    let ranges = w.fetched_ranges.lock().unwrap().clone();
+    assert!(
+        ranges.iter().any(|r| r.1.start == 0),
+        "the tampered term was fetched again"
+    );
+}
+
+#[tokio::test]
+async fn range_downloads_resume_too() {
+    let c = build(&[random(2_000_000, 23)], 200_000);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    let o = DownloadOptions {
+        max_concurrent_fetches: 1,
+        ..opts()
+    };
+    let rq = || req(&c.files[0], &p).with_range(FileRange::new(123_456, Some(1_765_432)));
+    w.set_fault(Fault::FailAfter(3));
+    get(w.clone(), vec![rq()], o.clone()).await.unwrap_err();
+    w.set_fault(Fault::None);
+    w.reset();
+    let r = get(w.clone(), vec![rq()], o).await.unwrap();
+    assert_eq!(
+        std::fs::read(&p).unwrap(),
+        &c.files[0].data[123_456..=1_765_432]
+    );
+    assert!(r.files[0].bytes_resumed > 0);
+}
+
+#[tokio::test]
+async fn chunk_cache_serves_repeat_and_shared_downloads() {
+    let a = random(1_200_000, 31);
+    let mut b = a[..800_000].to_vec();
+    b.extend(random(200_000, 32));
+    let c = build(&[a], 1 << 26);
+    let c2 = build(&[b], 1 << 26); // its own xorb; shares no xorb with c
+    let (store, _) = store(&c).await;
+    put(store.as_ref(), &c2).await;
+    let w = Wrapper::new(store);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let o = DownloadOptions {
+        cache: Some(CacheConfig::new(cache.path())),
+        ..opts()
+    };
+
+    let r1 = get(
+        w.clone(),
+        vec![req(&c.files[0], &dir.path().join("1"))],
+        o.clone(),
+    )
+    .await
+    .unwrap();
+    assert!(r1.fetches > 0);
+    let stats = cache_stats(cache.path()).unwrap();
+    assert!(stats.entries > 0 && stats.bytes > c.files[0].data.len() as u64);
+    w.reset();
+    let r2 = get(
+        w.clone(),
+        vec![req(&c.files[0], &dir.path().join("2"))],
+        o.clone(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(w.fetches(), 0, "second download fetches nothing");
+    assert_eq!(r2.bytes_fetched, 0);
+    assert_eq!(r2.bytes_from_cache, c.files[0].data.len() as u64);
+    assert_eq!(
+        std::fs::read(dir.path().join("2")).unwrap(),
+        c.files[0].data
+    );
+
+    // A range of the cached file: nothing fetched either.
+    w.reset();
+    let p = dir.path().join("r");
+    get(
+        w.clone(),
+        vec![req(&c.files[0], &p).with_range(FileRange::new(1000, Some(500_000)))],
+        o.clone(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(w.fetches(), 0);
+    assert_eq!(std::fs::read(&p).unwrap(), &c.files[0].data[1000..=500_000]);
+
+    let cleared = cache_clear(cache.path()).unwrap();
+    assert_eq!(cleared.entries, stats.entries);
+    assert_eq!(cache_stats(cache.path()).unwrap().entries, 0);
+    w.reset();
+    get(w.clone(), vec![req(&c.files[0], &dir.path().join("3"))], o)
+        .await
+        .unwrap();
+    assert!(w.fetches() > 0);
+}
+
+#[tokio::test]
+async fn cache_shared_between_files_using_the_same_xorb() {
+    // Both files in one corpus: b's leading terms live in a's xorbs.
+    let a = random(1_000_000, 33);
+    let mut b = a[..700_000].to_vec();
+    b.extend(random(100_000, 34));
+    let c = build(&[a, b], 400_000);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let o = DownloadOptions {
+        cache: Some(CacheConfig::new(cache.path())),
+        ..opts()
+    };
+    get(
+        w.clone(),
+        vec![req(&c.files[0], &dir.path().join("a"))],
+        o.clone(),
+    )
+    .await
+    .unwrap();
+    w.reset();
+    let r = get(w.clone(), vec![req(&c.files[1], &dir.path().join("b"))], o)
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(dir.path().join("b")).unwrap(),
+        c.files[1].data
+    );
+    assert!(r.bytes_from_cache > 0, "{r:?}");
+    // Only the xorb holding b's new chunks is fetched.
+    let a_xorbs: Vec<MerkleHash> = c.xorbs.iter().map(|x| x.hash()).collect();
+    let fetched = w.fetched_ranges.lock().unwrap().clone();
+    assert!(
+        fetched.iter().all(|(x, _)| *x == *a_xorbs.last().unwrap()),
+        "{fetched:?}"
+    );
+}
+
+#[tokio::test]
+async fn stalled_fetch_fails_within_the_stall_limit() {
+    let c = build(&[random(500_000, 41)], 1 << 26);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    w.set_fault(Fault::Stall);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    let o = DownloadOptions {
+        stall_timeout: Duration::from_millis(200),
+        min_throughput: 0,
+        max_retries: 2,
+        ..opts()
+    };
+    let res = tokio::time::timeout(
+        Duration::from_secs(10),
+        get(w.clone(), vec![req(&c.files[0], &p)], o),
+    )
+    .await;
+    let e = res.expect("the download must not hang").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Network, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&c.files[0].hash.to_string()) && msg.contains(&c.xorbs[0].hash().to_string()),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("stalled") && msg.contains("3 attempt"),
+        "{msg}"
+    );
+    assert_eq!(w.attempts.load(Ordering::SeqCst), 3);
+    assert!(!p.exists());
+}
+
+#[tokio::test]
+async fn expired_urls_requery_the_reconstruction() {
+    let c = build(&[random(1_500_000, 51)], 400_000);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    w.set_fault(Fault::ExpireOnce);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    get(w.clone(), vec![req(&c.files[0], &p)], opts())
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), c.files[0].data);
+    let recon = w.reconstructions.load(Ordering::SeqCst);
+    assert!(
+        recon > c.xorbs.len() as u64,
+        "one re-query per expired URL: {recon}"
+    );
+}
+
+#[tokio::test]
+async fn retryable_errors_are_retried() {
+    let c = build(&[random(800_000, 61)], 1 << 26);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    w.set_fault(Fault::Flaky(2));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    let o = DownloadOptions {
+        max_concurrent_fetches: 1,
+        ..opts()
+    };
+    get(w.clone(), vec![req(&c.files[0], &p)], o.clone())
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), c.files[0].data);
+    // Too many failures: a network error naming the file and xorb.
+    let w = Wrapper::new(w.inner.clone());
+    w.set_fault(Fault::Flaky(100));
+    let e = get(
+        w.clone(),
+        vec![req(&c.files[0], &dir.path().join("g"))],
+        DownloadOptions {
+            max_retries: 2,
+            ..o
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Network);
+    assert!(e.to_string().contains("connection reset"), "{e}");
+}
+
+#[tokio::test]
+async fn writer_destination_gets_verified_bytes() {
+    #[derive(Clone)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let c = corpus();
+    let (store, backend) = store(&c).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Shared(Arc::new(Mutex::new(Vec::new())));
+    let o = DownloadOptions {
+        temp_dir: Some(tmp.path().to_path_buf()),
+        ..opts()
+    };
+    let r = get(
+        store.clone(),
+        vec![DownloadRequest::to_writer(
+            c.files[3].hash,
+            Box::new(out.clone()),
+        )],
+        o.clone(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.files[0].path, "-");
+    assert_eq!(*out.0.lock().unwrap(), c.files[3].data);
+    // A range to a writer.
+    let out2 = Shared(Arc::new(Mutex::new(Vec::new())));
+    let rq = DownloadRequest::to_writer(c.files[3].hash, Box::new(out2.clone()))
+        .with_range(FileRange::new(5, Some(99)));
+    get(store.clone(), vec![rq], o.clone()).await.unwrap();
+    assert_eq!(*out2.0.lock().unwrap(), &c.files[3].data[5..100]);
+    // A corrupt file writes nothing to the writer.
+    let x = c
+        .xorbs
+        .iter()
+        .find(|x| x.info().unpacked_len() > 300_000)
+        .unwrap();
+    let target = c.files.iter().position(|f| {
+        // a file using this xorb
+        f.data.len() > 1000
+    });
+    assert!(target.is_some());
+    corrupt(
+        &backend,
+        &x.hash(),
+        x.info().chunks[1].offset as usize + 8 + 7,
+    )
+    .await;
+    let out3 = Shared(Arc::new(Mutex::new(Vec::new())));
+    let mut failed = 0;
+    for f in &c.files[..4] {
+        let rq = DownloadRequest::to_writer(f.hash, Box::new(out3.clone()));
+        if get(store.clone(), vec![rq], o.clone()).await.is_err() {
+            failed += 1;
+        }
+    }
+    assert!(failed >= 1);
+    assert!(
+        out3.0.lock().unwrap().len() < c.files[..4].iter().map(|f| f.data.len()).sum::<usize>()
+    );
+    assert!(
+        leftovers(tmp.path()).is_empty(),
+        "{:?}",
+        leftovers(tmp.path())
+    );
+}
+
+#[tokio::test]
+async fn fetch_concurrency_and_memory_are_bounded() {
+    let c = build(&[random(3_000_000, 71)], 150_000);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    *w.delay.lock().unwrap() = Some(Duration::from_millis(20));
+    let dir = tempfile::tempdir().unwrap();
+    let o = DownloadOptions {
+        max_concurrent_fetches: 3,
+        ..opts()
+    };
+    get(w.clone(), vec![req(&c.files[0], &dir.path().join("a"))], o)
+        .await
+        .unwrap();
+    let m = w.max_in_flight.load(Ordering::SeqCst);
+    assert!((2..=3).contains(&m), "max in flight {m}");
+
+    // A tiny memory budget serializes fetches but still completes (one fetch may
+    // always proceed).
+    let w = Wrapper::new(w.inner.clone());
+    *w.delay.lock().unwrap() = Some(Duration::from_millis(5));
+    let o = DownloadOptions {
+        memory_budget: 1,
+        max_concurrent_fetches: 8,
+        ..opts()
+    };
+    get(w.clone(), vec![req(&c.files[0], &dir.path().join("b"))], o)
+        .await
+        .unwrap();
+    assert_eq!(w.max_in_flight.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        std::fs::read(dir.path().join("b")).unwrap(),
+        c.files[0].data
+    );
+}
+
+#[tokio::test]
+async fn cancellation_interrupts_and_keeps_the_part_file() {
+    let c = build(&[random(1_000_000, 81)], 1 << 26);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    w.set_fault(Fault::Stall);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    let token = cancel_token();
+    let o = DownloadOptions {
+        cancel: Some(token.clone()),
+        ..opts()
+    };
+    let t = token.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        t.cancel();
+    });
+    let e = get(w.clone(), vec![req(&c.files[0], &p)], o)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Interrupted);
+    assert!(!p.exists());
+    assert!(dir.path().join("f.part").exists());
+}
+
+#[tokio::test]
+async fn several_files_at_once_share_the_limits() {
+    let files: Vec<Vec<u8>> = (0..12)
+        .map(|i| random(100_000 + i * 37_000, 90 + i as u64))
+        .collect();
+    let c = build(&files, 500_000);
+    let (store, _) = store(&c).await;
+    let dir = tempfile::tempdir().unwrap();
+    let reqs = c
+        .files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| req(f, &dir.path().join(format!("{i}"))))
+        .collect();
+    let o = DownloadOptions {
+        max_concurrent_files: 3,
+        max_concurrent_fetches: 2,
+        ..opts()
+    };
+    let r = get(store, reqs, o).await.unwrap();
+    assert_eq!(r.files.len(), 12);
+    for (i, f) in c.files.iter().enumerate() {
+        assert_eq!(
+            std::fs::read(dir.path().join(format!("{i}"))).unwrap(),
+            f.data
+        );
+        assert_eq!(r.files[i].hash, f.hash.to_string());
+    }
+}
+
+/// `cargo test -p xet-download --release -- --ignored --nocapture throughput`
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn throughput_512_mib_from_the_memory_store() {
+    let size = 512usize << 20;
+    let mut data = xet_testdata::generate(xet_testdata::Kind::Float32, size / 2, 1);
+    data.extend(random(size / 2, 2));
+    let t = std::time::Instant::now();
+    let c = build(&[data], 1 << 26);
+    let (store, _) = store(&c).await;
+    eprintln!(
+        "built {} xorbs in {:.1}s",
+        c.xorbs.len(),
+        t.elapsed().as_secs_f64()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..2 {
+        let p = dir.path().join(format!("f{round}"));
+        let t = std::time::Instant::now();
+        let r = get(store.clone(), vec![req(&c.files[0], &p)], opts())
+            .await
+            .unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        eprintln!(
+            "round {round}: {} MiB in {secs:.2}s = {:.0} MB/s ({} fetches, {} MiB fetched)",
+            r.total_bytes >> 20,
+            r.total_bytes as f64 / secs / 1e6,
+            r.fetches,
+            r.bytes_fetched >> 20
+        );
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let o = DownloadOptions {
+        cache: Some(CacheConfig::new(cache.path())),
+        ..opts()
+    };
+    for round in 0..2 {
+        let p = dir.path().join(format!("c{round}"));
+        let t = std::time::Instant::now();
+        let r = get(store.clone(), vec![req(&c.files[0], &p)], o.clone())
+            .await
+            .unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        eprintln!(
+            "with cache, round {round}: {:.0} MB/s ({} MiB from cache)",
+            r.total_bytes as f64 / secs / 1e6,
+            r.bytes_from_cache >> 20
+        );
+    }
+    assert_eq!(std::fs::read(dir.path().join("f0")).unwrap().len(), size);
+}
+
+mod prop {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::OnceLock;
+
+    struct Fixture {
+        rt: tokio::runtime::Runtime,
+        corpus: Corpus,
+        store: Arc<Store>,
+    }
+
+    fn fixture() -> &'static Fixture {
+        static F: OnceLock<Fixture> = OnceLock::new();
+        F.get_or_init(|| {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            let mut d = random(700_000, 100);
+            d.extend(text(500_000, 101));
+            let corpus = build(&[d], 250_000);
+            let (store, _) = rt.block_on(store(&corpus));
+            Fixture { rt, corpus, store }
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        #[test]
+        fn any_range_equals_the_slice(a in 0u64..1_200_000, len in 1u64..400_000, seg in 50_000u64..600_000) {
+            let f = fixture();
+            let file = &f.corpus.files[0];
+            let n = file.data.len() as u64;
+            let start = a.min(n - 1);
+            let end = (start + len - 1).min(n + 10);
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("r");
+            let o = DownloadOptions { segment_bytes: seg, ..opts() };
+            let rq = req(file, &p).with_range(FileRange::new(start, Some(end)));
+            f.rt.block_on(get(f.store.clone(), vec![rq], o)).unwrap();
+            let got = std::fs::read(&p).unwrap();
+            prop_assert_eq!(&got[..], &file.data[start as usize..(end + 1).min(n) as usize]);
+        }
+    }
+}
