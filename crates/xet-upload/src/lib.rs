@@ -1,0 +1,149 @@
+//! The XET upload pipeline over any [`xet_cas::Cas`], byte-compatible with `hf_xet` 1.8.0
+//! in what it stores: the same chunks and file hashes, xorbs in the reference's format
+//! (compressed per chunk, footer-less bodies), shards in the reference's upload form.
+//!
+//! # API
+//!
+//! ```no_run
+//! # async fn f(cas: std::sync::Arc<dyn xet_cas::Cas>) -> Result<(), xet_upload::UploadError> {
+//! use std::sync::Arc;
+//! use xet_upload::{NoProgress, UploadOptions, collect_files, upload};
+//! let files = collect_files(&["model/".into()])?; // directories → files, stable order
+//! let opts = UploadOptions { cache_dir: Some("/home/me/.cache/xet/upload/abc".into()), ..Default::default() };
+//! let report = upload(cas, &files, &opts, Arc::new(NoProgress)).await?;
+//! for f in &report.files {
+//!     println!("{} {} {}", f.hash, f.size, f.path.display());
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! [`upload`] takes file paths (not directories: [`collect_files`] expands those), an
+//! [`UploadOptions`] and a [`Progress`] sink, and returns an [`UploadReport`] (per file:
+//! path, XET hash, size, sha256, new and deduplicated bytes; totals: bytes, new bytes,
+//! xorbs and shards sent, elapsed time) that serializes with serde. Errors are one
+//! [`UploadError`] enum: `Input` (names the path), `Cas` (wraps [`xet_cas::CasError`]),
+//! `Interrupted` (the [`UploadOptions::cancel`] token fired), `Cache` (names the cache
+//! path) and `Internal`.
+//!
+//! # Pipeline
+//!
+//! ```text
+//! scheduler ─▶ reader per file (blocking thread + read-ahead thread; rayon: chunk hashes ‖ sha256;
+//!   │           starts global dedup queries)          ─▶ bounded channel per file
+//!   └─────────▶ dedup stage (one blocking thread; files in input order, chunks in file order)
+//!                 ─▶ bounded channel of sealed xorbs ─▶ uploader (rayon: compression;
+//!                    ≤ max_xorbs_in_flight put_xorb at once) ─▶ shard(s) once all xorbs are stored
+//! ```
+//!
+//! Several files are read, chunked and hashed at once (up to `max_files_in_flight`, and
+//! within the `read_ahead_bytes` budget, reserved per file in input order, so the file
+//! being deduplicated always proceeds); each holds at most 5 blocks of `block_size`
+//! (8 MiB). At most `max_xorbs_in_flight` (4) xorbs of ≤ 64 MiB are being compressed or
+//! uploaded, plus the one being filled. Memory therefore stays flat whatever the input
+//! size (≈ 128 MiB read-ahead + 5 × 64 MiB xorbs + compressed copies; well under 1 GiB
+//! for a 10 GiB file). CPU work never runs on the async executor: reading, chunking and
+//! dedup run on blocking threads, hashing and compression on rayon. No lock is held
+//! across an `.await`.
+//!
+//! The dedup stage is sequential and processes files in input order, so the xorbs
+//! formed are a deterministic function of the inputs, the options and what the CAS and
+//! the local cache answer: a rerun forms the same xorbs, which is what makes resume work.
+//! New chunks are packed into xorbs across files, in order, up to 8192 chunks / 64 MiB
+//! uncompressed.
+//!
+//! # Dedup
+//!
+//! For each chunk, in file order, the first rule that applies:
+//!
+//! 1. **Run continuation**: the previous chunk was deduplicated against xorb X and this
+//!    chunk is in X too (any index), or the previous chunk was X's last chunk and this
+//!    one is chunk 0 of another xorb of the same source → deduplicated.
+//! 2. **Repeat inside the file**: the chunk equals a chunk this file already stored as
+//!    new → a term of its own for that one chunk (this is what hf_xet does: 1 MiB of
+//!    zeros is one stored chunk and eight `[i, i+1)` terms).
+//! 3. **Dedup run**: the chunk is found, in this order, in a xorb of this session (new
+//!    chunks of earlier files), in the local shard cache (shards this client uploaded and
+//!    global dedup answers it received, unexpired), or in a global dedup answer
+//!    (matching keyed hashes when the answer has an HMAC key). The *run* is the
+//!    maximal sequence of following chunks that continue it (rule 1). **Fragmentation
+//!    prevention** (draft §10.4): the run is used only if
+//!    - it has at least `min_dedup_run_chunks` (8) chunks, or at least
+//!      `min_dedup_run_bytes` (1 MiB), or
+//!    - it reaches the last chunk of the file (this includes a run covering the whole
+//!      file), or
+//!    - it cannot add a term: the chunk before it was not stored as new (it was
+//!      deduplicated, or the run starts the file) and the chunk after it is found too
+//!      (rules 2–3). Storing such a run again would cost bytes and save no term; this
+//!      is what makes a second upload of the same files send nothing even when the
+//!      first one interleaved short new and deduplicated stretches.
+//!
+//!    Otherwise this chunk is stored as new (joining the new chunks around it in one
+//!    term), and the next chunk is judged the same way.
+//! 4. Otherwise the chunk is **new**: appended to the open xorb.
+//!
+//! Terms: a chunk at index `i` of xorb X extends the previous term when that term is in
+//! X and ends at `i` (rule 2 always starts a new term, as hf_xet).
+//!
+//! Global dedup queries (`Cas::dedup_shard`) are made for the first chunk of each file
+//! and for chunks whose hash is eligible (`MerkleHash::is_global_dedup_eligible`), unless
+//! the local shard cache already knows the chunk; each hash once per upload. They start
+//! as soon as the chunk is hashed; the dedup stage waits for an answer before deciding
+//! the batch it belongs to, so decisions do not depend on timing. A failed query is a
+//! miss (as in hf_xet), except `Unauthorized`, which fails the upload. Answers are
+//! written to the shard cache (not in a dry run).
+//!
+//! # Shards
+//!
+//! After every xorb is stored: one shard in upload form (no footer) with every file
+//! (sorted by hash, flags `0xC0000000`, one verification entry per term,
+//! FileMetadataExt with the byte-swapped sha256; the empty file with 0 terms and a zero
+//! sha256) and only the xorbs new in this upload (chunk flags 0, `num_bytes_on_disk`
+//! 0). Split into several shards if it would exceed `shard_max_bytes` (63 MiB). Each
+//! shard sent is also written to the shard cache in stored form (lookup tables, creation
+//! time, expiry 21 days later).
+//!
+//! # Local cache and resume
+//!
+//! `cache_dir` (specific to one CAS endpoint; see [`cache_dir_for`]) holds
+//! `shard-cache/<shard hash>.mdb` and the resume journal `xorb-journal`: one line
+//! `"<xorb hash string> <body length>\n"` appended after each successful `put_xorb`.
+//! A later upload that forms a xorb listed in the journal with the same body length asks
+//! `Cas::xorb_size` and skips `put_xorb` if the CAS has it (counted in
+//! `Totals::xorbs_resumed`). After a successful upload the journal lines of its xorbs
+//! are removed (the shard cache covers them from then on). Shards in the cache whose
+//! footer `key_expiry` is in the past are deleted when the cache is opened (0 means no
+//! expiry); beyond `shard_cache_max_bytes` the oldest (by modification time) are deleted.
+//!
+//! # Dry run
+//!
+//! Everything is computed (including compression, so byte counts are exact) and global
+//! dedup queries and `xorb_size` checks are made, but nothing is sent and nothing is
+//! written to the cache directory. The report's numbers are what a real upload would
+//! send right then.
+
+mod build;
+mod cache;
+mod dedup;
+mod error;
+mod global;
+mod options;
+mod pipeline;
+mod pool;
+mod progress;
+mod read;
+mod report;
+mod shards;
+mod walk;
+
+pub use error::{Result, UploadError};
+pub use options::{
+    DEFAULT_BLOCK_SIZE, DEFAULT_MIN_DEDUP_RUN_BYTES, DEFAULT_MIN_DEDUP_RUN_CHUNKS,
+    DEFAULT_SHARD_CACHE_BYTES, DEFAULT_SHARD_MAX_BYTES, UploadOptions, cache_dir_for,
+};
+pub use pipeline::upload;
+pub use progress::{NoProgress, Progress};
+pub use report::{FileReport, Totals, UploadReport, hash_string};
+pub use walk::collect_files;
+
+/// Re-exported so callers can build a cancellation token without depending on tokio-util.
+pub use tokio_util::sync::CancellationToken;

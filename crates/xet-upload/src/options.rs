@@ -1,0 +1,107 @@
+//! Tuning knobs of the pipeline. [`UploadOptions::default`] is what the CLI uses.
+
+use std::path::PathBuf;
+
+use tokio_util::sync::CancellationToken;
+
+/// Default file read block: 8 MiB.
+pub const DEFAULT_BLOCK_SIZE: usize = 8 << 20;
+/// Default cap on the on-disk shard cache: 256 MiB.
+pub const DEFAULT_SHARD_CACHE_BYTES: u64 = 256 << 20;
+/// Default minimum dedup run (draft §10.4): 8 chunks...
+pub const DEFAULT_MIN_DEDUP_RUN_CHUNKS: usize = 8;
+/// ... or 1 MiB.
+pub const DEFAULT_MIN_DEDUP_RUN_BYTES: u64 = 1 << 20;
+/// Uploaded shards are split to stay below this (the protocol's 64 MiB, with margin).
+pub const DEFAULT_SHARD_MAX_BYTES: u64 = 63 << 20;
+
+/// How to run an upload.
+#[derive(Debug, Clone)]
+pub struct UploadOptions {
+    /// Compute everything (chunks, dedup, xorbs, shards), send nothing, write nothing to
+    /// the cache directory. Global dedup queries and `xorb_size` checks are still made.
+    pub dry_run: bool,
+    /// Directory for the shard cache and the resume journal. It must be specific to one
+    /// CAS endpoint (what it records is only true of that CAS): see [`cache_dir_for`].
+    /// `None` disables local-cache dedup and resume.
+    pub cache_dir: Option<PathBuf>,
+    /// Cap on the shard cache's total size; the oldest shards are evicted beyond it.
+    pub shard_cache_max_bytes: u64,
+    /// Ask the CAS for global dedup shards (`Cas::dedup_shard`) for eligible chunks.
+    pub global_dedup: bool,
+    /// File read block size.
+    pub block_size: usize,
+    /// Files being read and chunked ahead of the one being deduplicated.
+    pub max_files_in_flight: usize,
+    /// Memory budget for read-ahead across files, in bytes (the file being
+    /// deduplicated always proceeds; see the crate docs).
+    pub read_ahead_bytes: u64,
+    /// Xorbs being compressed or uploaded at once.
+    pub max_xorbs_in_flight: usize,
+    /// Concurrent global dedup queries.
+    pub max_dedup_queries_in_flight: usize,
+    /// Fragmentation prevention: a dedup run shorter than this many chunks...
+    pub min_dedup_run_chunks: usize,
+    /// ... and shorter than this many bytes is not used, unless it reaches the end of
+    /// the file (see the crate docs for the exact rule).
+    pub min_dedup_run_bytes: u64,
+    /// Xorb limits. The defaults are the protocol's (8192 chunks, 64 MiB uncompressed);
+    /// smaller values are valid xorbs too, and make tests with many xorbs cheap.
+    pub xorb_max_chunks: usize,
+    pub xorb_max_bytes: u64,
+    /// Uploaded shards are split to stay at or below this size.
+    pub shard_max_bytes: u64,
+    /// Cancels the upload: it stops promptly and fails with
+    /// [`crate::UploadError::Interrupted`].
+    pub cancel: Option<CancellationToken>,
+}
+
+impl Default for UploadOptions {
+    fn default() -> Self {
+        UploadOptions {
+            dry_run: false,
+            cache_dir: None,
+            shard_cache_max_bytes: DEFAULT_SHARD_CACHE_BYTES,
+            global_dedup: true,
+            block_size: DEFAULT_BLOCK_SIZE,
+            max_files_in_flight: 16,
+            read_ahead_bytes: 128 << 20,
+            max_xorbs_in_flight: 4,
+            max_dedup_queries_in_flight: 16,
+            min_dedup_run_chunks: DEFAULT_MIN_DEDUP_RUN_CHUNKS,
+            min_dedup_run_bytes: DEFAULT_MIN_DEDUP_RUN_BYTES,
+            xorb_max_chunks: xet_xorb::MAX_XORB_CHUNKS,
+            xorb_max_bytes: xet_xorb::MAX_XORB_UNPACKED_BYTES,
+            shard_max_bytes: DEFAULT_SHARD_MAX_BYTES,
+            cancel: None,
+        }
+    }
+}
+
+impl UploadOptions {
+    /// Clamp the knobs into working ranges (at least 1 of everything, block size at
+    /// least 64 KiB, xorb limits within the protocol's).
+    pub(crate) fn normalized(&self) -> UploadOptions {
+        let mut o = self.clone();
+        o.block_size = o.block_size.clamp(64 << 10, 256 << 20);
+        o.max_files_in_flight = o.max_files_in_flight.max(1);
+        o.max_xorbs_in_flight = o.max_xorbs_in_flight.max(1);
+        o.max_dedup_queries_in_flight = o.max_dedup_queries_in_flight.max(1);
+        o.min_dedup_run_chunks = o.min_dedup_run_chunks.max(1);
+        o.xorb_max_chunks = o.xorb_max_chunks.clamp(1, xet_xorb::MAX_XORB_CHUNKS);
+        o.xorb_max_bytes = o.xorb_max_bytes.clamp(
+            xet_chunk::MAX_CHUNK_SIZE as u64,
+            xet_xorb::MAX_XORB_UNPACKED_BYTES,
+        );
+        o.shard_max_bytes = o.shard_max_bytes.max(4 << 10);
+        o
+    }
+}
+
+/// A cache directory for one CAS endpoint under a base cache directory:
+/// `base/upload/<first 16 hex digits of the chunk hash of endpoint>`. Any string that
+/// identifies the endpoint works (a URL, a store path).
+pub fn cache_dir_for(base: &std::path::Path, endpoint: &str) -> PathBuf {
+    let h = xet_hash::chunk_hash(endpoint.as_bytes());
+    base.join("upload").join(&h.to_string()[..16])
+}

@@ -1,0 +1,561 @@
+//! The upload orchestration: scheduler → readers → dedup stage → xorb uploader → shards.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use bytes::Bytes;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use xet_cas::Cas;
+use xet_hash::MerkleHash;
+
+use crate::cache::{LocalCache, now_secs};
+use crate::dedup::{DedupParams, FileDedup, KnownIndex, SealedXorb, Session, TermRec, XorbRef};
+use crate::error::{Result, UploadError};
+use crate::global::GlobalDedup;
+use crate::options::UploadOptions;
+use crate::pool::BufPool;
+use crate::progress::Progress;
+use crate::read::{BLOCKS_PER_FILE, FileMsg};
+use crate::report::{FileReport, Totals, UploadReport};
+use crate::shards::{FileRecord, build_shards};
+
+/// Read-ahead budget unit (semaphore permits are u32).
+const BUDGET_UNIT: u64 = 64 << 10;
+
+/// One file handed from the scheduler to the dedup stage, in input order.
+struct FileJob {
+    path: PathBuf,
+    rx: mpsc::Receiver<FileMsg>,
+    /// Released when the dedup stage is done with the file.
+    _permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+}
+
+/// A sealed xorb with its in-flight permit.
+struct XorbJob {
+    sealed: SealedXorb,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// A xorb built (and, unless a dry run, stored).
+struct BuiltXorb {
+    slot: u32,
+    hash: MerkleHash,
+    chunks: Vec<(MerkleHash, u32)>,
+    body_len: u64,
+    sent: bool,
+    resumed: bool,
+}
+
+/// Why the dedup stage stopped.
+enum StageError {
+    Failed(UploadError),
+    /// The uploader went away (it has the real error).
+    DownstreamClosed,
+}
+
+impl From<UploadError> for StageError {
+    fn from(e: UploadError) -> Self {
+        StageError::Failed(e)
+    }
+}
+
+struct Shared {
+    cas: Arc<dyn Cas>,
+    opts: UploadOptions,
+    progress: Arc<dyn Progress>,
+    cancel: CancellationToken,
+    cache: Option<Arc<LocalCache>>,
+    journal: HashMap<MerkleHash, u64>,
+    handle: tokio::runtime::Handle,
+    /// Read blocks, open xorbs' data, xorb bodies.
+    read_pool: BufPool,
+    xorb_pool: BufPool,
+    body_pool: BufPool,
+}
+
+impl Shared {
+    fn body_pool_size(&self) -> usize {
+        self.opts.xorb_max_bytes as usize + xet_xorb::CHUNK_HEADER_LEN * self.opts.xorb_max_chunks
+    }
+}
+
+struct SessionOutput {
+    files: Vec<FileRecord>,
+    chunks: u64,
+    new_chunks: u64,
+}
+
+/// See the crate documentation.
+pub async fn upload(
+    cas: Arc<dyn Cas>,
+    inputs: &[PathBuf],
+    options: &UploadOptions,
+    progress: Arc<dyn Progress>,
+) -> Result<UploadReport> {
+    let started = Instant::now();
+    let opts = options.normalized();
+    let user_cancel = opts.cancel.clone().unwrap_or_default();
+    let cancel = user_cancel.child_token();
+    // Stops every stage if this future is dropped.
+    let _guard = cancel.clone().drop_guard();
+
+    let inputs = inputs.to_vec();
+    let sizes = blocking(move || {
+        inputs
+            .into_iter()
+            .map(|p| {
+                let m = std::fs::metadata(&p).map_err(|e| UploadError::input(&p, e))?;
+                if !m.is_file() {
+                    let e =
+                        std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+                    return Err(UploadError::input(&p, e));
+                }
+                Ok((p, m.len()))
+            })
+            .collect::<Result<Vec<_>>>()
+    })
+    .await?;
+    progress.start(sizes.len(), sizes.iter().map(|s| s.1).sum());
+
+    let (cache, contents) = match &opts.cache_dir {
+        Some(dir) => {
+            let (dir, max, ro) = (dir.clone(), opts.shard_cache_max_bytes, opts.dry_run);
+            let (c, contents) = blocking(move || LocalCache::open(&dir, max, ro)).await?;
+            (Some(Arc::new(c)), contents)
+        }
+        None => (None, Default::default()),
+    };
+    let cache_index = {
+        let shards = contents.shards;
+        Arc::new(
+            blocking(move || {
+                let mut k = KnownIndex::new();
+                for s in &shards {
+                    k.add_shard(s);
+                }
+                Ok(k)
+            })
+            .await?,
+        )
+    };
+    tracing::debug!(
+        xorbs = cache_index.num_xorbs(),
+        journal = contents.journal.len(),
+        "local cache loaded"
+    );
+
+    let handle = tokio::runtime::Handle::current();
+    let global = opts.global_dedup.then(|| {
+        Arc::new(GlobalDedup::new(
+            cas.clone(),
+            handle.clone(),
+            opts.max_dedup_queries_in_flight,
+            cache_index.clone(),
+            if opts.dry_run { None } else { cache.clone() },
+            cancel.clone(),
+        ))
+    });
+    let shared = Arc::new(Shared {
+        cas: cas.clone(),
+        opts: opts.clone(),
+        progress: progress.clone(),
+        cancel: cancel.clone(),
+        cache: cache.clone(),
+        journal: contents.journal,
+        handle: handle.clone(),
+        read_pool: BufPool::new(
+            opts.block_size,
+            (opts.read_ahead_bytes / opts.block_size as u64) as usize + 4,
+        ),
+        xorb_pool: BufPool::new(opts.xorb_max_bytes as usize, opts.max_xorbs_in_flight + 1),
+        body_pool: BufPool::new(
+            opts.xorb_max_bytes as usize + xet_xorb::CHUNK_HEADER_LEN * opts.xorb_max_chunks,
+            opts.max_xorbs_in_flight + 1,
+        ),
+    });
+
+    let (files_tx, files_rx) = mpsc::channel::<FileJob>(opts.max_files_in_flight);
+    let (xorb_tx, xorb_rx) = mpsc::channel::<XorbJob>(opts.max_xorbs_in_flight);
+    let scheduler = tokio::spawn(schedule(sizes, files_tx, shared.clone(), global.clone()));
+    let uploader = tokio::spawn(upload_xorbs(xorb_rx, shared.clone()));
+    let session = {
+        let shared = shared.clone();
+        let cache_index = cache_index.clone();
+        tokio::task::spawn_blocking(move || run_session(files_rx, xorb_tx, &shared, cache_index))
+    };
+
+    let result = tokio::select! {
+        r = finish(session, uploader) => r,
+        _ = user_cancel.cancelled() => Err(UploadError::Interrupted),
+    };
+    scheduler.abort();
+    if result.is_err() {
+        cancel.cancel();
+    }
+    let (output, xorbs) = result?;
+
+    // Shards, once every xorb is stored (built off the executor: a large upload has
+    // many terms).
+    let files: Vec<FileReport> = output.files.iter().map(FileRecord::report).collect();
+    let xorbs = Arc::new(xorbs);
+    let shard_max = opts.shard_max_bytes;
+    let shards = {
+        let xorbs = xorbs.clone();
+        let records = output.files;
+        blocking(move || {
+            let by_slot: HashMap<u32, &BuiltXorb> = xorbs.iter().map(|x| (x.slot, x)).collect();
+            let resolve = |t: &TermRec| match t.xorb {
+                XorbRef::Known(h) => Ok(h),
+                XorbRef::Session(s) => by_slot
+                    .get(&s)
+                    .map(|x| x.hash)
+                    .ok_or_else(|| UploadError::Internal(format!("xorb slot {s} was never built"))),
+            };
+            let mut cas_infos = Vec::with_capacity(xorbs.len());
+            for x in xorbs.iter() {
+                let entries: Vec<(MerkleHash, u64)> =
+                    x.chunks.iter().map(|&(h, l)| (h, l as u64)).collect();
+                let info = xet_shard::CasInfo::from_chunks(x.hash, &entries, 0).map_err(|e| {
+                    UploadError::Internal(format!("describing xorb {}: {e}", x.hash))
+                })?;
+                cas_infos.push(info);
+            }
+            let file_infos = records
+                .iter()
+                .map(|f| f.to_file_info(&resolve))
+                .collect::<Result<Vec<_>>>()?;
+            build_shards(file_infos, cas_infos, shard_max)
+        })
+        .await?
+    };
+
+    let mut totals = Totals::default();
+    for (shard, bytes) in shards {
+        if user_cancel.is_cancelled() {
+            return Err(UploadError::Interrupted);
+        }
+        let len = bytes.len() as u64;
+        if !opts.dry_run {
+            cas.put_shard(Bytes::from(bytes)).await?;
+            progress.uploaded(len);
+            if let Some(c) = &cache {
+                let c = c.clone();
+                let saved = blocking(move || {
+                    let stored = shard
+                        .into_stored(xet_shard::StoredOptions::shard_cache(now_secs()))
+                        .and_then(|s| s.to_bytes())
+                        .map_err(|e| UploadError::Internal(format!("shard cache form: {e}")))?;
+                    c.save_shard(&stored)
+                })
+                .await;
+                if let Err(e) = saved {
+                    tracing::warn!("cannot cache the uploaded shard: {e}");
+                }
+            }
+        }
+        totals.shards_sent += 1;
+        totals.shard_bytes_sent += len;
+    }
+    if let (Some(c), false) = (&cache, opts.dry_run) {
+        let done: HashSet<MerkleHash> = xorbs.iter().map(|x| x.hash).collect();
+        let c = c.clone();
+        if let Err(e) = blocking(move || c.journal_forget(&done)).await {
+            tracing::warn!("cannot tidy the resume journal: {e}");
+        }
+    }
+
+    totals.files = files.len();
+    totals.bytes = files.iter().map(|f| f.size).sum();
+    totals.new_bytes = files.iter().map(|f| f.new_bytes).sum();
+    totals.deduped_bytes = totals.bytes - totals.new_bytes;
+    totals.chunks = output.chunks;
+    totals.new_chunks = output.new_chunks;
+    totals.xorbs_new = xorbs.len();
+    totals.xorbs_sent = xorbs.iter().filter(|x| x.sent).count();
+    totals.xorbs_resumed = xorbs.iter().filter(|x| x.resumed).count();
+    totals.xorb_bytes_sent = xorbs.iter().filter(|x| x.sent).map(|x| x.body_len).sum();
+    if let Some(g) = &global {
+        totals.dedup_queries = g.queries.load(Ordering::Relaxed);
+        totals.dedup_answers = g.answers.load(Ordering::Relaxed);
+    }
+    totals.elapsed = started.elapsed();
+    Ok(UploadReport {
+        dry_run: opts.dry_run,
+        files,
+        totals,
+    })
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| UploadError::Internal(format!("worker failed: {e}")))?
+}
+
+/// Wait for the dedup stage and the uploader; report the error that caused a stop.
+async fn finish(
+    session: tokio::task::JoinHandle<Result<SessionOutput, StageError>>,
+    uploader: tokio::task::JoinHandle<Result<Vec<BuiltXorb>>>,
+) -> Result<(SessionOutput, Vec<BuiltXorb>)> {
+    let joined =
+        |e: tokio::task::JoinError| UploadError::Internal(format!("pipeline stage failed: {e}"));
+    let s = session.await.map_err(joined)?;
+    match s {
+        Ok(out) => {
+            let xorbs = uploader.await.map_err(joined)??;
+            Ok((out, xorbs))
+        }
+        Err(StageError::Failed(e)) => {
+            uploader.abort();
+            Err(e)
+        }
+        Err(StageError::DownstreamClosed) => match uploader.await.map_err(joined)? {
+            Err(e) => Err(e),
+            Ok(_) => Err(UploadError::Internal("xorb uploader stopped early".into())),
+        },
+    }
+}
+
+/// Start readers in input order, within the file-count and read-ahead budgets.
+async fn schedule(
+    files: Vec<(PathBuf, u64)>,
+    tx: mpsc::Sender<FileJob>,
+    shared: Arc<Shared>,
+    global: Option<Arc<GlobalDedup>>,
+) {
+    let o = &shared.opts;
+    let count = Arc::new(Semaphore::new(o.max_files_in_flight));
+    let budget_units = (o.read_ahead_bytes / BUDGET_UNIT).clamp(1, u32::MAX as u64 / 2) as u32;
+    let budget = Arc::new(Semaphore::new(budget_units as usize));
+    for (path, size) in files {
+        // A file never holds more than BLOCKS_PER_FILE blocks (or its size) at once, so
+        // reserving that up front, in input order, cannot deadlock the ordered consumer.
+        let want = size
+            .min(BLOCKS_PER_FILE * o.block_size as u64)
+            .div_ceil(BUDGET_UNIT)
+            .clamp(1, budget_units as u64) as u32;
+        let permits = tokio::select! {
+            _ = shared.cancel.cancelled() => return,
+            p = async {
+                let c = count.clone().acquire_owned().await.expect("never closed");
+                let b = budget.clone().acquire_many_owned(want).await.expect("never closed");
+                (c, b)
+            } => p,
+        };
+        let (ftx, frx) = mpsc::channel(1);
+        let (p, bs, g, c) = (
+            path.clone(),
+            o.block_size,
+            global.clone(),
+            shared.cancel.clone(),
+        );
+        let pool = shared.read_pool.clone();
+        tokio::task::spawn_blocking(move || crate::read::read_file(&p, bs, ftx, g, pool, c));
+        if tx
+            .send(FileJob {
+                path,
+                rx: frx,
+                _permits: permits,
+            })
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// The dedup stage: files in input order, chunks in file order.
+fn run_session(
+    mut files: mpsc::Receiver<FileJob>,
+    xorb_tx: mpsc::Sender<XorbJob>,
+    shared: &Shared,
+    cache_index: Arc<KnownIndex>,
+) -> Result<SessionOutput, StageError> {
+    let o = &shared.opts;
+    let params = DedupParams {
+        min_run_chunks: o.min_dedup_run_chunks,
+        min_run_bytes: o.min_dedup_run_bytes,
+        xorb_max_chunks: o.xorb_max_chunks,
+        xorb_max_bytes: o.xorb_max_bytes,
+    };
+    let mut session = Session::new(params, cache_index, shared.xorb_pool.clone());
+    let in_flight = Arc::new(Semaphore::new(o.max_xorbs_in_flight));
+    let mut out = SessionOutput {
+        files: Vec::new(),
+        chunks: 0,
+        new_chunks: 0,
+    };
+
+    let flush = |session: &mut Session| -> Result<(), StageError> {
+        for sealed in session.take_sealed() {
+            let permit = shared
+                .handle
+                .block_on(async {
+                    tokio::select! {
+                        p = in_flight.clone().acquire_owned() => Some(p.expect("never closed")),
+                        _ = shared.cancel.cancelled() => None,
+                    }
+                })
+                .ok_or(StageError::Failed(UploadError::Interrupted))?;
+            xorb_tx
+                .blocking_send(XorbJob {
+                    sealed,
+                    _permit: permit,
+                })
+                .map_err(|_| StageError::DownstreamClosed)?;
+        }
+        Ok(())
+    };
+
+    while let Some(mut job) = files.blocking_recv() {
+        let mut f = FileDedup::new();
+        loop {
+            if shared.cancel.is_cancelled() {
+                return Err(UploadError::Interrupted.into());
+            }
+            match job.rx.blocking_recv() {
+                Some(FileMsg::Batch(batch)) => {
+                    for rx in batch.answers {
+                        let mut rx = rx;
+                        let answer = shared.handle.block_on(async {
+                            tokio::select! {
+                                r = rx.wait_for(Option::is_some) => r.ok().and_then(|v| v.clone()),
+                                _ = shared.cancel.cancelled() => None,
+                            }
+                        });
+                        match answer {
+                            // Merging an answer again is a cheap no-op (its xorbs are known).
+                            Some(Ok(Some(shard))) => session.add_answer(&shard),
+                            Some(Err(e)) => return Err(UploadError::Cas(e).into()),
+                            Some(Ok(None)) => {}
+                            None if shared.cancel.is_cancelled() => {
+                                return Err(UploadError::Interrupted.into());
+                            }
+                            None => {}
+                        }
+                    }
+                    let mut bytes = 0u64;
+                    for (h, d) in batch.chunks {
+                        bytes += d.len() as u64;
+                        session.push_chunk(&mut f, h, d);
+                    }
+                    session.process(&mut f, false);
+                    flush(&mut session)?;
+                    shared.progress.processed(bytes);
+                }
+                Some(FileMsg::End { size, sha256 }) => {
+                    session.process(&mut f, true);
+                    flush(&mut session)?;
+                    out.chunks += f.chunks.len() as u64;
+                    out.new_chunks += f.new_chunks;
+                    let rec = FileRecord::new(job.path.clone(), size, sha256, f)?;
+                    shared.progress.file_done(&rec.report());
+                    out.files.push(rec);
+                    break;
+                }
+                Some(FileMsg::Failed(e)) => return Err(e.into()),
+                None if shared.cancel.is_cancelled() => return Err(UploadError::Interrupted.into()),
+                None => {
+                    let msg = format!("reader of {} stopped unexpectedly", job.path.display());
+                    return Err(UploadError::Internal(msg).into());
+                }
+            }
+        }
+    }
+    session.seal_open();
+    flush(&mut session)?;
+    Ok(out)
+}
+
+/// Build and store xorbs, `max_xorbs_in_flight` at a time (the dedup stage holds the permits).
+async fn upload_xorbs(
+    mut rx: mpsc::Receiver<XorbJob>,
+    shared: Arc<Shared>,
+) -> Result<Vec<BuiltXorb>> {
+    let mut set: JoinSet<Result<BuiltXorb>> = JoinSet::new();
+    let mut out = Vec::new();
+    let joined = |r: std::result::Result<Result<BuiltXorb>, tokio::task::JoinError>| {
+        r.map_err(|e| UploadError::Internal(format!("xorb upload task failed: {e}")))?
+    };
+    loop {
+        tokio::select! {
+            biased;
+            _ = shared.cancel.cancelled() => return Err(UploadError::Interrupted),
+            Some(r) = set.join_next(), if !set.is_empty() => out.push(joined(r)?),
+            job = rx.recv() => match job {
+                Some(job) => { set.spawn(upload_one(job, shared.clone())); }
+                None => break,
+            },
+        }
+    }
+    loop {
+        tokio::select! {
+            biased;
+            _ = shared.cancel.cancelled() => return Err(UploadError::Interrupted),
+            r = set.join_next() => match r {
+                Some(r) => out.push(joined(r)?),
+                None => break,
+            },
+        }
+    }
+    out.sort_by_key(|x| x.slot);
+    Ok(out)
+}
+
+async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
+    let XorbJob { sealed, _permit } = job;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let mut body = shared.body_pool.get(shared.body_pool_size());
+    rayon::spawn(move || {
+        let built = crate::build::build_xorb(&sealed, &mut body).map(|h| (h, body, sealed));
+        let _ = tx.send(built);
+    });
+    let (hash, body, sealed) = rx
+        .await
+        .map_err(|_| UploadError::Internal("xorb build task failed".into()))??;
+    let body_len = body.len() as u64;
+    let mut built = BuiltXorb {
+        slot: sealed.slot,
+        hash,
+        chunks: sealed.chunks,
+        body_len,
+        sent: false,
+        resumed: false,
+    };
+    shared.xorb_pool.put(sealed.data);
+    let body = shared.body_pool.to_bytes(body);
+
+    if shared.journal.get(&hash) == Some(&body_len) {
+        // Stored by an interrupted earlier run; trust it only if the CAS confirms.
+        match shared.cas.xorb_size(&hash).await {
+            Ok(Some(n)) if n == body_len => {
+                built.resumed = true;
+                return Ok(built);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(%hash, "xorb_size failed, uploading again: {e}"),
+        }
+    }
+    built.sent = true;
+    if shared.opts.dry_run {
+        return Ok(built);
+    }
+    shared.cas.put_xorb(&hash, body).await?;
+    shared.progress.uploaded(body_len);
+    if let Some(c) = &shared.cache {
+        let c = c.clone();
+        let r = tokio::task::spawn_blocking(move || c.journal_append(&hash, body_len)).await;
+        match r {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("resume journal: {e}"),
+            Err(e) => tracing::warn!("resume journal: {e}"),
+        }
+    }
+    Ok(built)
+}

@@ -1,0 +1,303 @@
+//! Stage 1, one per file: read in large blocks, chunk, hash chunks and sha256 on the
+//! rayon pool, start global dedup queries, and hand batches to the dedup stage.
+//!
+//! Runs on a blocking thread (`spawn_blocking`) with a scoped reader thread, so the
+//! next block is read while the current one is chunked and hashed.
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc as std_mpsc;
+
+use bytes::{Bytes, BytesMut};
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use xet_chunk::{Chunker, MAX_CHUNK_SIZE};
+use xet_hash::MerkleHash;
+
+use crate::error::UploadError;
+use crate::global::{AnswerRx, GlobalDedup};
+use crate::pool::BufPool;
+
+/// Chunks of one block, in file order.
+pub(crate) struct Batch {
+    pub chunks: Vec<(MerkleHash, Bytes)>,
+    /// Global dedup answers to wait for before deciding these chunks.
+    pub answers: Vec<AnswerRx>,
+}
+
+pub(crate) enum FileMsg {
+    Batch(Batch),
+    End { size: u64, sha256: [u8; 32] },
+    Failed(UploadError),
+}
+
+/// Blocks alive per file at most: being read, queued to the chunker, being chunked,
+/// queued to or in the sha256 thread, being hashed, queued to the dedup stage, being
+/// deduplicated.
+pub(crate) const BLOCKS_PER_FILE: u64 = 7;
+
+/// Read, chunk and hash `path`, sending batches to `tx`. Returns when the file is done,
+/// failed (a `Failed` message was sent) or the receiver is gone.
+pub(crate) fn read_file(
+    path: &Path,
+    block_size: usize,
+    tx: mpsc::Sender<FileMsg>,
+    global: Option<Arc<GlobalDedup>>,
+    pool: BufPool,
+    cancel: CancellationToken,
+) {
+    if let Err(e) = read_file_inner(path, block_size, &tx, global.as_ref(), pool, &cancel) {
+        let _ = tx.blocking_send(FileMsg::Failed(e));
+    }
+}
+
+fn read_file_inner(
+    path: &Path,
+    block_size: usize,
+    tx: &mpsc::Sender<FileMsg>,
+    global: Option<&Arc<GlobalDedup>>,
+    pool: BufPool,
+    cancel: &CancellationToken,
+) -> Result<(), UploadError> {
+    let file = std::fs::File::open(path).map_err(|e| UploadError::input(path, e))?;
+    let size_hint = file.metadata().map(|m| m.len()).unwrap_or(0);
+    std::thread::scope(|s| {
+        // Three overlapped steps per block: read (thread), sha256 (thread), chunk
+        // boundaries (here) and chunk hashes (rayon, while the next block is scanned).
+        let (btx, brx) = std_mpsc::sync_channel::<std::io::Result<Bytes>>(1);
+        s.spawn(move || read_blocks(file, size_hint, block_size, &pool, btx));
+        let (stx, srx) = std_mpsc::sync_channel::<Bytes>(1);
+        let sha = s.spawn(move || {
+            let mut sha = Sha256::new();
+            for b in srx {
+                sha.update(&b);
+            }
+            <[u8; 32]>::from(sha.finalize())
+        });
+
+        let mut chunker = Chunker::new();
+        let mut pending = BytesMut::new();
+        let mut index = 0u64;
+        let mut size = 0u64;
+        // Chunk hashes of the previous block, being computed on rayon.
+        let mut in_flight: Option<HashJob> = None;
+        for block in brx {
+            if cancel.is_cancelled() {
+                return Ok(());
+            }
+            let block = block.map_err(|e| UploadError::input(path, e))?;
+            size += block.len() as u64;
+            if stx.send(block.clone()).is_err() {
+                return Err(UploadError::Internal("sha256 thread stopped".into()));
+            }
+            let mut datas = Vec::new();
+            let mut pos = 0;
+            while let Some(n) = chunker.next_boundary(&block[pos..]) {
+                if pending.is_empty() {
+                    datas.push(block.slice(pos..pos + n));
+                } else {
+                    pending.extend_from_slice(&block[pos..pos + n]);
+                    datas.push(pending.split().freeze());
+                }
+                pos += n;
+            }
+            if pos < block.len() {
+                if pending.capacity() == 0 {
+                    pending.reserve(MAX_CHUNK_SIZE);
+                }
+                pending.extend_from_slice(&block[pos..]);
+            }
+            drop(block);
+            let job = HashJob::start(datas);
+            if let Some(prev) = in_flight.replace(job) {
+                if !send_batch(tx, global, &mut index, prev.wait()) {
+                    return Ok(());
+                }
+            }
+        }
+        if let Some(prev) = in_flight.take() {
+            if !send_batch(tx, global, &mut index, prev.wait()) {
+                return Ok(());
+            }
+        }
+        if chunker.finish().is_some() {
+            let data = pending.split().freeze();
+            let h = xet_hash::chunk_hash(&data);
+            if !send_batch(tx, global, &mut index, vec![(h, data)]) {
+                return Ok(());
+            }
+        }
+        drop(stx);
+        let sha256 = sha
+            .join()
+            .map_err(|_| UploadError::Internal("sha256 thread panicked".into()))?;
+        let _ = tx.blocking_send(FileMsg::End { size, sha256 });
+        Ok(())
+    })
+}
+
+/// Chunk hashes of one block computed on the rayon pool.
+struct HashJob {
+    rx: std_mpsc::Receiver<Vec<(MerkleHash, Bytes)>>,
+}
+
+impl HashJob {
+    fn start(datas: Vec<Bytes>) -> HashJob {
+        let (tx, rx) = std_mpsc::sync_channel(1);
+        rayon::spawn(move || {
+            let hashes: Vec<MerkleHash> =
+                datas.par_iter().map(|d| xet_hash::chunk_hash(d)).collect();
+            let _ = tx.send(hashes.into_iter().zip(datas).collect());
+        });
+        HashJob { rx }
+    }
+
+    fn wait(self) -> Vec<(MerkleHash, Bytes)> {
+        // The job always sends unless it panicked, which rayon turns into an abort.
+        self.rx.recv().unwrap_or_default()
+    }
+}
+
+fn send_batch(
+    tx: &mpsc::Sender<FileMsg>,
+    global: Option<&Arc<GlobalDedup>>,
+    index: &mut u64,
+    chunks: Vec<(MerkleHash, Bytes)>,
+) -> bool {
+    if chunks.is_empty() {
+        return true;
+    }
+    let mut answers = Vec::new();
+    for (h, _) in &chunks {
+        if let Some(rx) = global.and_then(|g| g.maybe_query(h, *index)) {
+            answers.push(rx);
+        }
+        *index += 1;
+    }
+    tx.blocking_send(FileMsg::Batch(Batch { chunks, answers }))
+        .is_ok()
+}
+
+/// Read `file` in blocks of `block_size` (smaller for a small file) until EOF. Stops
+/// when the receiver is gone.
+fn read_blocks(
+    mut file: std::fs::File,
+    size_hint: u64,
+    block_size: usize,
+    pool: &BufPool,
+    tx: std_mpsc::SyncSender<std::io::Result<Bytes>>,
+) {
+    let mut read = 0u64;
+    loop {
+        let remaining = size_hint.saturating_sub(read);
+        // The size may change while reading: never allocate less than 64 KiB once the
+        // expected size is reached, so a growing file still makes progress.
+        let want = (remaining.max(64 << 10) as usize).min(block_size);
+        let mut buf = pool.get(want);
+        match (&mut file).take(want as u64).read_to_end(&mut buf) {
+            Ok(0) => {
+                pool.put(buf);
+                return;
+            }
+            Ok(n) => {
+                read += n as u64;
+                if tx.send(Ok(pool.to_bytes(buf))).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn chunks_match_one_shot_chunking_for_any_block_size() {
+        let d = tempfile::tempdir().unwrap();
+        let data = xet_testdata::generate(xet_testdata::Kind::Random, 1_000_003, 5);
+        let path = d.path().join("f");
+        std::fs::write(&path, &data).unwrap();
+        let want = xet_chunk::chunk_data(&data);
+        for bs in [64 << 10, 100_000, 1 << 20, 8 << 20] {
+            let (tx, mut rx) = mpsc::channel(2);
+            let p = path.clone();
+            let h = tokio::task::spawn_blocking(move || {
+                read_file(
+                    &p,
+                    bs,
+                    tx,
+                    None,
+                    BufPool::new(bs, 4),
+                    CancellationToken::new(),
+                )
+            });
+            let mut got = Vec::new();
+            let mut end = None;
+            while let Some(m) = rx.recv().await {
+                match m {
+                    FileMsg::Batch(b) => got.extend(b.chunks),
+                    FileMsg::End { size, sha256 } => end = Some((size, sha256)),
+                    FileMsg::Failed(e) => panic!("{e}"),
+                }
+            }
+            h.await.unwrap();
+            assert_eq!(got.len(), want.len(), "block size {bs}");
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.0, w.hash);
+                assert_eq!(&g.1[..], &data[w.range()]);
+            }
+            let (size, sha) = end.unwrap();
+            assert_eq!(size, data.len() as u64);
+            assert_eq!(sha, <[u8; 32]>::from(Sha256::digest(&data)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod bench {
+    use super::*;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore]
+    async fn reader_speed() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("f");
+        let data = xet_testdata::generate(xet_testdata::Kind::Random, 256 << 20, 5);
+        std::fs::write(&path, &data).unwrap();
+        drop(data);
+        for bs in [8 << 20, 16 << 20] {
+            let t = std::time::Instant::now();
+            let (tx, mut rx) = mpsc::channel(1);
+            let p = path.clone();
+            let h = tokio::task::spawn_blocking(move || {
+                read_file(
+                    &p,
+                    bs,
+                    tx,
+                    None,
+                    BufPool::new(bs, 4),
+                    CancellationToken::new(),
+                )
+            });
+            let mut n = 0u64;
+            while let Some(m) = rx.recv().await {
+                if let FileMsg::Batch(b) = m {
+                    n += b.chunks.iter().map(|c| c.1.len() as u64).sum::<u64>();
+                }
+            }
+            h.await.unwrap();
+            println!(
+                "reader bs={bs}: {:.0} MB/s",
+                n as f64 / t.elapsed().as_secs_f64() / 1e6
+            );
+        }
+    }
+}
