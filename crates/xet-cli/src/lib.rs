@@ -6,7 +6,10 @@
 mod exit;
 mod formats;
 mod output;
+mod progress;
+mod remote;
 mod scan;
+mod transfer;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -53,6 +56,54 @@ enum Command {
         #[command(subcommand)]
         action: ShardAction,
     },
+    /// Chunk, dedupe and upload files and directories; print each file's xet hash.
+    Upload {
+        /// Files and directories (recursively).
+        paths: Vec<PathBuf>,
+        /// Read more paths from FILE (or - for stdin), one per line.
+        #[arg(long, value_name = "FILE")]
+        files_from: Option<PathBuf>,
+        /// Upload nothing; report how many bytes would be new and how many are already stored.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        remote: remote::RemoteArgs,
+    },
+    /// Rebuild files from their xet hashes, verified.
+    Download {
+        /// File hashes (hash string form).
+        hashes: Vec<String>,
+        /// Read more hashes from FILE (or - for stdin): "HASH" or "HASH PATH" per line.
+        #[arg(long, value_name = "FILE")]
+        files_from: Option<PathBuf>,
+        /// Output file, directory (one file per hash), or - for stdout.
+        #[arg(short, long, value_name = "PATH|DIR|-")]
+        output: Option<PathBuf>,
+        /// Only bytes START-END (inclusive) or START- of the file.
+        #[arg(long, value_name = "START-END")]
+        range: Option<String>,
+        /// The file's size, when known.
+        #[arg(long)]
+        size: Option<u64>,
+        #[command(flatten)]
+        remote: remote::RemoteArgs,
+    },
+    /// Inspect or empty the chunk cache that downloads use.
+    Cache {
+        #[command(subcommand)]
+        action: CacheAction,
+        /// Cache directory.
+        #[arg(long, env = "XET_CACHE", global = true)]
+        cache_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum CacheAction {
+    /// Entries, chunks and bytes in the chunk cache.
+    Stats,
+    /// Remove every cached chunk.
+    Clear,
 }
 
 #[derive(Subcommand, Debug)]
@@ -74,6 +125,18 @@ enum ShardAction {
     Inspect { file: PathBuf },
     /// Check the shard's structure; exit non-zero with a reason if invalid.
     Verify { file: PathBuf },
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            Failure::new(
+                Code::Failure,
+                anyhow::Error::new(e).context("starting the async runtime"),
+            )
+        })
 }
 
 /// Parse arguments, run, print, and map the outcome to an exit code.
@@ -106,6 +169,41 @@ pub fn main() -> ExitCode {
         Command::Shard {
             action: ShardAction::Verify { file },
         } => formats::shard_verify(&out, &file),
+        Command::Cache { action, cache_dir } => {
+            transfer::cache(&out, matches!(action, CacheAction::Clear), &cache_dir)
+        }
+        Command::Upload {
+            paths,
+            files_from,
+            dry_run,
+            remote,
+        } => {
+            let args = transfer::UploadArgs {
+                paths,
+                files_from,
+                dry_run,
+                remote,
+            };
+            runtime().and_then(|rt| rt.block_on(transfer::upload(&out, args)))
+        }
+        Command::Download {
+            hashes,
+            files_from,
+            output,
+            range,
+            size,
+            remote,
+        } => {
+            let args = transfer::DownloadArgs {
+                hashes,
+                files_from,
+                output,
+                range,
+                size,
+                remote,
+            };
+            runtime().and_then(|rt| rt.block_on(transfer::download(&out, args)))
+        }
     };
     match result {
         Ok(()) => Code::Ok.into(),

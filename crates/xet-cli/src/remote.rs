@@ -1,0 +1,99 @@
+//! Where data goes: a CAS server (`--endpoint` / `XET_ENDPOINT`) or, without one, the
+//! embedded store on disk (`--store` / `XET_STORE` / the platform data dir), the same
+//! layout `xet serve --store` serves.
+
+use crate::exit::{CliResult, Code, Failure};
+use anyhow::Context;
+use clap::Args;
+use std::path::PathBuf;
+use std::sync::Arc;
+use xet_cas::Cas;
+
+#[derive(Args, Debug, Clone)]
+pub struct RemoteArgs {
+    /// CAS server URL (e.g. http://127.0.0.1:8080). Without it, the embedded local store is used.
+    #[arg(long, env = "XET_ENDPOINT")]
+    pub endpoint: Option<String>,
+    /// Embedded store directory (used when no endpoint is given).
+    #[arg(long, env = "XET_STORE")]
+    pub store: Option<PathBuf>,
+    /// Bearer token for the CAS server.
+    #[arg(long, env = "XET_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// URL answering {"accessToken","exp","casUrl"}; the token is refreshed before it expires.
+    #[arg(long, env = "XET_TOKEN_URL")]
+    pub token_url: Option<String>,
+    /// Cache directory (chunk cache, shard cache, resume records).
+    #[arg(long, env = "XET_CACHE")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+pub fn default_store_dir() -> PathBuf {
+    dirs::data_dir()
+        .unwrap_or_else(std::env::temp_dir)
+        .join("xet")
+        .join("store")
+}
+
+pub fn cache_dir(dir: &Option<PathBuf>) -> PathBuf {
+    dir.clone().unwrap_or_else(|| {
+        dirs::cache_dir()
+            .unwrap_or_else(std::env::temp_dir)
+            .join("xet")
+    })
+}
+
+/// What the command talks to, for messages.
+pub fn describe(r: &RemoteArgs) -> String {
+    match &r.endpoint {
+        Some(e) => e.clone(),
+        None => format!(
+            "embedded store {}",
+            r.store.clone().unwrap_or_else(default_store_dir).display()
+        ),
+    }
+}
+
+pub async fn open(r: &RemoteArgs) -> CliResult<Arc<dyn Cas>> {
+    if r.endpoint.is_none() && r.token_url.is_none() {
+        let dir = r.store.clone().unwrap_or_else(default_store_dir);
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create the store directory {}", dir.display()))
+            .map_err(Failure::input)?;
+        let store = xet_store::open_store(&dir)
+            .await
+            .with_context(|| format!("cannot open the store at {}", dir.display()))
+            .map_err(|e| Failure::new(Code::Failure, e))?;
+        return Ok(Arc::new(store));
+    }
+    let mut cfg = xet_client::ClientConfig::new(r.endpoint.clone().unwrap_or_default());
+    if let Some(url) = &r.token_url {
+        let mut refresh = xet_client::TokenRefresh::new(url.clone());
+        if let Some(t) = &r.token {
+            // A token for the refresh URL itself (e.g. a Hub token).
+            refresh.headers.push((
+                "authorization".into(),
+                xet_client::Secret::new(format!("Bearer {t}")),
+            ));
+        }
+        cfg = cfg.with_token_source(xet_client::TokenSource::Refresh(refresh));
+    } else if let Some(t) = &r.token {
+        cfg = cfg.with_token(xet_client::Secret::new(t.clone()));
+    }
+    let client = xet_client::HttpCas::new(cfg)
+        .map_err(|e| Failure::new(Code::Usage, anyhow::anyhow!("{e}")))?;
+    Ok(Arc::new(client))
+}
+
+/// Exit code for a CAS error.
+pub fn cas_code(e: &xet_cas::CasError) -> Code {
+    use xet_cas::CasError::*;
+    match e {
+        Unauthorized(_) | Forbidden(_) => Code::Auth,
+        Network { .. } => Code::Network,
+        Server { status, .. } if *status >= 500 || *status == 429 => Code::Network,
+        Corrupt { .. } => Code::Corrupt,
+        Storage(_) => Code::Failure,
+        _ => Code::Rejected,
+    }
+}

@@ -1,0 +1,367 @@
+//! `xet upload`, `xet download` and `xet cache`.
+
+use crate::exit::{CliResult, Code, Failure};
+use crate::output::Out;
+use crate::remote::{self, RemoteArgs};
+use anyhow::{Context, anyhow};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use xet_hash::MerkleHash;
+
+/// Read `--files-from`: one entry per line, blank lines and `#` comments skipped.
+pub fn read_list(src: &Path) -> CliResult<Vec<String>> {
+    let text = if src == Path::new("-") {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .context("reading the list from stdin")
+            .map_err(Failure::input)?;
+        s
+    } else {
+        std::fs::read_to_string(src)
+            .with_context(|| format!("cannot read the list {}", src.display()))
+            .map_err(Failure::input)?
+    };
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect())
+}
+
+/// `START-END` (inclusive) or `START-`.
+pub fn parse_range(s: &str) -> CliResult<xet_download::FileRange> {
+    let bad = || {
+        Failure::new(
+            Code::Usage,
+            anyhow!("--range {s:?}: expected START-END (inclusive) or START-"),
+        )
+    };
+    let (a, b) = s.split_once('-').ok_or_else(bad)?;
+    let start: u64 = a.trim().parse().map_err(|_| bad())?;
+    let end = if b.trim().is_empty() {
+        None
+    } else {
+        Some(b.trim().parse::<u64>().map_err(|_| bad())?)
+    };
+    if end.is_some_and(|e| e < start) {
+        return Err(Failure::new(
+            Code::Usage,
+            anyhow!("--range {s:?}: end is before start"),
+        ));
+    }
+    Ok(xet_download::FileRange { start, end })
+}
+
+fn download_code(k: xet_download::ErrorKind) -> Code {
+    use xet_download::ErrorKind::*;
+    match k {
+        NotFound => Code::Rejected,
+        InvalidRequest => Code::Usage,
+        Verification => Code::Corrupt,
+        Network => Code::Network,
+        Auth => Code::Auth,
+        Output => Code::Input,
+        Interrupted => Code::Interrupted,
+        Other => Code::Failure,
+    }
+}
+
+/// Cancel `token` on Ctrl-C or SIGTERM, so pipelines stop cleanly and keep resume records.
+pub fn cancel_on_signal(token: tokio_util::sync::CancellationToken) {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("SIGTERM handler");
+            tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        token.cancel();
+    });
+}
+
+pub struct DownloadArgs {
+    pub hashes: Vec<String>,
+    pub files_from: Option<PathBuf>,
+    pub output: Option<PathBuf>,
+    pub range: Option<String>,
+    pub size: Option<u64>,
+    pub remote: RemoteArgs,
+}
+
+pub async fn download(out: &Out, a: DownloadArgs) -> CliResult {
+    // Entries: "HASH" or "HASH PATH".
+    let mut entries: Vec<(String, Option<PathBuf>)> =
+        a.hashes.iter().map(|h| (h.clone(), None)).collect();
+    if let Some(src) = &a.files_from {
+        for line in read_list(src)? {
+            let mut it = line.splitn(2, char::is_whitespace);
+            let h = it.next().unwrap_or_default().to_string();
+            let p = it.next().map(|p| PathBuf::from(p.trim()));
+            entries.push((h, p));
+        }
+    }
+    if entries.is_empty() {
+        return Err(Failure::new(
+            Code::Usage,
+            anyhow!("give at least one file hash (or --files-from)"),
+        ));
+    }
+    let range = a.range.as_deref().map(parse_range).transpose()?;
+    let to_stdout = a.output.as_deref() == Some(Path::new("-"));
+    if to_stdout && entries.len() > 1 {
+        return Err(Failure::new(
+            Code::Usage,
+            anyhow!(
+                "-o - writes one file to stdout; {} hashes given",
+                entries.len()
+            ),
+        ));
+    }
+    let out_dir = match &a.output {
+        Some(o)
+            if !to_stdout
+                && (entries.len() > 1 || o.is_dir() || o.to_string_lossy().ends_with('/')) =>
+        {
+            Some(o.clone())
+        }
+        _ => None,
+    };
+    let mut requests = Vec::with_capacity(entries.len());
+    for (h, p) in entries {
+        let hash = MerkleHash::from_hex(&h)
+            .with_context(|| format!("{h:?} is not a xet file hash"))
+            .map_err(|e| Failure::new(Code::Usage, e))?;
+        let mut req = if to_stdout {
+            xet_download::DownloadRequest::to_writer(hash, Box::new(std::io::stdout()))
+        } else {
+            let dest = match (p, &out_dir, &a.output) {
+                (Some(p), _, _) => p,
+                (None, Some(d), _) => d.join(&h),
+                (None, None, Some(o)) => o.clone(),
+                (None, None, None) => PathBuf::from(&h),
+            };
+            xet_download::DownloadRequest::to_path(hash, dest)
+        };
+        if let Some(r) = range {
+            req = req.with_range(r);
+        }
+        if let Some(s) = a.size {
+            req = req.with_size(s);
+        }
+        requests.push(req);
+    }
+    if let Some(d) = &out_dir {
+        std::fs::create_dir_all(d)
+            .with_context(|| format!("cannot create {}", d.display()))
+            .map_err(Failure::input)?;
+    }
+
+    let cas = remote::open(&a.remote).await?;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    cancel_on_signal(cancel.clone());
+    let options = xet_download::DownloadOptions {
+        cache: Some(xet_download::CacheConfig::new(remote::cache_dir(
+            &a.remote.cache_dir,
+        ))),
+        cancel: Some(cancel),
+        ..Default::default()
+    };
+    let pb = crate::progress::bar(!out.json && !out.quiet && !to_stdout, 0, "download");
+    let pbc = pb.clone();
+    let progress: xet_download::ProgressFn =
+        Arc::new(move |ev: &xet_download::ProgressEvent| match ev {
+            xet_download::ProgressEvent::FileStarted { total, .. } => pbc.inc_length(*total),
+            xet_download::ProgressEvent::Written { bytes, .. } => pbc.inc(*bytes),
+            _ => {}
+        });
+    let res = xet_download::download(cas, requests, options, Some(progress)).await;
+    pb.finish_and_clear();
+    let report = res.map_err(|e| {
+        let code = download_code(e.kind());
+        Failure::new(
+            code,
+            anyhow::Error::new(e).context(format!(
+                "download from {} failed",
+                remote::describe(&a.remote)
+            )),
+        )
+    })?;
+    if !to_stdout {
+        for f in &report.files {
+            if out.quiet {
+                out.line(&f.path);
+            } else {
+                out.line(format!("{}  {:>12}  {}", f.hash, f.bytes, f.path));
+            }
+        }
+        if !out.quiet {
+            out.line(format!(
+                "{} files, {} bytes in {:.2}s ({:.1} MB/s); fetched {} bytes, {} from cache, {} resumed",
+                report.files.len(),
+                report.total_bytes,
+                report.elapsed_secs,
+                report.total_bytes as f64 / 1e6 / report.elapsed_secs.max(1e-9),
+                report.bytes_fetched,
+                report.bytes_from_cache,
+                report.bytes_resumed
+            ));
+        }
+    }
+    if !to_stdout {
+        let mut doc = serde_json::to_value(&report).map_err(|e| Failure::new(Code::Failure, e))?;
+        doc["ok"] = json!(true);
+        out.doc(&doc);
+    }
+    Ok(())
+}
+
+pub fn cache(out: &Out, clear: bool, dir: &Option<PathBuf>) -> CliResult {
+    let dir = remote::cache_dir(dir);
+    let s = if clear {
+        xet_download::cache_clear(&dir)
+    } else {
+        xet_download::cache_stats(&dir)
+    }
+    .with_context(|| format!("chunk cache at {}", dir.display()))
+    .map_err(|e| Failure::new(Code::Failure, e))?;
+    let verb = if clear { "cleared" } else { "holds" };
+    out.line(format!(
+        "chunk cache {} {verb} {} entries, {} chunks of {} xorbs, {} bytes",
+        s.dir.display(),
+        s.entries,
+        s.chunks,
+        s.xorbs,
+        s.bytes
+    ));
+    out.doc(&json!({ "ok": true, "dir": s.dir.display().to_string(), "cleared": clear, "entries": s.entries,
+                     "chunks": s.chunks, "xorbs": s.xorbs, "bytes": s.bytes }));
+    Ok(())
+}
+
+pub struct UploadArgs {
+    pub paths: Vec<PathBuf>,
+    pub files_from: Option<PathBuf>,
+    pub dry_run: bool,
+    pub remote: RemoteArgs,
+}
+
+struct UploadBar(indicatif::ProgressBar);
+
+impl xet_upload::Progress for UploadBar {
+    fn start(&self, _files: usize, total_bytes: u64) {
+        self.0.set_length(total_bytes);
+    }
+    fn processed(&self, bytes: u64) {
+        self.0.inc(bytes);
+    }
+}
+
+fn upload_code(e: &xet_upload::UploadError) -> Code {
+    match e {
+        xet_upload::UploadError::Input { .. } => Code::Input,
+        xet_upload::UploadError::Cas(c) => remote::cas_code(c),
+        xet_upload::UploadError::Interrupted => Code::Interrupted,
+        _ => Code::Failure,
+    }
+}
+
+pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
+    let mut roots = a.paths.clone();
+    if let Some(src) = &a.files_from {
+        roots.extend(read_list(src)?.into_iter().map(PathBuf::from));
+    }
+    if roots.is_empty() {
+        return Err(Failure::new(
+            Code::Usage,
+            anyhow!("give at least one file or directory (or --files-from)"),
+        ));
+    }
+    let files = xet_upload::collect_files(&roots).map_err(|e| {
+        let code = upload_code(&e);
+        Failure::new(code, anyhow::Error::new(e))
+    })?;
+    let cas = remote::open(&a.remote).await?;
+    let identity = match &a.remote.endpoint {
+        Some(e) => e.clone(),
+        None => a
+            .remote
+            .store
+            .clone()
+            .unwrap_or_else(remote::default_store_dir)
+            .display()
+            .to_string(),
+    };
+    let cancel = tokio_util::sync::CancellationToken::new();
+    cancel_on_signal(cancel.clone());
+    let options = xet_upload::UploadOptions {
+        dry_run: a.dry_run,
+        cache_dir: Some(xet_upload::cache_dir_for(
+            &remote::cache_dir(&a.remote.cache_dir),
+            &identity,
+        )),
+        cancel: Some(cancel),
+        ..Default::default()
+    };
+    let pb = crate::progress::bar(
+        !out.json && !out.quiet,
+        0,
+        if a.dry_run { "scan" } else { "upload" },
+    );
+    let res = xet_upload::upload(cas, &files, &options, Arc::new(UploadBar(pb.clone()))).await;
+    pb.finish_and_clear();
+    let report = res.map_err(|e| {
+        let code = upload_code(&e);
+        Failure::new(
+            code,
+            anyhow::Error::new(e)
+                .context(format!("upload to {} failed", remote::describe(&a.remote))),
+        )
+    })?;
+    for f in &report.files {
+        if out.quiet {
+            out.line(f.hash.to_string());
+        } else {
+            out.line(format!(
+                "{}  {}  {:>12}  {}",
+                f.path.display(),
+                f.hash,
+                f.size,
+                f.sha256
+            ));
+        }
+    }
+    let t = &report.totals;
+    let secs = t.elapsed.as_secs_f64();
+    if !out.quiet {
+        if report.dry_run {
+            out.line(format!(
+                "dry run: {} files, {} bytes: {} new, {} already present; nothing uploaded",
+                t.files, t.bytes, t.new_bytes, t.deduped_bytes
+            ));
+        } else {
+            out.line(format!(
+                "{} files, {} bytes: {} new, {} deduped; {} xorbs ({} bytes) and {} shards sent{} in {:.2}s ({:.1} MB/s) to {}",
+                t.files,
+                t.bytes,
+                t.new_bytes,
+                t.deduped_bytes,
+                t.xorbs_sent,
+                t.xorb_bytes_sent,
+                t.shards_sent,
+                if t.xorbs_resumed > 0 { format!(", {} xorbs already sent by an interrupted run", t.xorbs_resumed) } else { String::new() },
+                secs,
+                t.bytes as f64 / 1e6 / secs.max(1e-9),
+                remote::describe(&a.remote)
+            ));
+        }
+    }
+    let mut doc = serde_json::to_value(&report).map_err(|e| Failure::new(Code::Failure, e))?;
+    doc["ok"] = json!(true);
+    out.doc(&doc);
+    Ok(())
+}
