@@ -1,0 +1,253 @@
+//! Black-box upload/download through the real binary on the embedded store (no server).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        Env {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn path(&self, p: &str) -> std::path::PathBuf {
+        self.dir.path().join(p)
+    }
+    fn xet(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_xet"))
+            .args(args)
+            .env("XET_STORE", self.path("store"))
+            .env("XET_CACHE", self.path("cache"))
+            .env_remove("XET_ENDPOINT")
+            .output()
+            .expect("run xet")
+    }
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        let o = self.xet(&a);
+        assert!(
+            o.status.success(),
+            "xet {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+}
+
+fn write_corpus(dir: &Path) -> Vec<(String, xet_testdata::GoldenFile)> {
+    std::fs::create_dir_all(dir).unwrap();
+    xet_testdata::golden_files()
+        .into_iter()
+        .map(|(c, g)| {
+            std::fs::write(dir.join(&g.name), c.bytes()).unwrap();
+            (g.name.clone(), g)
+        })
+        .collect()
+}
+
+#[test]
+fn corpus_round_trip_on_the_embedded_store() {
+    let env = Env::new();
+    let corpus = env.path("corpus");
+    let golden = write_corpus(&corpus);
+
+    // Dry run first: nothing stored yet, so every byte is new; then the real upload agrees.
+    let dry = env.json(&["upload", "--dry-run", corpus.to_str().unwrap()]);
+    assert_eq!(dry["dry_run"], true);
+    let up = env.json(&["upload", corpus.to_str().unwrap()]);
+    assert_eq!(up["totals"]["new_bytes"], dry["totals"]["new_bytes"]);
+    assert_eq!(
+        up["totals"]["deduped_bytes"],
+        dry["totals"]["deduped_bytes"]
+    );
+    assert!(up["totals"]["xorbs_sent"].as_u64().unwrap() >= 1);
+
+    let files = up["files"].as_array().unwrap();
+    assert_eq!(files.len(), golden.len());
+    for f in files {
+        let name = Path::new(f["path"].as_str().unwrap())
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let g = &golden.iter().find(|(n, _)| *n == name).unwrap().1;
+        assert_eq!(
+            f["hash"], g.hash,
+            "{name}: upload hash equals the reference's"
+        );
+        let dest = env.path(&format!("out-{name}"));
+        let d = env.json(&["download", &g.hash, "-o", dest.to_str().unwrap()]);
+        assert_eq!(d["files"][0]["bytes"], g.size);
+        assert_eq!(
+            std::fs::read(&dest).unwrap(),
+            std::fs::read(corpus.join(&name)).unwrap(),
+            "{name}"
+        );
+    }
+
+    // A second upload of the same tree sends no xorb, and a dry run now finds everything present.
+    let again = env.json(&["upload", corpus.to_str().unwrap()]);
+    assert_eq!(again["totals"]["xorbs_sent"], 0);
+    assert_eq!(again["totals"]["new_bytes"], 0);
+    let dry = env.json(&["upload", "--dry-run", corpus.to_str().unwrap()]);
+    assert_eq!(dry["totals"]["new_bytes"], 0);
+}
+
+#[test]
+fn ranges_equal_slices_of_the_original() {
+    let env = Env::new();
+    let data = xet_testdata::generate(xet_testdata::Kind::Random, 3 << 20, 77);
+    let src = env.path("f.bin");
+    std::fs::write(&src, &data).unwrap();
+    let up = env.json(&["upload", src.to_str().unwrap()]);
+    let h = up["files"][0]["hash"].as_str().unwrap().to_string();
+    let chunks: Vec<usize> = xet_chunk::chunk_boundaries(&data);
+    let c0 = chunks[0];
+    for (s, e) in [
+        (0, 0),
+        (0, c0 - 1),
+        (c0 - 1, c0),
+        (c0, c0 + 10),
+        (12345, 2_000_000),
+        (data.len() - 1, data.len() - 1),
+    ] {
+        let dest = env.path("r.bin");
+        let _ = std::fs::remove_file(&dest);
+        let o = env.xet(&[
+            "download",
+            &h,
+            "--range",
+            &format!("{s}-{e}"),
+            "-o",
+            dest.to_str().unwrap(),
+        ]);
+        assert!(
+            o.status.success(),
+            "{s}-{e}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(std::fs::read(&dest).unwrap(), &data[s..=e], "range {s}-{e}");
+    }
+    // Open-ended range and stdout.
+    let o = env.xet(&["download", &h, "--range", "3000000-", "-o", "-"]);
+    assert!(o.status.success());
+    assert_eq!(o.stdout, &data[3_000_000..]);
+    // Start past the end is a usage-level error, not a crash.
+    let o = env.xet(&[
+        "download",
+        &h,
+        "--range",
+        &format!("{}-", data.len() + 5),
+        "-o",
+        env.path("x").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(!env.path("x").exists());
+}
+
+#[test]
+fn corrupted_store_fails_download_and_leaves_no_file() {
+    let env = Env::new();
+    let data = xet_testdata::generate(xet_testdata::Kind::Random, 1 << 20, 5);
+    let src = env.path("f.bin");
+    std::fs::write(&src, &data).unwrap();
+    let up = env.json(&["upload", src.to_str().unwrap()]);
+    let h = up["files"][0]["hash"].as_str().unwrap().to_string();
+    // Flip one byte inside the stored xorb's chunk data.
+    let xorbs: Vec<_> = std::fs::read_dir(env.path("store/xorbs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(xorbs.len(), 1);
+    let mut bytes = std::fs::read(&xorbs[0]).unwrap();
+    bytes[100_000] ^= 0x01;
+    let mut perms = std::fs::metadata(&xorbs[0]).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&xorbs[0], perms).unwrap();
+    std::fs::write(&xorbs[0], &bytes).unwrap();
+
+    let dest = env.path("out.bin");
+    let o = env.xet(&["download", &h, "-o", dest.to_str().unwrap()]);
+    assert_eq!(
+        o.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("chunk"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!dest.exists(), "no file at the destination");
+}
+
+#[test]
+fn bad_inputs_are_clear_errors() {
+    let env = Env::new();
+    let o = env.xet(&["upload", env.path("missing").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("missing"));
+    assert_eq!(env.xet(&["download", "not-a-hash"]).status.code(), Some(2));
+    assert_eq!(
+        env.xet(&["download", &"0".repeat(64), "--range", "9-3"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        env.xet(&[
+            "download",
+            &"ab".repeat(32),
+            "-o",
+            env.path("o").to_str().unwrap()
+        ])
+        .status
+        .code(),
+        Some(5)
+    );
+    assert!(!env.path("o").exists());
+    assert_eq!(env.xet(&["upload"]).status.code(), Some(2));
+}
+
+#[test]
+fn files_from_stdin_and_quiet_output() {
+    let env = Env::new();
+    let a = env.path("a.txt");
+    let b = env.path("b.txt");
+    std::fs::write(&a, b"alpha").unwrap();
+    std::fs::write(&b, b"beta").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xet"))
+        .args(["upload", "-q", "--files-from", "-"])
+        .env("XET_STORE", env.path("store"))
+        .env("XET_CACHE", env.path("cache"))
+        .env_remove("XET_ENDPOINT")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    writeln!(
+        child.stdin.take().unwrap(),
+        "{}\n\n# comment\n{}",
+        a.display(),
+        b.display()
+    )
+    .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success());
+    let hashes: Vec<String> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(hashes.len(), 2);
+    assert_eq!(hashes[0], xet_chunk::file_hash(b"alpha").to_string());
+    assert_eq!(hashes[1], xet_chunk::file_hash(b"beta").to_string());
+}
