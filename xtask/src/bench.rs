@@ -1,6 +1,324 @@
-//! `cargo xtask bench` (filled in below as the pipelines land).
-use anyhow::Result;
+//! `cargo xtask bench [--size-mib N] [--runs N] [--only NAME] [--no-write]`
+//!
+//! Throughput and peak RSS of `xet` next to the reference client, same input, same run.
+//! Each case runs as a child process; peak RSS is the child's `VmHWM` from
+//! `/proc/<pid>/status`, sampled until it exits. The table goes to stdout and to
+//! `docs/BENCHMARKS.md` (unless `--no-write`).
 
-pub fn run(_args: &[String]) -> Result<()> {
-    anyhow::bail!("bench: not implemented yet")
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Opts {
+    size_mib: u64,
+    runs: usize,
+    only: Option<String>,
+    write: bool,
+}
+
+fn parse(args: &[String]) -> Result<Opts> {
+    let mut o = Opts {
+        size_mib: 1024,
+        runs: 2,
+        only: None,
+        write: true,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || {
+            it.next()
+                .cloned()
+                .with_context(|| format!("{a} needs a value"))
+        };
+        match a.as_str() {
+            "--size-mib" => o.size_mib = val()?.parse()?,
+            "--runs" => o.runs = val()?.parse()?,
+            "--only" => o.only = Some(val()?),
+            "--no-write" => o.write = false,
+            _ => bail!("unknown bench flag {a}"),
+        }
+    }
+    Ok(o)
+}
+
+/// One measured run of a child process.
+#[derive(Clone, Copy)]
+pub struct Sample {
+    pub secs: f64,
+    pub peak_rss_kib: u64,
+}
+
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn measure(cmd: &mut Command) -> Result<Sample> {
+    let start = Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("spawning bench command")?;
+    let pid = child.id();
+    let mut peak = 0;
+    let status = loop {
+        if let Some(k) = vm_hwm_kib(pid) {
+            peak = peak.max(k);
+        }
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let secs = start.elapsed().as_secs_f64();
+    if !status.success() {
+        let mut err = String::new();
+        use std::io::Read;
+        if let Some(mut e) = child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        bail!("bench command {cmd:?} failed ({status}): {err}");
+    }
+    Ok(Sample {
+        secs,
+        peak_rss_kib: peak,
+    })
+}
+
+/// Best time of `runs` (the least disturbed), and the largest peak RSS seen.
+fn best(
+    runs: usize,
+    mut make: impl FnMut() -> Result<Command>,
+    mut before: impl FnMut() -> Result<()>,
+) -> Result<Sample> {
+    let mut out: Option<Sample> = None;
+    for _ in 0..runs.max(1) {
+        before()?;
+        let s = measure(&mut make()?)?;
+        out = Some(match out {
+            None => s,
+            Some(o) => Sample {
+                secs: o.secs.min(s.secs),
+                peak_rss_kib: o.peak_rss_kib.max(s.peak_rss_kib),
+            },
+        });
+    }
+    Ok(out.expect("at least one run"))
+}
+
+struct Row {
+    case: String,
+    bytes: u64,
+    ours: Sample,
+    reference: Option<Sample>,
+    target: &'static str,
+}
+
+fn mbps(bytes: u64, s: &Sample) -> f64 {
+    bytes as f64 / 1e6 / s.secs
+}
+
+fn ensure_file(path: &Path, size: u64) -> Result<()> {
+    if std::fs::metadata(path)
+        .map(|m| m.len() == size)
+        .unwrap_or(false)
+    {
+        return Ok(());
+    }
+    eprintln!(
+        "writing {} ({} MiB of pseudo-random data)",
+        path.display(),
+        size >> 20
+    );
+    std::fs::create_dir_all(path.parent().expect("parent"))?;
+    let mut f = std::io::BufWriter::with_capacity(8 << 20, std::fs::File::create(path)?);
+    let mut rng = xet_testdata::Rng::new(0xBE7C);
+    let mut buf = vec![0u8; 8 << 20];
+    let mut left = size;
+    use std::io::Write;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        rng.fill(&mut buf[..n]);
+        f.write_all(&buf[..n])?;
+        left -= n as u64;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+fn build_release(root: &Path) -> Result<PathBuf> {
+    let st = Command::new(env!("CARGO"))
+        .args(["build", "--release", "-p", "xet"])
+        .current_dir(root)
+        .status()?;
+    if !st.success() {
+        bail!("cargo build --release -p xet failed");
+    }
+    Ok(root.join("target/release/xet"))
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    format!("{cores} cores ({cpu})")
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let o = parse(args)?;
+    let root = crate::workspace_root();
+    let py = crate::reference::python()?;
+    let xet = build_release(&root)?;
+    let data_dir = root.join("target/bench-data");
+    let size = o.size_mib << 20;
+    let input = data_dir.join(format!("random-{}m.bin", o.size_mib));
+    ensure_file(&input, size)?;
+    let want = |name: &str| o.only.as_deref().is_none_or(|w| name.contains(w));
+    let mut rows = Vec::new();
+
+    // Warm the page cache so both sides read from memory.
+    std::fs::read(&input).map(drop).ok();
+
+    if want("micro") {
+        for r in crate::micro::run(256 << 20)? {
+            rows.push(Row {
+                case: r.0,
+                bytes: r.1,
+                ours: Sample {
+                    secs: r.2,
+                    peak_rss_kib: 0,
+                },
+                reference: None,
+                target: "",
+            });
+        }
+    }
+    if want("hash") {
+        let ours = best(
+            o.runs,
+            || {
+                Ok({
+                    let mut c = Command::new(&xet);
+                    c.arg("hash").arg(&input);
+                    c
+                })
+            },
+            || Ok(()),
+        )?;
+        let reference = best(
+            o.runs,
+            || {
+                Ok({
+                    let mut c = Command::new(&py);
+                    c.args([
+                        "-c",
+                        "import sys, hf_xet; print(hf_xet.hash_files([sys.argv[1]])[0].hash)",
+                    ])
+                    .arg(&input);
+                    c
+                })
+            },
+            || Ok(()),
+        )?;
+        rows.push(Row {
+            case: format!("hash {} MiB", o.size_mib),
+            bytes: size,
+            ours,
+            reference: Some(reference),
+            target: ">= 2x",
+        });
+    }
+    crate::bench_transfer::run(
+        &o_transfer(&o),
+        &xet,
+        &py,
+        &input,
+        size,
+        &mut |case, ours, reference, target| {
+            rows.push(Row {
+                case,
+                bytes: size,
+                ours,
+                reference,
+                target,
+            });
+        },
+        &want,
+    )?;
+
+    let mut table = String::new();
+    table.push_str("| case | xet MB/s | xet peak RSS | reference MB/s | reference peak RSS | xet / reference | target |\n");
+    table.push_str("|---|---:|---:|---:|---:|---:|---|\n");
+    for r in &rows {
+        let rss = |s: &Sample| {
+            if s.peak_rss_kib == 0 {
+                "-".to_string()
+            } else {
+                format!("{} MiB", s.peak_rss_kib / 1024)
+            }
+        };
+        let (rm, rr, ratio) = match &r.reference {
+            Some(rf) => (
+                format!("{:.0}", mbps(r.bytes, rf)),
+                rss(rf),
+                format!("{:.2}x", rf.secs / r.ours.secs),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        table.push_str(&format!(
+            "| {} | {:.0} | {} | {} | {} | {} | {} |\n",
+            r.case,
+            mbps(r.bytes, &r.ours),
+            rss(&r.ours),
+            rm,
+            rr,
+            ratio,
+            r.target
+        ));
+    }
+    println!("{table}");
+    if o.write {
+        let doc = format!(
+            "# Benchmarks\n\nProduced by `cargo xtask bench --size-mib {}` on {} with the reference `hf_xet {}` in the same run. \
+Input: pseudo-random data (incompressible, worst case for dedup), page-cached. Best of {} runs; peak RSS is the \
+process's VmHWM. Micro rows are in-process single measurements over 256 MiB.\n\n{table}",
+            o.size_mib,
+            machine(),
+            crate::reference::HF_XET_VERSION,
+            o.runs
+        );
+        std::fs::write(root.join("docs/BENCHMARKS.md"), doc)?;
+    }
+    Ok(())
+}
+
+pub struct TransferOpts {
+    pub runs: usize,
+}
+
+fn o_transfer(o: &Opts) -> TransferOpts {
+    TransferOpts { runs: o.runs }
+}
+pub use Sample as BenchSample;
+pub fn bench_best(
+    runs: usize,
+    make: impl FnMut() -> Result<Command>,
+    before: impl FnMut() -> Result<()>,
+) -> Result<Sample> {
+    best(runs, make, before)
 }

@@ -6,6 +6,8 @@
 //! - `test`: the whole suite, as CI runs it: reference venv, fmt check, every test.
 
 mod bench;
+mod bench_transfer;
+mod micro;
 mod reference;
 
 use anyhow::{Context, Result, bail};
@@ -26,7 +28,10 @@ fn main() -> Result<()> {
 }
 
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the workspace")
+        .to_path_buf()
 }
 
 /// The whole suite. Installs the reference client first (interop tests drive it), so a
@@ -54,7 +59,8 @@ fn test() -> Result<()> {
 fn write_corpus(dir: &Path, files: &[xet_testdata::CorpusFile]) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     for f in files {
-        std::fs::write(dir.join(f.name), f.bytes()).with_context(|| format!("writing {}", f.name))?;
+        std::fs::write(dir.join(f.name), f.bytes())
+            .with_context(|| format!("writing {}", f.name))?;
     }
     Ok(())
 }
@@ -82,7 +88,9 @@ fn vectors() -> Result<()> {
 
 /// A fresh directory under `target/xtask-tmp`.
 pub fn tempdir(name: &str) -> Result<PathBuf> {
-    let dir = workspace_root().join("target/xtask-tmp").join(format!("{name}-{}", std::process::id()));
+    let dir = workspace_root()
+        .join("target/xtask-tmp")
+        .join(format!("{name}-{}", std::process::id()));
     if dir.exists() {
         std::fs::remove_dir_all(&dir)?;
     }

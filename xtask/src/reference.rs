@@ -25,7 +25,11 @@ pub fn python() -> Result<PathBuf> {
         return Ok(py);
     }
     eprintln!("creating {} with hf-xet=={HF_XET_VERSION}", venv.display());
-    let st = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().context("python3 -m venv")?;
+    let st = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .context("python3 -m venv")?;
     if !st.success() {
         bail!("python3 -m venv {} failed", venv.display());
     }

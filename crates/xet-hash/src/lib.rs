@@ -77,13 +77,17 @@ impl MerkleHash {
     pub fn from_hex(s: &str) -> Result<Self, HashError> {
         let b = s.as_bytes();
         if b.len() != 64 {
-            return Err(HashError::BadLength { len: s.chars().count() });
+            return Err(HashError::BadLength {
+                len: s.chars().count(),
+            });
         }
         let mut out = [0u8; 32];
         for w in 0..4 {
             let mut v: u64 = 0;
             for (j, &c) in b[w * 16..w * 16 + 16].iter().enumerate() {
-                let d = hex_val(c).ok_or(HashError::BadDigit { position: w * 16 + j })?;
+                let d = hex_val(c).ok_or(HashError::BadDigit {
+                    position: w * 16 + j,
+                })?;
                 v = (v << 4) | d as u64;
             }
             out[w * 8..w * 8 + 8].copy_from_slice(&v.to_le_bytes());
@@ -94,12 +98,16 @@ impl MerkleHash {
     pub fn from_raw_hex(s: &str) -> Result<Self, HashError> {
         let b = s.as_bytes();
         if b.len() != 64 {
-            return Err(HashError::BadLength { len: s.chars().count() });
+            return Err(HashError::BadLength {
+                len: s.chars().count(),
+            });
         }
         let mut out = [0u8; 32];
         for i in 0..32 {
             let hi = hex_val(b[2 * i]).ok_or(HashError::BadDigit { position: 2 * i })?;
-            let lo = hex_val(b[2 * i + 1]).ok_or(HashError::BadDigit { position: 2 * i + 1 })?;
+            let lo = hex_val(b[2 * i + 1]).ok_or(HashError::BadDigit {
+                position: 2 * i + 1,
+            })?;
             out[i] = (hi << 4) | lo;
         }
         Ok(MerkleHash(out))
@@ -286,7 +294,10 @@ mod tests {
             *x = i as u8;
         }
         let s = MerkleHash(b).to_string();
-        assert_eq!(s, "07060504030201000f0e0d0c0b0a090817161514131211101f1e1d1c1b1a1918");
+        assert_eq!(
+            s,
+            "07060504030201000f0e0d0c0b0a090817161514131211101f1e1d1c1b1a1918"
+        );
         assert_eq!(MerkleHash::from_hex(&s).unwrap(), MerkleHash(b));
     }
 
@@ -296,15 +307,24 @@ mod tests {
         let c2 = h("6e4e3263e073ce2c0e78cc770c361e2778db3b054b98ab65e277fc084fa70f22");
         let (got, size) = internal_node_hash(&[(c1, 100), (c2, 200)]);
         assert_eq!(size, 300);
-        assert_eq!(got.to_string(), "be64c7003ccd3cf4357364750e04c9592b3c36705dee76a71590c011766b6c14");
+        assert_eq!(
+            got.to_string(),
+            "be64c7003ccd3cf4357364750e04c9592b3c36705dee76a71590c011766b6c14"
+        );
         // Two children merge into one node, so the root is that node.
         assert_eq!(merkle_root(&[(c1, 100), (c2, 200)]), got);
     }
 
     #[test]
     fn appendix_c4_verification() {
-        let a = MerkleHash::from_raw_hex("aad4607a38588fc2777f7cda1c310c209e86f564486186f6694aa1d065f7ebad").unwrap();
-        let b = MerkleHash::from_raw_hex("2cce73e063324e6e271e360c77cc780e65ab984b053bdb78220fa74f08fc77e2").unwrap();
+        let a = MerkleHash::from_raw_hex(
+            "aad4607a38588fc2777f7cda1c310c209e86f564486186f6694aa1d065f7ebad",
+        )
+        .unwrap();
+        let b = MerkleHash::from_raw_hex(
+            "2cce73e063324e6e271e360c77cc780e65ab984b053bdb78220fa74f08fc77e2",
+        )
+        .unwrap();
         assert_eq!(
             verification_hash(&[a, b]).to_string(),
             "eb06a8ad81d588ac05d1d9a079232d9c1e7d0b07232fa58091caa7bf333a2768"
@@ -326,16 +346,25 @@ mod tests {
 
     #[test]
     fn bad_hash_strings() {
-        assert_eq!(MerkleHash::from_hex("abc"), Err(HashError::BadLength { len: 3 }));
+        assert_eq!(
+            MerkleHash::from_hex("abc"),
+            Err(HashError::BadLength { len: 3 })
+        );
         let mut s = "0".repeat(64);
         s.replace_range(10..11, "g");
-        assert_eq!(MerkleHash::from_hex(&s), Err(HashError::BadDigit { position: 10 }));
+        assert_eq!(
+            MerkleHash::from_hex(&s),
+            Err(HashError::BadDigit { position: 10 })
+        );
     }
 
     #[test]
     fn sha256_metadata_form_reads_back_as_hex() {
         // Reading the stored bytes with the hash-string conversion gives the plain digest hex.
-        let digest = MerkleHash::from_raw_hex("238ea472db6d866f0e51466869fcd683b77f547a725b0f0b2dd75a2b9f1cf6c4").unwrap();
+        let digest = MerkleHash::from_raw_hex(
+            "238ea472db6d866f0e51466869fcd683b77f547a725b0f0b2dd75a2b9f1cf6c4",
+        )
+        .unwrap();
         let stored = sha256_to_metadata_hash(&digest.0);
         assert_eq!(stored.to_string(), digest.raw_hex());
         assert_eq!(metadata_hash_to_sha256(&stored), digest.0);

@@ -45,7 +45,12 @@ const MIB: usize = 1024 * 1024;
 /// each compression scheme, and two files that differ by one insertion.
 pub fn corpus() -> Vec<CorpusFile> {
     use Kind::*;
-    let f = |name, kind, size, seed| CorpusFile { name, kind, size, seed };
+    let f = |name, kind, size, seed| CorpusFile {
+        name,
+        kind,
+        size,
+        seed,
+    };
     vec![
         f("empty", Random, 0, 1),
         f("one_byte", Random, 1, 2),
@@ -70,7 +75,12 @@ pub fn corpus() -> Vec<CorpusFile> {
 /// (one xorb exercising all three compression schemes, plus an empty file).
 pub fn artifact_corpus() -> Vec<CorpusFile> {
     use Kind::*;
-    let f = |name, kind, size, seed| CorpusFile { name, kind, size, seed };
+    let f = |name, kind, size, seed| CorpusFile {
+        name,
+        kind,
+        size,
+        seed,
+    };
     vec![
         f("art_empty", Random, 0, 100),
         f("art_random_20k", Random, 20 * KIB, 101),
@@ -112,9 +122,35 @@ impl Rng {
 }
 
 const WORDS: &[&str] = &[
-    "chunk", "xorb", "shard", "term", "hash", "merkle", "file", "content", "defined", "storage",
-    "the", "a", "of", "and", "to", "in", "model", "dataset", "tensor", "weights", "layer",
-    "attention", "upload", "download", "reconstruction", "dedup", "server", "client", "byte",
+    "chunk",
+    "xorb",
+    "shard",
+    "term",
+    "hash",
+    "merkle",
+    "file",
+    "content",
+    "defined",
+    "storage",
+    "the",
+    "a",
+    "of",
+    "and",
+    "to",
+    "in",
+    "model",
+    "dataset",
+    "tensor",
+    "weights",
+    "layer",
+    "attention",
+    "upload",
+    "download",
+    "reconstruction",
+    "dedup",
+    "server",
+    "client",
+    "byte",
 ];
 
 /// Generate `size` bytes of `kind` from `seed` (for `RandomWithInsertion`, `size + INSERT_LEN`).
@@ -206,14 +242,21 @@ pub struct GoldenSet {
 /// Load `tests/vectors/files.json` and pair each entry with its corpus input.
 pub fn golden_files() -> Vec<(CorpusFile, GoldenFile)> {
     let path = vectors_dir().join("files.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e} (regenerate with `cargo xtask vectors`)", path.display()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "reading {}: {e} (regenerate with `cargo xtask vectors`)",
+            path.display()
+        )
+    });
     let set: GoldenSet = serde_json::from_str(&text).expect("files.json parses");
     let all: Vec<CorpusFile> = corpus().into_iter().chain(artifact_corpus()).collect();
     set.files
         .into_iter()
         .map(|g| {
-            let c = *all.iter().find(|c| c.name == g.name).unwrap_or_else(|| panic!("{} not in corpus", g.name));
+            let c = *all
+                .iter()
+                .find(|c| c.name == g.name)
+                .unwrap_or_else(|| panic!("{} not in corpus", g.name));
             (c, g)
         })
         .collect()
@@ -239,7 +282,11 @@ mod tests {
     fn generators_are_deterministic_and_sized() {
         for c in corpus().into_iter().chain(artifact_corpus()) {
             let a = c.bytes();
-            let extra = if c.kind == Kind::RandomWithInsertion { INSERT_LEN } else { 0 };
+            let extra = if c.kind == Kind::RandomWithInsertion {
+                INSERT_LEN
+            } else {
+                0
+            };
             assert_eq!(a.len(), c.size + extra, "{}", c.name);
             if c.size <= 200_000 {
                 assert_eq!(a, c.bytes());

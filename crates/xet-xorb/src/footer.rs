@@ -275,16 +275,33 @@ pub fn parse_footer(xorb: &[u8], limits: &Limits) -> Result<(XorbFooter, usize),
 /// bytes of an object of `total_len` bytes and must contain the whole footer and
 /// `info_length` (read the last 4 bytes first to learn how much that is). Lets a store
 /// read chunk metadata without reading the chunk region.
-pub fn parse_footer_tail(tail: &[u8], total_len: u64, limits: &Limits) -> Result<(XorbFooter, u64), XorbError> {
+pub fn parse_footer_tail(
+    tail: &[u8],
+    total_len: u64,
+    limits: &Limits,
+) -> Result<(XorbFooter, u64), XorbError> {
     if total_len > limits.max_bytes {
-        return Err(XorbError::InputTooLarge { len: total_len, max: limits.max_bytes });
+        return Err(XorbError::InputTooLarge {
+            len: total_len,
+            max: limits.max_bytes,
+        });
     }
     if tail.len() as u64 > total_len {
-        return Err(XorbError::Truncated { what: "xorb tail", offset: 0, needed: tail.len() as u64, available: total_len });
+        return Err(XorbError::Truncated {
+            what: "xorb tail",
+            offset: 0,
+            needed: tail.len() as u64,
+            available: total_len,
+        });
     }
     let tail_start = total_len - tail.len() as u64;
     let Some(info_at) = tail.len().checked_sub(4) else {
-        return Err(XorbError::Truncated { what: "info_length", offset: tail_start, needed: 4, available: tail.len() as u64 });
+        return Err(XorbError::Truncated {
+            what: "info_length",
+            offset: tail_start,
+            needed: 4,
+            available: tail.len() as u64,
+        });
     };
     let info_len = u32::from_le_bytes(tail[info_at..].try_into().expect("4 bytes")) as usize;
     if info_len > info_at {
@@ -296,7 +313,11 @@ pub fn parse_footer_tail(tail: &[u8], total_len: u64, limits: &Limits) -> Result
         });
     }
     let body_len = total_len - 4 - info_len as u64;
-    let mut r = Reader { buf: &tail[info_at - info_len..info_at], pos: 0, base: body_len };
+    let mut r = Reader {
+        buf: &tail[info_at - info_len..info_at],
+        pos: 0,
+        base: body_len,
+    };
 
     r.ident(FOOTER_IDENT, "XETBLOB")?;
     let version = r.u8("footer version")?;

@@ -33,9 +33,8 @@ pub use chunk::{
 };
 pub use error::{PayloadProblem, XorbError};
 pub use footer::{
-    parse_footer_tail,
     BOUNDARIES_IDENT, FOOTER_IDENT, FOOTER_VERSION, FOOTER_VERSION_V0, HASHES_IDENT, XorbFooter,
-    footer_len_v0, footer_len_v1, parse_footer,
+    footer_len_v0, footer_len_v1, parse_footer, parse_footer_tail,
 };
 pub use scheme::{
     CompressionScheme, byte_group4, byte_group4_into, byte_ungroup4, byte_ungroup4_into,

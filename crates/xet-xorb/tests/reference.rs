@@ -312,12 +312,24 @@ fn footer_from_tail_equals_footer_from_whole_object() {
     let bytes = std::fs::read(path).unwrap();
     let limits = xet_xorb::Limits::default();
     let (whole, body_len) = xet_xorb::parse_footer(&bytes, &limits).unwrap();
-    for tail_len in [bytes.len() - body_len, bytes.len() - body_len + 100, bytes.len()] {
-        let (f, b) = xet_xorb::parse_footer_tail(&bytes[bytes.len() - tail_len..], bytes.len() as u64, &limits).unwrap();
+    for tail_len in [
+        bytes.len() - body_len,
+        bytes.len() - body_len + 100,
+        bytes.len(),
+    ] {
+        let (f, b) = xet_xorb::parse_footer_tail(
+            &bytes[bytes.len() - tail_len..],
+            bytes.len() as u64,
+            &limits,
+        )
+        .unwrap();
         assert_eq!(f, whole);
         assert_eq!(b, body_len as u64);
     }
     // A tail that does not hold the whole footer is an error, not a panic.
     let short = bytes.len() - body_len - 1;
-    assert!(xet_xorb::parse_footer_tail(&bytes[bytes.len() - short..], bytes.len() as u64, &limits).is_err());
+    assert!(
+        xet_xorb::parse_footer_tail(&bytes[bytes.len() - short..], bytes.len() as u64, &limits)
+            .is_err()
+    );
 }

@@ -82,8 +82,8 @@ pub fn meta_from_stored_tail(
     total_len: u64,
 ) -> Result<XorbMeta, String> {
     let limits = xet_xorb::Limits::PROTOCOL;
-    let (footer, _region_len) =
-        xet_xorb::parse_footer_tail(tail, total_len, &limits).map_err(|e| format!("stored xorb {hash}: {e}"))?;
+    let (footer, _region_len) = xet_xorb::parse_footer_tail(tail, total_len, &limits)
+        .map_err(|e| format!("stored xorb {hash}: {e}"))?;
     if footer.xorb_hash != *hash {
         return Err(format!(
             "stored xorb {hash} has footer hash {}",
