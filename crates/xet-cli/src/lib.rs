@@ -88,6 +88,33 @@ enum Command {
         #[command(flatten)]
         remote: remote::RemoteArgs,
     },
+    /// Serve a store over the CAS HTTP API (what hf_xet and `xet --endpoint` talk to).
+    Serve {
+        /// Store directory (default: the embedded store).
+        #[arg(long, env = "XET_STORE")]
+        store: Option<PathBuf>,
+        /// Address to listen on; port 0 picks a free port.
+        #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR:PORT")]
+        listen: String,
+        /// Accepted bearer token (repeatable); prefix with `read:` for read-only.
+        #[arg(long = "token", value_name = "TOKEN")]
+        tokens: Vec<String>,
+        /// File of tokens, one per line (`read:`/`write:` prefixes, `#` comments).
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+        /// Base URL clients reach this server at (for presigned URLs); default: the Host header.
+        #[arg(long)]
+        public_url: Option<String>,
+        /// Answer xorb-grant routes with 404 (clients fall back to direct xorb upload).
+        #[arg(long)]
+        no_grants: bool,
+        /// Answer /v2 routes with 404 (clients fall back to /v1).
+        #[arg(long)]
+        no_v2: bool,
+        /// Lifetime of presigned URLs, in seconds.
+        #[arg(long, default_value_t = 3600)]
+        url_ttl: u64,
+    },
     /// Inspect or empty the chunk cache that downloads use.
     Cache {
         #[command(subcommand)]
@@ -171,6 +198,28 @@ pub fn main() -> ExitCode {
         } => formats::shard_verify(&out, &file),
         Command::Cache { action, cache_dir } => {
             transfer::cache(&out, matches!(action, CacheAction::Clear), &cache_dir)
+        }
+        Command::Serve {
+            store,
+            listen,
+            tokens,
+            token_file,
+            public_url,
+            no_grants,
+            no_v2,
+            url_ttl,
+        } => {
+            let args = transfer::ServeArgs {
+                store,
+                listen,
+                tokens,
+                token_file,
+                public_url,
+                no_grants,
+                no_v2,
+                url_ttl_secs: url_ttl,
+            };
+            runtime().and_then(|rt| rt.block_on(transfer::serve(args)))
         }
         Command::Upload {
             paths,

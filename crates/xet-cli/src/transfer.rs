@@ -365,3 +365,71 @@ pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
     out.doc(&doc);
     Ok(())
 }
+
+pub struct ServeArgs {
+    pub store: Option<PathBuf>,
+    pub listen: String,
+    pub tokens: Vec<String>,
+    pub token_file: Option<PathBuf>,
+    pub public_url: Option<String>,
+    pub no_grants: bool,
+    pub no_v2: bool,
+    pub url_ttl_secs: u64,
+}
+
+pub async fn serve(a: ServeArgs) -> CliResult {
+    let mut tokens = Vec::new();
+    for t in &a.tokens {
+        tokens.push(
+            xet_server::Token::parse(t)
+                .map_err(|e| Failure::new(Code::Usage, anyhow!("--token: {e}")))?,
+        );
+    }
+    if let Some(f) = &a.token_file {
+        tokens.extend(
+            xet_server::load_token_file(f)
+                .map_err(|e| Failure::input(anyhow!("--token-file {}: {e}", f.display())))?,
+        );
+    }
+    let dir = a.store.clone().unwrap_or_else(remote::default_store_dir);
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the store directory {}", dir.display()))
+        .map_err(Failure::input)?;
+    let store = xet_store::open_store(&dir)
+        .await
+        .with_context(|| format!("cannot open the store at {}", dir.display()))
+        .map_err(|e| Failure::new(Code::Failure, e))?;
+    let config = xet_server::ServerConfig {
+        listen: a.listen.clone(),
+        tokens,
+        allow_v2: !a.no_v2,
+        allow_grants: !a.no_grants,
+        url_ttl: std::time::Duration::from_secs(a.url_ttl_secs.max(1)),
+        public_url: a.public_url.clone(),
+        ..Default::default()
+    };
+    let server = xet_server::Server::bind(config, Arc::new(store))
+        .await
+        .map_err(|e| {
+            let code = match e {
+                xet_server::ServerError::NoTokenOnPublicAddress { .. }
+                | xet_server::ServerError::PublicUrl { .. } => Code::Usage,
+                _ => Code::Failure,
+            };
+            Failure::new(code, anyhow::Error::new(e))
+        })?;
+    {
+        use std::io::Write;
+        let mut o = std::io::stdout().lock();
+        let _ = writeln!(o, "listening on {}", server.url());
+        let _ = o.flush();
+    }
+    eprintln!(
+        "xet: serving {} (Ctrl-C stops after requests in flight finish)",
+        dir.display()
+    );
+    server
+        .serve(xet_server::shutdown_signal())
+        .await
+        .map_err(|e| Failure::new(Code::Failure, anyhow::Error::new(e)))
+}
