@@ -1,0 +1,243 @@
+//! Server configuration and bearer tokens.
+//!
+//! # Token file format
+//!
+//! One token per line. Blank lines and lines starting with `#` are ignored; leading and
+//! trailing whitespace is trimmed. A token may carry an access prefix:
+//!
+//! ```text
+//! # full access (upload and download)
+//! write:s3cr3t-upload-token
+//! # download only
+//! read:public-download-token
+//! # no prefix means read+write
+//! another-write-token
+//! ```
+//!
+//! The same `read:` / `write:` prefixes work for `--token` on the command line
+//! ([`Token::parse`]). Tokens must be printable ASCII without spaces (they travel in an
+//! `Authorization: Bearer` header).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Access {
+    /// Reconstructions, xorb downloads, dedup queries, HEAD, telemetry, token refresh.
+    Read,
+    /// Everything `Read` may do, plus xorb and shard uploads.
+    Write,
+}
+
+/// One accepted bearer token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token {
+    pub secret: String,
+    pub access: Access,
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the secret.
+        f.debug_struct("Token")
+            .field("access", &self.access)
+            .field("secret", &"<redacted>")
+            .finish()
+    }
+}
+
+/// A malformed token or token file line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("{origin}: empty token")]
+    Empty { origin: String },
+    #[error("{origin}: a token may only contain printable ASCII without spaces")]
+    BadCharacter { origin: String },
+    #[error("cannot read token file {path}: {message}")]
+    Io { path: PathBuf, message: String },
+}
+
+impl Token {
+    pub fn read(secret: impl Into<String>) -> Token {
+        Token {
+            secret: secret.into(),
+            access: Access::Read,
+        }
+    }
+    pub fn write(secret: impl Into<String>) -> Token {
+        Token {
+            secret: secret.into(),
+            access: Access::Write,
+        }
+    }
+
+    /// Parse `read:T`, `write:T` or `T` (read+write).
+    pub fn parse(s: &str) -> Result<Token, TokenError> {
+        Self::parse_with_origin(s, "--token")
+    }
+
+    fn parse_with_origin(s: &str, origin: &str) -> Result<Token, TokenError> {
+        let s = s.trim();
+        let (access, secret) = if let Some(rest) = s.strip_prefix("read:") {
+            (Access::Read, rest)
+        } else if let Some(rest) = s.strip_prefix("write:") {
+            (Access::Write, rest)
+        } else {
+            (Access::Write, s)
+        };
+        if secret.is_empty() {
+            return Err(TokenError::Empty {
+                origin: origin.to_string(),
+            });
+        }
+        if !secret.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(TokenError::BadCharacter {
+                origin: origin.to_string(),
+            });
+        }
+        Ok(Token {
+            secret: secret.to_string(),
+            access,
+        })
+    }
+}
+
+/// Parse the contents of a token file (format in the module docs). `name` is used in
+/// error messages.
+pub fn parse_token_file(text: &str, name: &str) -> Result<Vec<Token>, TokenError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        out.push(Token::parse_with_origin(
+            line,
+            &format!("{name} line {}", i + 1),
+        )?);
+    }
+    Ok(out)
+}
+
+/// Read and parse a token file.
+pub fn load_token_file(path: &Path) -> Result<Vec<Token>, TokenError> {
+    let text = std::fs::read_to_string(path).map_err(|e| TokenError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    parse_token_file(&text, &path.display().to_string())
+}
+
+/// Largest accepted xorb body: 64 MiB of chunk data plus 8192 chunk headers, plus slack
+/// (hf_xet's serialized xorbs may exceed 64 MiB slightly; see cas-http-api.md §1.4).
+pub const DEFAULT_MAX_XORB_BYTES: u64 = 64 * 1024 * 1024 + 1024 * 1024;
+/// Largest accepted shard upload.
+pub const DEFAULT_MAX_SHARD_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Everything `xet serve` can be told.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// `HOST:PORT` to bind; port 0 picks a free port. Without tokens only loopback
+    /// addresses are allowed.
+    pub listen: String,
+    /// Accepted bearer tokens. Empty: no authentication (loopback only).
+    pub tokens: Vec<Token>,
+    /// Serve `/v2/shards` and `/v2/reconstructions` (otherwise 404, clients fall back to v1).
+    pub allow_v2: bool,
+    /// Serve xorb grants (otherwise the grant route answers 404 and clients fall back to
+    /// `POST /v1/xorbs`).
+    pub allow_grants: bool,
+    /// Lifetime of presigned xorb URLs and grant upload URLs.
+    pub url_ttl: Duration,
+    /// How long uploaded grant data waits for its commit before it is dropped.
+    pub grant_commit_ttl: Duration,
+    /// `exp` handed out by the token refresh route is now + this.
+    pub token_ttl: Duration,
+    /// Base URL put into presigned URLs and `casUrl` (e.g. `https://cas.example.org`).
+    /// `None`: `http://` + the `Host` the client connected to.
+    pub public_url: Option<String>,
+    pub max_xorb_bytes: u64,
+    pub max_shard_bytes: u64,
+    /// Uploaded-but-uncommitted grant data is kept in memory up to this many bytes in
+    /// total; beyond that it is spooled to anonymous temp files in `spool_dir`.
+    pub grant_memory_budget: u64,
+    /// Where grant data is spooled (default: the system temp dir).
+    pub spool_dir: Option<PathBuf>,
+    /// At most this many grants may be open (issued, uploaded, not yet committed).
+    pub max_open_grants: usize,
+    /// At most this many ranges in one multi-range xorb GET.
+    pub max_ranges: usize,
+    /// At most this many `file_id`s in one batch reconstruction.
+    pub max_batch_files: usize,
+    /// At most this many xorb/shard bodies are read into memory at once (direct xorb
+    /// uploads, shard uploads); further uploads wait their turn.
+    pub max_concurrent_uploads: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:0".to_string(),
+            tokens: Vec::new(),
+            allow_v2: true,
+            allow_grants: true,
+            url_ttl: Duration::from_secs(3600),
+            grant_commit_ttl: Duration::from_secs(3600),
+            token_ttl: Duration::from_secs(3600),
+            public_url: None,
+            max_xorb_bytes: DEFAULT_MAX_XORB_BYTES,
+            max_shard_bytes: DEFAULT_MAX_SHARD_BYTES,
+            grant_memory_budget: 256 * 1024 * 1024,
+            spool_dir: None,
+            max_open_grants: 4096,
+            max_ranges: 256,
+            max_batch_files: 1000,
+            max_concurrent_uploads: 8,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// A loopback config on a free port with everything enabled and no auth.
+    pub fn loopback() -> Self {
+        Self::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_prefixes() {
+        assert_eq!(Token::parse("read:abc").unwrap(), Token::read("abc"));
+        assert_eq!(Token::parse("write:abc").unwrap(), Token::write("abc"));
+        assert_eq!(Token::parse("abc").unwrap(), Token::write("abc"));
+        assert!(matches!(
+            Token::parse("read:"),
+            Err(TokenError::Empty { .. })
+        ));
+        assert!(matches!(
+            Token::parse("a b"),
+            Err(TokenError::BadCharacter { .. })
+        ));
+    }
+
+    #[test]
+    fn token_file() {
+        let text = "# comment\n\nread:r1\n  write:w1  \nplain\n";
+        let t = parse_token_file(text, "f").unwrap();
+        assert_eq!(
+            t,
+            vec![Token::read("r1"), Token::write("w1"), Token::write("plain")]
+        );
+        let err = parse_token_file("ok\nread:\n", "f").unwrap_err();
+        assert_eq!(err.to_string(), "f line 2: empty token");
+    }
+
+    #[test]
+    fn debug_hides_secret() {
+        assert!(!format!("{:?}", Token::write("hunter2")).contains("hunter2"));
+    }
+}

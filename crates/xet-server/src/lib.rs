@@ -1,0 +1,255 @@
+//! The local XET CAS server behind `xet serve`: the HTTP API the reference client
+//! `hf_xet` 1.8.0 speaks (`cas-http-api.md`), over any [`Cas`].
+//!
+//! ```no_run
+//! # async fn f(cas: std::sync::Arc<dyn xet_cas::Cas>) -> Result<(), xet_server::ServerError> {
+//! use xet_server::{Server, ServerConfig, Token};
+//! let config = ServerConfig { listen: "127.0.0.1:0".into(), tokens: vec![Token::write("t")], ..Default::default() };
+//! let server = Server::bind(config, cas).await?;
+//! println!("listening on {}", server.url());
+//! server.serve(xet_server::shutdown_signal()).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Routes
+//!
+//! | route | auth | answer |
+//! |---|---|---|
+//! | `GET /health` | none | `{"status":"ok"}` |
+//! | `POST /v1/xorb-grants/{prefix}/{xorb}` | write | `201` grant (signed `PUT` URL on this server), `200 {"was_inserted":false}` if stored |
+//! | `PUT /_grant-upload/{id}?X-Xet-Expires&X-Xet-Signature` | signed URL | `200`; length and CRC-64/NVME must match the grant (400), expired/forged `403` |
+//! | `POST /v1/xorb-commits/{prefix}/{xorb}/grant/{id}` | write | `200 {"was_inserted":b}`; `404` when no data arrived |
+//! | `POST /v1/xorbs/{prefix}/{xorb}` | write | `200 {"was_inserted":b}` |
+//! | `HEAD /v1/xorbs/{prefix}/{xorb}` | read | `200` + content-length of the chunk region, or `404` |
+//! | `POST /v2/shards` | write | `200` NDJSON frames (`validating`, `committing`, then `{"type":"result","was_inserted":b}` or `error`) |
+//! | `POST /v1/shards` | write | `200 {"result":1\|0}` |
+//! | `GET /v2/reconstructions/{file}` | read | v2 JSON; `Range: bytes=S-E` / `S-` / `-N`, `416` past the end |
+//! | `GET /v1/reconstructions/{file}` | read | v1 JSON, same ranges |
+//! | `GET /v1/reconstructions?file_id=..&file_id=..` | read | batch v1 JSON (unknown files left out) |
+//! | `HEAD /v1/files/{file}` | read | `200` + content-length of the file, or `404` |
+//! | `GET /v1/chunks/{prefix}/{chunk}` | read | `200` dedup shard bytes or `404` |
+//! | `GET /_xorb/{prefix}/{xorb}?X-Xet-Expires&X-Xet-Signature` | signed URL | `200` whole, `206` one range, `206 multipart/byteranges` several (≤ `max_ranges`, not overlapping), `416` none satisfiable, `403` expired/forged |
+//! | `POST /v1/telemetry` | read | `200 {}` (discarded) |
+//! | `GET /v1/token` | read | `{"accessToken","exp","casUrl"}`: the presented token, `exp` = now + `token_ttl` |
+//!
+//! `{prefix}` is `default` or `default-merkledb`; anything else is `400 bad_prefix`.
+//! Hashes are XET hash strings, parsed strictly (`400 bad_hash`); storage keys only ever
+//! come from parsed hashes. Unknown routes (including other `/v2/...` ones) are `404`, so
+//! hf_xet falls back to v1; `allow_v2 = false` turns the v2 routes into such 404s and
+//! `allow_grants = false` the grant routes (clients then `POST /v1/xorbs`).
+//!
+//! Every rejection is a 4xx/5xx with a JSON [`xet_cas::wire::ErrorBody`]
+//! `{"error": <code>, "reason": <text>}`; codes are in [`error::code`]. An invalid shard on
+//! `/v2/shards` is the exception: it is an `error` frame with `retryable: false` (plus an
+//! `error` code field) in a `200` stream, because hf_xet shows the frame's message to the
+//! user. Storage failures are `500` (or a `retryable: true` frame).
+//!
+//! Reconstruction ranges: `bytes=S-E` (inclusive end, clamped to the file), `bytes=S-` and
+//! `bytes=-N`; a start at or past the end is `416` with `Content-Range: bytes */SIZE`; a
+//! malformed or multi-range header is `400 bad_range`. A range covering the whole file is
+//! asked of the store as "whole file". The empty file (hash zero) reconstructs to no terms
+//! without being registered, with or without a range.
+//!
+//! # Limits
+//!
+//! Xorb bodies ≤ `max_xorb_bytes` (65 MiB: hf_xet's bodies can exceed 64 MiB slightly),
+//! shards ≤ `max_shard_bytes` (64 MiB), both `413`. At most `max_concurrent_uploads`
+//! xorb/shard bodies are held in memory at once (others wait). Grant data waiting for its
+//! commit is kept in memory up to `grant_memory_budget` in total, then spooled to anonymous
+//! temp files; at most `max_open_grants` grants are open (`503` beyond, which hf_xet
+//! retries).
+//!
+//! # Authentication
+//!
+//! `Authorization: Bearer <token>`. Tokens are read+write or read-only
+//! ([`config`] documents the token file format). Missing/unknown token: `401`; a read-only
+//! token on an upload route: `403`. With no token configured the server only binds
+//! loopback addresses ([`ServerError::NoTokenOnPublicAddress`]). Presigned xorb URLs and
+//! grant upload URLs carry no bearer token: they are signed with a per-process key and
+//! expire after `url_ttl` (then `403`, which makes hf_xet re-query or re-grant).
+
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod grants;
+pub mod range;
+pub mod sign;
+
+pub use config::{Access, ServerConfig, Token, TokenError, load_token_file, parse_token_file};
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use xet_cas::Cas;
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(
+        "refusing to serve {listen} without a token: only loopback addresses (127.0.0.1, ::1, localhost) may be served \
+         without authentication; pass --token or --token-file"
+    )]
+    NoTokenOnPublicAddress { listen: String },
+    #[error("cannot resolve listen address {listen}: {message}")]
+    Resolve { listen: String, message: String },
+    #[error("cannot listen on {listen}: {source}")]
+    Bind {
+        listen: String,
+        source: std::io::Error,
+    },
+    #[error("invalid public URL {url:?}: it must start with http:// or https://")]
+    PublicUrl { url: String },
+    #[error("spool directory {0} does not exist or is not a directory")]
+    SpoolDir(PathBuf),
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    #[error("server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A bound, not yet serving, server.
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    state: app::AppState,
+}
+
+impl Server {
+    /// Resolve and bind `config.listen` (port 0 picks a free port).
+    pub async fn bind(config: ServerConfig, cas: Arc<dyn Cas>) -> Result<Server, ServerError> {
+        let listen = config.listen.clone();
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host(&listen)
+            .await
+            .map_err(|e| ServerError::Resolve {
+                listen: listen.clone(),
+                message: e.to_string(),
+            })?
+            .collect();
+        if addrs.is_empty() {
+            return Err(ServerError::Resolve {
+                listen,
+                message: "no addresses".to_string(),
+            });
+        }
+        if config.tokens.is_empty() && !addrs.iter().all(|a| a.ip().is_loopback()) {
+            return Err(ServerError::NoTokenOnPublicAddress { listen });
+        }
+        if let Some(u) = &config.public_url {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                return Err(ServerError::PublicUrl { url: u.clone() });
+            }
+        }
+        let spool_dir = config.spool_dir.clone().unwrap_or_else(std::env::temp_dir);
+        if !spool_dir.is_dir() {
+            return Err(ServerError::SpoolDir(spool_dir));
+        }
+        let listener = tokio::net::TcpListener::bind(addrs.as_slice())
+            .await
+            .map_err(|source| ServerError::Bind {
+                listen: listen.clone(),
+                source,
+            })?;
+        let local_addr = listener.local_addr()?;
+        let grants = Arc::new(grants::Grants::new(
+            config.grant_memory_budget,
+            spool_dir,
+            config.max_open_grants,
+            config.grant_commit_ttl,
+        ));
+        let state = Arc::new(app::Shared {
+            cas,
+            auth: auth::Auth::new(config.tokens.clone()),
+            signer: sign::UrlSigner::random(),
+            grants,
+            upload_permits: Arc::new(tokio::sync::Semaphore::new(
+                config.max_concurrent_uploads.max(1),
+            )),
+            config,
+            local_addr,
+        });
+        Ok(Server { listener, state })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.state.local_addr
+    }
+
+    /// `http://HOST:PORT` of the bound socket.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.state.local_addr)
+    }
+
+    /// The router (e.g. to embed it elsewhere or drive it with `tower::ServiceExt`).
+    pub fn router(&self) -> axum::Router {
+        app::router(self.state.clone())
+    }
+
+    /// The bound listener and the router, to serve them some other way (extra layers,
+    /// a custom accept loop).
+    pub fn into_parts(self) -> (tokio::net::TcpListener, axum::Router) {
+        let router = app::router(self.state.clone());
+        (self.listener, router)
+    }
+
+    /// Serve until `shutdown` completes, then stop accepting and finish in-flight requests.
+    pub async fn serve<F>(self, shutdown: F) -> Result<(), ServerError>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let router = app::router(self.state.clone());
+        axum::serve(self.listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Bind and serve until `shutdown` completes.
+pub async fn serve<F>(
+    config: ServerConfig,
+    cas: Arc<dyn Cas>,
+    shutdown: F,
+) -> Result<(), ServerError>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    Server::bind(config, cas).await?.serve(shutdown).await
+}
+
+/// What `xet serve` runs: bind, print `listening on http://HOST:PORT` as the first line of
+/// stdout, serve until SIGINT or SIGTERM, finish in-flight requests, return.
+pub async fn run(config: ServerConfig, cas: Arc<dyn Cas>) -> Result<(), ServerError> {
+    let server = Server::bind(config, cas).await?;
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "listening on {}", server.url())?;
+        out.flush()?;
+    }
+    server.serve(shutdown_signal()).await
+}
+
+/// Completes on SIGINT (Ctrl-C) or, on Unix, SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => tracing::info!("SIGINT: shutting down"),
+        _ = term => tracing::info!("SIGTERM: shutting down"),
+    }
+}
