@@ -308,6 +308,7 @@ process's VmHWM. Micro rows are in-process single measurements over 256 MiB.\n\n
 }
 
 pub struct TransferOpts {
+    /// Runs per case.
     pub runs: usize,
 }
 

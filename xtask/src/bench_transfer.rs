@@ -1,18 +1,323 @@
-//! Upload and download benchmarks (xet vs the reference, embedded/local and over
-//! `xet serve`). Filled in as `xet upload`, `xet download` and `xet serve` land.
+//! Upload and download benchmarks: `xet` next to the reference client, on the embedded
+//! store / `local://`, and over `xet serve` on loopback. Each run gets fresh stores and
+//! caches unless it measures a re-upload.
 
-use crate::bench::{BenchSample, TransferOpts};
-use anyhow::Result;
-use std::path::Path;
+use crate::bench::{BenchSample, TransferOpts, bench_best};
+use anyhow::{Context, Result, bail};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+type RowFn<'a> = dyn FnMut(String, BenchSample, Option<BenchSample>, &'static str) + 'a;
+
+struct Serve {
+    child: Child,
+    url: String,
+}
+
+impl Serve {
+    fn start(xet: &Path, store: &Path) -> Result<Serve> {
+        let mut child = Command::new(xet)
+            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
+            .arg(store)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting xet serve")?;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .context("xet serve did not print its URL")?
+            .to_string();
+        Ok(Serve { child, url })
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn fresh(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)?;
+    Ok(())
+}
+
+const REF_UPLOAD: &str = "import sys, warnings, hf_xet; warnings.filterwarnings('ignore'); \
+hf_xet.upload_files([sys.argv[1]], sys.argv[2], None, None, None, 'model')";
+const REF_DOWNLOAD: &str = "import sys, warnings, hf_xet; warnings.filterwarnings('ignore'); \
+hf_xet.download_files([hf_xet.PyXetDownloadInfo(sys.argv[3], sys.argv[1], int(sys.argv[4]))], sys.argv[2], None, None, None)";
+
+fn py(pyexe: &Path, script: &str, args: &[&str], cache: &Path) -> Command {
+    let mut c = Command::new(pyexe);
+    c.args(["-c", script])
+        .args(args)
+        .env("HF_XET_CACHE", cache)
+        .env("HF_XET_TELEMETRY_ENABLED", "false");
+    c
+}
+
+fn xetc(xet: &Path, args: &[&str], cache: &Path) -> Command {
+    let mut c = Command::new(xet);
+    c.args(args)
+        .env("XET_CACHE", cache)
+        .env_remove("XET_ENDPOINT")
+        .env_remove("XET_STORE");
+    c
+}
 
 pub fn run(
-    _o: &TransferOpts,
-    _xet: &Path,
-    _py: &Path,
-    _input: &Path,
-    _size: u64,
-    _row: &mut dyn FnMut(String, BenchSample, Option<BenchSample>, &'static str),
-    _want: &dyn Fn(&str) -> bool,
+    o: &TransferOpts,
+    xet: &Path,
+    pyexe: &Path,
+    input: &Path,
+    size: u64,
+    row: &mut RowFn<'_>,
+    want: &dyn Fn(&str) -> bool,
 ) -> Result<()> {
+    let work = crate::workspace_root().join("target/bench-work");
+    let p = |s: &str| -> PathBuf { work.join(s) };
+    let inp = input.to_str().context("input path")?;
+    let mib = size >> 20;
+    let file_hash = {
+        let out = Command::new(xet).args(["hash", "-q", inp]).output()?;
+        String::from_utf8(out.stdout)?.trim().to_string()
+    };
+    let size_s = size.to_string();
+
+    if want("upload") {
+        // First upload, embedded store vs local://.
+        let ours = bench_best(
+            o.runs,
+            || {
+                Ok(xetc(
+                    xet,
+                    &["upload", "--store", p("s1").to_str().unwrap(), inp],
+                    &p("c1"),
+                ))
+            },
+            || {
+                fresh(&p("s1"))?;
+                fresh(&p("c1"))
+            },
+        )?;
+        let reference = bench_best(
+            o.runs,
+            || {
+                Ok(py(
+                    pyexe,
+                    REF_UPLOAD,
+                    &[inp, &format!("local://{}", p("r1").display())],
+                    &p("rc1"),
+                ))
+            },
+            || {
+                fresh(&p("r1"))?;
+                fresh(&p("rc1"))
+            },
+        )?;
+        row(
+            format!("upload {mib} MiB, embedded store / local://"),
+            ours,
+            Some(reference),
+            ">= 2x",
+        );
+        // Re-upload into the same stores and caches (everything deduplicates).
+        let ours = bench_best(
+            o.runs,
+            || {
+                Ok(xetc(
+                    xet,
+                    &["upload", "--store", p("s1").to_str().unwrap(), inp],
+                    &p("c1"),
+                ))
+            },
+            || Ok(()),
+        )?;
+        let reference = bench_best(
+            o.runs,
+            || {
+                Ok(py(
+                    pyexe,
+                    REF_UPLOAD,
+                    &[inp, &format!("local://{}", p("r1").display())],
+                    &p("rc1"),
+                ))
+            },
+            || Ok(()),
+        )?;
+        row(
+            format!("re-upload {mib} MiB, embedded store / local://"),
+            ours,
+            Some(reference),
+            ">= 2x",
+        );
+
+        // Both clients against xet serve, a fresh server and store per run.
+        let server: std::cell::RefCell<Option<Serve>> = std::cell::RefCell::new(None);
+        let restart = |cache: &str| -> Result<()> {
+            *server.borrow_mut() = None;
+            fresh(&p("srv"))?;
+            fresh(&p(cache))?;
+            *server.borrow_mut() = Some(Serve::start(xet, &p("srv"))?);
+            Ok(())
+        };
+        let url = || {
+            server
+                .borrow()
+                .as_ref()
+                .map(|s| s.url.clone())
+                .unwrap_or_default()
+        };
+        let ours = bench_best(
+            o.runs,
+            || Ok(xetc(xet, &["upload", "--endpoint", &url(), inp], &p("c2"))),
+            || restart("c2"),
+        )?;
+        let reference = bench_best(
+            o.runs,
+            || Ok(py(pyexe, REF_UPLOAD, &[inp, &url()], &p("rc2"))),
+            || restart("rc2"),
+        )?;
+        *server.borrow_mut() = None;
+        row(
+            format!("upload {mib} MiB to xet serve"),
+            ours,
+            Some(reference),
+            ">= 2x",
+        );
+    }
+
+    if want("download") {
+        // Stores holding the file: ours via xet upload, the reference's via local://.
+        fresh(&p("ds"))?;
+        fresh(&p("dc"))?;
+        let st = xetc(
+            xet,
+            &["upload", "--store", p("ds").to_str().unwrap(), inp],
+            &p("dc"),
+        )
+        .stdout(Stdio::null())
+        .status()?;
+        if !st.success() {
+            bail!("preparing the download store failed");
+        }
+        fresh(&p("dr"))?;
+        let st = py(
+            pyexe,
+            REF_UPLOAD,
+            &[inp, &format!("local://{}", p("dr").display())],
+            &p("drc"),
+        )
+        .status()?;
+        if !st.success() {
+            bail!("preparing the reference's local:// store failed");
+        }
+        let out = p("out.bin");
+        let outs = out.to_str().unwrap().to_string();
+        let ours = bench_best(
+            o.runs,
+            || {
+                Ok(xetc(
+                    xet,
+                    &[
+                        "download",
+                        "--store",
+                        p("ds").to_str().unwrap(),
+                        &file_hash,
+                        "-o",
+                        &outs,
+                    ],
+                    &p("dlc"),
+                ))
+            },
+            || {
+                fresh(&p("dlc"))?;
+                let _ = std::fs::remove_file(&out);
+                Ok(())
+            },
+        )?;
+        let reference = bench_best(
+            o.runs,
+            || {
+                Ok(py(
+                    pyexe,
+                    REF_DOWNLOAD,
+                    &[
+                        &file_hash,
+                        &format!("local://{}", p("dr").display()),
+                        &outs,
+                        &size_s,
+                    ],
+                    &p("rdc"),
+                ))
+            },
+            || {
+                fresh(&p("rdc"))?;
+                let _ = std::fs::remove_file(&out);
+                Ok(())
+            },
+        )?;
+        row(
+            format!("download {mib} MiB, embedded store / local:// (xet verifies)"),
+            ours,
+            Some(reference),
+            ">= 2x",
+        );
+
+        let server = Serve::start(xet, &p("ds"))?;
+        let ours = bench_best(
+            o.runs,
+            || {
+                Ok(xetc(
+                    xet,
+                    &[
+                        "download",
+                        "--endpoint",
+                        &server.url,
+                        &file_hash,
+                        "-o",
+                        &outs,
+                    ],
+                    &p("dlc"),
+                ))
+            },
+            || {
+                fresh(&p("dlc"))?;
+                let _ = std::fs::remove_file(&out);
+                Ok(())
+            },
+        )?;
+        let reference = bench_best(
+            o.runs,
+            || {
+                Ok(py(
+                    pyexe,
+                    REF_DOWNLOAD,
+                    &[&file_hash, &server.url, &outs, &size_s],
+                    &p("rdc"),
+                ))
+            },
+            || {
+                fresh(&p("rdc"))?;
+                let _ = std::fs::remove_file(&out);
+                Ok(())
+            },
+        )?;
+        row(
+            format!("download {mib} MiB from xet serve (xet verifies)"),
+            ours,
+            Some(reference),
+            ">= 2x",
+        );
+    }
+    std::fs::remove_dir_all(&work).ok();
     Ok(())
 }
