@@ -45,6 +45,7 @@ fn test() -> Result<()> {
             .args(args)
             .current_dir(&root)
             .env("XET_REF_PYTHON", &py)
+            .env("XET_REQUIRE_REFERENCE", "1")
             .status()?;
         if !st.success() {
             bail!("cargo {} failed: {st}", args.join(" "));

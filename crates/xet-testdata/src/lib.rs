@@ -302,3 +302,65 @@ mod tests {
         assert_eq!(&base[5000..], &ed[5000 + INSERT_LEN..]);
     }
 }
+
+/// The reference client version the interop tests and vectors use.
+pub const HF_XET_VERSION: &str = "1.8.0";
+
+fn has_hf_xet(python: &std::path::Path) -> bool {
+    std::process::Command::new(python)
+        .args(["-c", &format!("import importlib.metadata as m, sys; sys.exit(m.version('hf-xet') != '{HF_XET_VERSION}')")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// A Python interpreter with the reference client: `$XET_REF_PYTHON`, else
+/// `target/refvenv/bin/python`, created with `python3 -m venv` + pip if missing (so a
+/// plain `cargo test` on a fresh machine works, given python3 and the package registry).
+pub fn reference_python() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("XET_REF_PYTHON") {
+        let p = PathBuf::from(p);
+        return if has_hf_xet(&p) {
+            Ok(p)
+        } else {
+            Err(format!("{} has no hf-xet=={HF_XET_VERSION}", p.display()))
+        };
+    }
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/refvenv");
+    let python = venv.join("bin/python");
+    if has_hf_xet(&python) {
+        return Ok(python);
+    }
+    let run = |cmd: &mut std::process::Command| -> Result<(), String> {
+        let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{cmd:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    };
+    if !python.exists() {
+        run(std::process::Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv))?;
+    }
+    run(std::process::Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        &format!("hf-xet=={HF_XET_VERSION}"),
+    ]))?;
+    if has_hf_xet(&python) {
+        Ok(python)
+    } else {
+        Err(format!(
+            "{} still lacks hf-xet after pip install",
+            python.display()
+        ))
+    }
+}

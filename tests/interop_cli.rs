@@ -1,0 +1,166 @@
+//! The `xet` binary and the reference client (`hf_xet`) through one `xet serve` on
+//! loopback: each downloads what the other uploaded, byte for byte.
+
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+
+struct Serve(Child, String);
+
+impl Serve {
+    fn start(store: &std::path::Path, extra: &[&str]) -> Serve {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_xet"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
+            .arg(store)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .expect("first line names the URL")
+            .to_string();
+        Serve(child, url)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+const UPLOAD: &str = "import sys, json, warnings, hf_xet; warnings.filterwarnings('ignore'); \
+r = hf_xet.upload_files(sys.argv[2:], sys.argv[1], None, None, None, 'model'); print(json.dumps([x.hash for x in r]))";
+const DOWNLOAD: &str = "import sys, json, warnings, hf_xet; warnings.filterwarnings('ignore'); \
+items = json.loads(sys.argv[2]); \
+hf_xet.download_files([hf_xet.PyXetDownloadInfo(p, h, s) for h, s, p in items], sys.argv[1], None, None, None)";
+
+fn corpus(dir: &std::path::Path) -> Vec<(std::path::PathBuf, String, u64)> {
+    std::fs::create_dir_all(dir).unwrap();
+    xet_testdata::corpus()
+        .into_iter()
+        .map(|c| {
+            let p = dir.join(c.name);
+            let data = c.bytes();
+            std::fs::write(&p, &data).unwrap();
+            (
+                p,
+                xet_chunk::file_hash(&data).to_string(),
+                data.len() as u64,
+            )
+        })
+        .collect()
+}
+
+fn both_directions(extra: &[&str]) {
+    let py = xet_testdata::reference_python().expect("reference client");
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Serve::start(&tmp.path().join("store"), extra);
+
+    // xet uploads, the reference downloads.
+    let ours = corpus(&tmp.path().join("ours"));
+    let o = Command::new(env!("CARGO_BIN_EXE_xet"))
+        .args(["upload", "--json", "--endpoint", &server.1])
+        .arg(tmp.path().join("ours"))
+        .env("XET_CACHE", tmp.path().join("xc"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = tmp.path().join("ref-out");
+    std::fs::create_dir_all(&out).unwrap();
+    let items: Vec<(String, u64, String)> = ours
+        .iter()
+        .map(|(p, h, s)| {
+            (
+                h.clone(),
+                *s,
+                out.join(p.file_name().unwrap()).display().to_string(),
+            )
+        })
+        .collect();
+    let o = Command::new(&py)
+        .args([
+            "-c",
+            DOWNLOAD,
+            &server.1,
+            &serde_json::to_string(&items).unwrap(),
+        ])
+        .env("HF_XET_CACHE", tmp.path().join("hc1"))
+        .env("HF_XET_TELEMETRY_ENABLED", "false")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "reference download: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for (p, _, _) in &ours {
+        assert_eq!(
+            std::fs::read(out.join(p.file_name().unwrap())).unwrap(),
+            std::fs::read(p).unwrap(),
+            "{}",
+            p.display()
+        );
+    }
+
+    // The reference uploads other data, xet downloads it (verified).
+    let theirs_dir = tmp.path().join("theirs");
+    std::fs::create_dir_all(&theirs_dir).unwrap();
+    let mut paths = Vec::new();
+    for (i, n) in [0usize, 1, 70_000, 2_500_000].iter().enumerate() {
+        let p = theirs_dir.join(format!("t{i}"));
+        std::fs::write(
+            &p,
+            xet_testdata::generate(xet_testdata::Kind::Text, *n, 900 + i as u64),
+        )
+        .unwrap();
+        paths.push(p.display().to_string());
+    }
+    let mut args = vec!["-c".to_string(), UPLOAD.to_string(), server.1.clone()];
+    args.extend(paths.iter().cloned());
+    let o = Command::new(&py)
+        .args(&args)
+        .env("HF_XET_CACHE", tmp.path().join("hc2"))
+        .env("HF_XET_TELEMETRY_ENABLED", "false")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "reference upload: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let hashes: Vec<String> = serde_json::from_slice(&o.stdout).unwrap();
+    for (h, p) in hashes.iter().zip(&paths) {
+        let dest = tmp.path().join("x-out");
+        let _ = std::fs::remove_file(&dest);
+        let o = Command::new(env!("CARGO_BIN_EXE_xet"))
+            .args(["download", "--endpoint", &server.1, h, "-o"])
+            .arg(&dest)
+            .env("XET_CACHE", tmp.path().join("xc2"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(
+            std::fs::read(&dest).unwrap(),
+            std::fs::read(p).unwrap(),
+            "{p}"
+        );
+    }
+}
+
+#[test]
+fn xet_and_reference_interoperate_through_xet_serve() {
+    both_directions(&[]);
+}
+
+#[test]
+fn xet_and_reference_interoperate_on_the_v1_routes() {
+    both_directions(&["--no-grants", "--no-v2"]);
+}
