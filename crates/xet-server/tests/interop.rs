@@ -19,75 +19,14 @@ use xet_server::{ServerConfig, Token};
 
 const HF_XET_VERSION: &str = "1.8.0";
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
 fn driver() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ref/hf_xet_driver.py")
-}
-
-fn has_hf_xet(python: &Path) -> bool {
-    std::process::Command::new(python)
-        .args(["-c", &format!("import hf_xet, importlib.metadata as m; assert m.version('hf-xet') == '{HF_XET_VERSION}'")])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
-fn find_python() -> Result<PathBuf, String> {
-    if let Ok(p) = std::env::var("XET_REF_PYTHON") {
-        let p = PathBuf::from(p);
-        return if has_hf_xet(&p) {
-            Ok(p)
-        } else {
-            Err(format!("{} has no hf-xet=={HF_XET_VERSION}", p.display()))
-        };
-    }
-    let venv = workspace_root().join("target/refvenv");
-    let python = venv.join("bin/python");
-    if has_hf_xet(&python) {
-        return Ok(python);
-    }
-    let run = |cmd: &mut std::process::Command| -> Result<(), String> {
-        let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{cmd:?} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
-    };
-    if !python.exists() {
-        run(std::process::Command::new("python3")
-            .arg("-m")
-            .arg("venv")
-            .arg(&venv))?;
-    }
-    run(std::process::Command::new(&python).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        &format!("hf-xet=={HF_XET_VERSION}"),
-    ]))?;
-    if has_hf_xet(&python) {
-        Ok(python)
-    } else {
-        Err("hf_xet still not importable after pip install".into())
-    }
 }
 
 /// The interpreter, or `None` (after printing SKIP) when the reference is unavailable.
 fn python() -> Option<PathBuf> {
     static PY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match PY.get_or_init(find_python) {
+    match PY.get_or_init(xet_testdata::reference_python) {
         Ok(p) => Some(p.clone()),
         Err(e) => {
             if std::env::var("XET_REQUIRE_REFERENCE").is_ok_and(|v| v == "1") {
