@@ -26,6 +26,23 @@ pub struct RemoteArgs {
     /// Cache directory (chunk cache, shard cache, resume records).
     #[arg(long, env = "XET_CACHE")]
     pub cache_dir: Option<PathBuf>,
+    /// A request to the server during which no byte moves for this many seconds is
+    /// cut and retried (default 60); a download fetch also gets this long plus time
+    /// for its size.
+    #[arg(
+        long,
+        env = "XET_STALL_TIMEOUT",
+        value_name = "SECS",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub stall_timeout: Option<u64>,
+}
+
+impl RemoteArgs {
+    /// `--stall-timeout` as a duration, if given.
+    pub fn stall_timeout(&self) -> Option<std::time::Duration> {
+        self.stall_timeout.map(std::time::Duration::from_secs)
+    }
 }
 
 pub fn default_store_dir() -> PathBuf {
@@ -67,6 +84,9 @@ pub async fn open(r: &RemoteArgs) -> CliResult<Arc<dyn Cas>> {
         return Ok(Arc::new(store));
     }
     let mut cfg = xet_client::ClientConfig::new(r.endpoint.clone().unwrap_or_default());
+    if let Some(idle) = r.stall_timeout() {
+        cfg.idle_timeout = idle;
+    }
     if let Some(url) = &r.token_url {
         let mut refresh = xet_client::TokenRefresh::new(url.clone());
         if let Some(t) = &r.token {

@@ -164,12 +164,14 @@ pub async fn download(out: &Out, a: DownloadArgs) -> CliResult {
     let cas = remote::open(&a.remote).await?;
     let cancel = tokio_util::sync::CancellationToken::new();
     cancel_on_signal(cancel.clone());
+    let defaults = xet_download::DownloadOptions::default();
     let options = xet_download::DownloadOptions {
         cache: Some(xet_download::CacheConfig::new(remote::cache_dir(
             &a.remote.cache_dir,
         ))),
+        stall_timeout: a.remote.stall_timeout().unwrap_or(defaults.stall_timeout),
         cancel: Some(cancel),
-        ..Default::default()
+        ..defaults
     };
     let pb = crate::progress::bar(!out.json && !out.quiet && !to_stdout, 0, "download");
     let pbc = pb.clone();
