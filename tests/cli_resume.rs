@@ -1,0 +1,1069 @@
+//! Black-box resume and stall behaviour of the real `xet` binary against a real
+//! `xet serve` on loopback, through a real TCP proxy written here that logs every
+//! request (method, path, Range, body bytes each way) and injects faults: canned
+//! statuses, requests or answers that stop mid-body and go silent with the connection
+//! open. `xet upload` / `xet download` are SIGKILLed mid-transfer and rerun; the rerun
+//! must finish with the right bytes and send or fetch only what the first run did not
+//! complete.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const MIB: usize = 1 << 20;
+
+// Routes as `xet serve` answers them (see xet-server's route table).
+const GRANTS: &str = "/v1/xorb-grants/";
+const GRANT_PUT: &str = "/_grant-upload/";
+const COMMITS: &str = "/v1/xorb-commits/";
+const XORBS: &str = "/v1/xorbs/";
+const SHARDS: &str = "/v2/shards";
+const XORB_DATA: &str = "/_xorb/";
+
+// ---------------------------------------------------------------------------------------
+// The proxy
+
+mod proxy {
+    use super::*;
+
+    /// What to do with a matching request instead of plain forwarding.
+    #[derive(Clone, Debug)]
+    pub enum Fault {
+        /// Answer with this status (and `Retry-After` seconds if given); nothing is forwarded.
+        Status(u16, Option<u32>),
+        /// Forward the request head and the first `after` bytes of its body, then go
+        /// silent: no more bytes upstream, no answer. The connection stays open.
+        StallRequest { after: u64 },
+        /// Forward, send the answer's head and the first `after` bytes of its body, then
+        /// go silent with the connection open.
+        StallResponse { after: u64 },
+    }
+
+    struct Rule {
+        method: &'static str,
+        prefix: &'static str,
+        /// `None`: forward normally (lets the first N matching requests through).
+        fault: Option<Fault>,
+        remaining: usize,
+    }
+
+    /// One request the proxy saw.
+    #[derive(Clone, Debug, Default)]
+    pub struct Seen {
+        pub method: String,
+        pub path: String,
+        pub range: Option<String>,
+        pub fault: Option<String>,
+        /// Body bytes taken from the client (payload, without chunked framing).
+        pub request_bytes: u64,
+        /// Body bytes sent to the client.
+        pub response_bytes: u64,
+        pub status: u16,
+    }
+
+    struct State {
+        upstream: SocketAddr,
+        rules: Mutex<Vec<Rule>>,
+        log: Mutex<Vec<Seen>>,
+        /// Bumped by `clear`: held connections close.
+        generation: AtomicU64,
+        stop: AtomicBool,
+        held: AtomicU64,
+    }
+
+    pub struct Proxy {
+        pub url: String,
+        addr: SocketAddr,
+        st: Arc<State>,
+    }
+
+    impl Drop for Proxy {
+        fn drop(&mut self) {
+            self.st.stop.store(true, Ordering::SeqCst);
+            let _ = TcpStream::connect(self.addr); // wake the accept loop
+        }
+    }
+
+    impl Proxy {
+        pub fn start(upstream_url: &str) -> Proxy {
+            let upstream: SocketAddr = upstream_url
+                .trim_start_matches("http://")
+                .trim_end_matches('/')
+                .parse()
+                .expect("upstream is http://IP:PORT");
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let st = Arc::new(State {
+                upstream,
+                rules: Mutex::new(Vec::new()),
+                log: Mutex::new(Vec::new()),
+                generation: AtomicU64::new(0),
+                stop: AtomicBool::new(false),
+                held: AtomicU64::new(0),
+            });
+            let st2 = st.clone();
+            std::thread::spawn(move || {
+                for conn in listener.incoming() {
+                    if st2.stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(conn) = conn else { continue };
+                    let st = st2.clone();
+                    std::thread::spawn(move || {
+                        let _ = serve_connection(&st, conn);
+                    });
+                }
+            });
+            Proxy {
+                url: format!("http://{addr}"),
+                addr,
+                st,
+            }
+        }
+
+        /// Apply `fault` to the next `times` requests matching `method` and the path
+        /// prefix (rules are checked in order; `None` forwards normally).
+        pub fn rule(
+            &self,
+            method: &'static str,
+            prefix: &'static str,
+            fault: Option<Fault>,
+            times: usize,
+        ) {
+            self.st.rules.lock().unwrap().push(Rule {
+                method,
+                prefix,
+                fault,
+                remaining: times,
+            });
+        }
+
+        /// Drop every rule and close every held connection.
+        pub fn clear(&self) {
+            self.st.rules.lock().unwrap().clear();
+            self.st.generation.fetch_add(1, Ordering::SeqCst);
+        }
+
+        pub fn clear_log(&self) {
+            self.st.log.lock().unwrap().clear();
+        }
+
+        pub fn log(&self) -> Vec<Seen> {
+            self.st.log.lock().unwrap().clone()
+        }
+
+        /// Connections currently held silent by a stall fault.
+        pub fn held(&self) -> u64 {
+            self.st.held.load(Ordering::SeqCst)
+        }
+
+        /// Requests with this method whose path starts with `prefix`.
+        pub fn count(&self, method: &str, prefix: &str) -> usize {
+            self.matching(method, prefix).len()
+        }
+
+        pub fn matching(&self, method: &str, prefix: &str) -> Vec<Seen> {
+            self.log()
+                .into_iter()
+                .filter(|s| s.method == method && s.path.starts_with(prefix))
+                .collect()
+        }
+    }
+
+    enum Framing {
+        None,
+        Length(u64),
+        Chunked,
+        UntilEof,
+    }
+
+    fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn body_framing(headers: &[(String, String)], request: bool) -> Framing {
+        if header(headers, "transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+            Framing::Chunked
+        } else if let Some(n) = header(headers, "content-length") {
+            Framing::Length(n.trim().parse().expect("content-length"))
+        } else if request {
+            Framing::None
+        } else {
+            Framing::UntilEof
+        }
+    }
+
+    /// The start line and headers of a message; `None` at a clean end of stream.
+    fn read_head(r: &mut impl BufRead) -> std::io::Result<Option<(String, Vec<(String, String)>)>> {
+        let mut first = String::new();
+        if r.read_line(&mut first)? == 0 {
+            return Ok(None);
+        }
+        let mut headers = Vec::new();
+        loop {
+            let mut l = String::new();
+            if r.read_line(&mut l)? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            let l = l.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            let (k, v) = l.split_once(':').expect("header line");
+            headers.push((k.trim().to_string(), v.trim().to_string()));
+        }
+        Ok(Some((first.trim_end().to_string(), headers)))
+    }
+
+    /// The head with `Connection: close` instead of any connection header.
+    fn write_head(
+        w: &mut impl Write,
+        first: &str,
+        headers: &[(String, String)],
+    ) -> std::io::Result<()> {
+        let mut s = format!("{first}\r\n");
+        for (k, v) in headers {
+            let lk = k.to_ascii_lowercase();
+            if lk == "connection" || lk == "keep-alive" || lk == "proxy-connection" {
+                continue;
+            }
+            s.push_str(&format!("{k}: {v}\r\n"));
+        }
+        s.push_str("connection: close\r\n\r\n");
+        w.write_all(s.as_bytes())
+    }
+
+    /// Copies payload bytes, stopping at `limit` in total.
+    struct Relay {
+        buf: Vec<u8>,
+        done: u64,
+        limit: u64,
+    }
+
+    impl Relay {
+        /// Copy `n` bytes (`None`: until EOF); false if the limit stopped it first.
+        fn copy(
+            &mut self,
+            src: &mut impl Read,
+            dst: &mut impl Write,
+            n: Option<u64>,
+        ) -> std::io::Result<bool> {
+            let mut left = n.unwrap_or(u64::MAX);
+            while left > 0 {
+                if self.done >= self.limit {
+                    dst.flush()?;
+                    return Ok(false);
+                }
+                let want = left.min(self.limit - self.done).min(self.buf.len() as u64) as usize;
+                let got = src.read(&mut self.buf[..want])?;
+                if got == 0 {
+                    if n.is_none() {
+                        break;
+                    }
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                dst.write_all(&self.buf[..got])?;
+                self.done += got as u64;
+                left -= got as u64;
+            }
+            dst.flush()?;
+            Ok(true)
+        }
+    }
+
+    /// Copy a body (keeping its framing) until its end or `limit` payload bytes.
+    /// Returns the payload bytes copied and whether the limit stopped it.
+    fn relay_body(
+        src: &mut impl BufRead,
+        dst: &mut impl Write,
+        framing: Framing,
+        limit: Option<u64>,
+    ) -> std::io::Result<(u64, bool)> {
+        let mut r = Relay {
+            buf: vec![0u8; 64 << 10],
+            done: 0,
+            limit: limit.unwrap_or(u64::MAX),
+        };
+        match framing {
+            Framing::None => Ok((0, false)),
+            Framing::Length(n) => {
+                let complete = r.copy(src, dst, Some(n))?;
+                Ok((r.done, !complete))
+            }
+            Framing::UntilEof => {
+                let complete = r.copy(src, dst, None)?;
+                Ok((r.done, !complete))
+            }
+            Framing::Chunked => loop {
+                let mut line = String::new();
+                if src.read_line(&mut line)? == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                dst.write_all(line.as_bytes())?;
+                let size = line.trim().split(';').next().unwrap_or("").trim();
+                let size = u64::from_str_radix(size, 16).expect("chunk size");
+                if size == 0 {
+                    // Trailers, then the empty line.
+                    loop {
+                        let mut t = String::new();
+                        src.read_line(&mut t)?;
+                        dst.write_all(t.as_bytes())?;
+                        if t.trim().is_empty() {
+                            break;
+                        }
+                    }
+                    dst.flush()?;
+                    return Ok((r.done, false));
+                }
+                if !r.copy(src, dst, Some(size))? {
+                    return Ok((r.done, true));
+                }
+                let mut crlf = [0u8; 2];
+                src.read_exact(&mut crlf)?;
+                dst.write_all(&crlf)?;
+            },
+        }
+    }
+
+    /// Go silent until the client closes the connection, `clear` is called or the proxy
+    /// is dropped. Whatever the client still sends is read and dropped.
+    fn hold(st: &State, client: &mut BufReader<TcpStream>) {
+        let generation = st.generation.load(Ordering::SeqCst);
+        st.held.fetch_add(1, Ordering::SeqCst);
+        let _ = client
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_millis(50)));
+        let mut buf = [0u8; 64 << 10];
+        while !st.stop.load(Ordering::SeqCst) && st.generation.load(Ordering::SeqCst) == generation
+        {
+            match client.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => break,
+            }
+        }
+        st.held.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// One request per client connection (every answer says `connection: close`).
+    fn serve_connection(st: &State, conn: TcpStream) -> std::io::Result<()> {
+        let mut out = conn.try_clone()?;
+        let mut client = BufReader::new(conn);
+        let Some((first, headers)) = read_head(&mut client)? else {
+            return Ok(());
+        };
+        let mut parts = first.split(' ');
+        let method = parts.next().unwrap_or("").to_string();
+        let target = parts.next().unwrap_or("").to_string();
+        let path = target.split('?').next().unwrap_or("").to_string();
+        let fault = {
+            let mut rules = st.rules.lock().unwrap();
+            rules
+                .iter_mut()
+                .find(|r| r.remaining > 0 && r.method == method && path.starts_with(r.prefix))
+                .and_then(|r| {
+                    r.remaining -= 1;
+                    r.fault.clone()
+                })
+        };
+        let idx = {
+            let mut log = st.log.lock().unwrap();
+            log.push(Seen {
+                method: method.clone(),
+                path: path.clone(),
+                range: header(&headers, "range").map(str::to_string),
+                fault: fault.as_ref().map(|f| format!("{f:?}")),
+                ..Default::default()
+            });
+            log.len() - 1
+        };
+        let note = |f: &dyn Fn(&mut Seen)| {
+            if let Some(s) = st.log.lock().unwrap().get_mut(idx) {
+                f(s)
+            }
+        };
+
+        if let Some(Fault::Status(code, retry_after)) = &fault {
+            let (n, _) = relay_body(
+                &mut client,
+                &mut std::io::sink(),
+                body_framing(&headers, true),
+                None,
+            )?;
+            note(&|s| s.request_bytes = n);
+            let body = format!(r#"{{"error":"injected","reason":"injected fault {code}"}}"#);
+            let mut head = vec![
+                ("content-type".to_string(), "application/json".to_string()),
+                ("content-length".to_string(), body.len().to_string()),
+            ];
+            if let Some(a) = retry_after {
+                head.push(("retry-after".to_string(), a.to_string()));
+            }
+            write_head(&mut out, &format!("HTTP/1.1 {code} Injected"), &head)?;
+            out.write_all(body.as_bytes())?;
+            out.flush()?;
+            note(&|s| s.status = *code);
+            return Ok(());
+        }
+
+        let mut up = TcpStream::connect(st.upstream)?;
+        write_head(&mut up, &first, &headers)?;
+        let limit = match &fault {
+            Some(Fault::StallRequest { after }) => Some(*after),
+            _ => None,
+        };
+        let mut upw = std::io::BufWriter::with_capacity(64 << 10, up.try_clone()?);
+        let (n, stalled) = relay_body(&mut client, &mut upw, body_framing(&headers, true), limit)?;
+        upw.flush()?;
+        drop(upw);
+        note(&|s| s.request_bytes = n);
+        if stalled {
+            hold(st, &mut client);
+            let _ = up.shutdown(Shutdown::Both);
+            return Ok(());
+        }
+
+        let mut upr = BufReader::new(up);
+        let Some((status_line, rheaders)) = read_head(&mut upr)? else {
+            return Ok(());
+        };
+        let status: u16 = status_line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        note(&|s| s.status = status);
+        write_head(&mut out, &status_line, &rheaders)?;
+        let framing = if method == "HEAD" || status == 204 || status == 304 {
+            Framing::None
+        } else {
+            body_framing(&rheaders, false)
+        };
+        let limit = match &fault {
+            Some(Fault::StallResponse { after }) => Some(*after),
+            _ => None,
+        };
+        let (n, stalled) = relay_body(&mut upr, &mut out, framing, limit)?;
+        note(&|s| s.response_bytes = n);
+        if stalled {
+            hold(st, &mut client);
+        }
+        let _ = out.shutdown(Shutdown::Both);
+        Ok(())
+    }
+}
+
+use proxy::{Fault, Proxy};
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+/// `xet serve --listen 127.0.0.1:0` on a store directory; killed on drop.
+struct Serve {
+    child: Child,
+    url: String,
+    store: PathBuf,
+}
+
+impl Serve {
+    fn start(store: &Path) -> Serve {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_xet"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
+            .arg(store)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .expect("first line names the URL")
+            .to_string();
+        Serve {
+            child,
+            url,
+            store: store.to_path_buf(),
+        }
+    }
+
+    /// Xorb hashes in the store (`xorbs/<hash>`).
+    fn xorbs(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.store.join("xorbs"))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn xet(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_xet"));
+    c.args(args)
+        .env_remove("XET_ENDPOINT")
+        .env_remove("XET_TOKEN")
+        .env_remove("XET_STORE")
+        .env_remove("XET_CACHE")
+        .env_remove("XET_STALL_TIMEOUT");
+    c
+}
+
+fn json_ok(what: &str, o: &Output) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "{what}: {:?}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{what}: stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    })
+}
+
+/// Poll `f` every 20 ms until it is true; false after `secs`.
+fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+/// SIGKILL, and check it was the kill that ended the process.
+fn sigkill(mut child: Child, what: &str) {
+    if let Some(status) = child.try_wait().unwrap() {
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        panic!("{what} ended before it could be killed: {status:?}\n{err}");
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "{what}: {status:?}");
+}
+
+/// Write seeded random files; returns their paths.
+fn random_files(dir: &Path, sizes: &[usize], seed: u64) -> Vec<PathBuf> {
+    std::fs::create_dir_all(dir).unwrap();
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let p = dir.join(format!("f{i}.bin"));
+            let data = xet_testdata::generate(xet_testdata::Kind::Random, n, seed + i as u64);
+            std::fs::write(&p, data).unwrap();
+            p
+        })
+        .collect()
+}
+
+/// `xet hash --json`: path → hash.
+fn hashes(files: &[PathBuf]) -> BTreeMap<String, String> {
+    let mut c = xet(&["--json", "hash"]);
+    c.args(files);
+    let doc = json_ok("xet hash", &c.output().unwrap());
+    doc["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["hash"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn upload_hashes(doc: &serde_json::Value) -> BTreeMap<String, String> {
+    doc["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["hash"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Download `hash` from `endpoint` to `dest` and compare with `src`.
+fn check_download(endpoint: &str, hash: &str, src: &Path, dest: &Path, cache: &Path) {
+    let o = xet(&["download", "--endpoint", endpoint, hash, "-o"])
+        .arg(dest)
+        .arg("--cache-dir")
+        .arg(cache)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        std::fs::read(dest).unwrap() == std::fs::read(src).unwrap(),
+        "{} differs from {}",
+        dest.display(),
+        src.display()
+    );
+}
+
+/// The upload resume journal (`<cache>/upload/<endpoint id>/xorb-journal`): hash → body length.
+fn upload_journal(cache: &Path) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    let Ok(dirs) = std::fs::read_dir(cache.join("upload")) else {
+        return out;
+    };
+    for d in dirs.flatten() {
+        let Ok(text) = std::fs::read_to_string(d.path().join("xorb-journal")) else {
+            continue;
+        };
+        for l in text.lines() {
+            if let Some((h, n)) = l.split_once(' ') {
+                if let (64, Ok(n)) = (h.len(), n.trim().parse()) {
+                    out.insert(h.to_string(), n);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whole terms recorded in a download journal (`<dest>.part.jsonl`): (offset, len).
+fn download_journal(dest: &Path) -> Vec<(u64, u64)> {
+    let p = PathBuf::from(format!("{}.part.jsonl", dest.display()));
+    let Ok(text) = std::fs::read_to_string(p) else {
+        return Vec::new();
+    };
+    text.lines()
+        .skip(1)
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| Some((v["offset"].as_u64()?, v["len"].as_u64()?)))
+        .collect()
+}
+
+/// Bytes asked for by a `Range: bytes=a-b[,c-d...]` header.
+fn range_len(r: &str) -> u64 {
+    r.trim_start_matches("bytes=")
+        .split(',')
+        .map(|p| {
+            let (a, b) = p.trim().split_once('-').unwrap();
+            b.parse::<u64>().unwrap() - a.parse::<u64>().unwrap() + 1
+        })
+        .sum()
+}
+
+fn hash_in_path(path: &str) -> String {
+    // .../default/<hash>[/grant/<id>]
+    path.split('/')
+        .find(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+        .unwrap_or_default()
+        .to_string()
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+
+/// Issue #4: an upload killed after some xorbs were stored resumes without sending
+/// them again.
+#[test]
+fn killed_upload_resumes_without_resending_stored_xorbs() {
+    let started = Instant::now();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Serve::start(&tmp.path().join("store"));
+    let proxy = Proxy::start(&server.url);
+    // Three xorbs (64 MiB, 64 MiB, the rest) across two files.
+    let files = random_files(&tmp.path().join("corpus"), &[90 * MIB, 50 * MIB], 4000);
+    let total: u64 = files
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().len())
+        .sum();
+    let expected = hashes(&files);
+    let cache = tmp.path().join("cache");
+
+    // The first xorb body goes through; every later one stops after 4 MiB and hangs,
+    // so the process is killed while those uploads are in flight.
+    proxy.rule("PUT", GRANT_PUT, None, 1);
+    proxy.rule(
+        "PUT",
+        GRANT_PUT,
+        Some(Fault::StallRequest { after: 4 << 20 }),
+        usize::MAX,
+    );
+    let upload = || {
+        let mut c = xet(&["--json", "upload", "--endpoint", &proxy.url, "--cache-dir"]);
+        c.arg(&cache).args(&files);
+        c
+    };
+    let child = upload()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = wait_for(60, || {
+        upload_journal(&cache).len() == 1 && proxy.held() >= 1
+    });
+    assert!(
+        ready,
+        "no xorb journaled with another in flight: {:?}",
+        proxy.log()
+    );
+    sigkill(child, "xet upload");
+    let journal = upload_journal(&cache);
+    let stored_before = server.xorbs();
+    assert_eq!(journal.len(), 1, "{journal:?}");
+    for h in journal.keys() {
+        assert!(stored_before.contains(h), "journaled xorb {h} is stored");
+    }
+    assert_eq!(
+        stored_before.len(),
+        1,
+        "half-sent xorbs are not stored: {stored_before:?}"
+    );
+    assert_eq!(proxy.count("POST", SHARDS), 0, "killed before any shard");
+    let run1_puts = proxy.count("PUT", GRANT_PUT);
+    assert!(run1_puts >= 2, "{run1_puts} xorb uploads started");
+
+    // Rerun the same command.
+    proxy.clear();
+    proxy.clear_log();
+    let t2 = Instant::now();
+    let doc = json_ok("rerun", &upload().output().unwrap());
+    let run2_secs = t2.elapsed().as_secs_f64();
+    assert_eq!(upload_hashes(&doc), expected, "same hashes as `xet hash`");
+    let stored = server.xorbs();
+    let t = &doc["totals"];
+    assert_eq!(t["xorbs_resumed"], 1, "{t}");
+    assert_eq!(
+        t["xorbs_sent"].as_u64().unwrap() as usize,
+        stored.len() - 1,
+        "{t}"
+    );
+    assert!(stored.len() >= 3, "{stored:?}");
+    for h in journal.keys() {
+        for (m, route) in [("POST", GRANTS), ("POST", XORBS), ("POST", COMMITS)] {
+            let n = proxy
+                .matching(m, route)
+                .iter()
+                .filter(|s| hash_in_path(&s.path) == *h)
+                .count();
+            assert_eq!(n, 0, "{m} {route} for the already stored xorb {h}");
+        }
+        let heads = proxy
+            .matching("HEAD", XORBS)
+            .iter()
+            .filter(|s| hash_in_path(&s.path) == *h)
+            .count();
+        assert_eq!(heads, 1, "the journaled xorb is checked once");
+    }
+    // Every other xorb is sent exactly once, and only those bytes.
+    let commits: Vec<String> = proxy
+        .matching("POST", COMMITS)
+        .iter()
+        .map(|s| hash_in_path(&s.path))
+        .collect();
+    let mut unique = commits.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(commits.len(), unique.len(), "{commits:?}");
+    assert_eq!(commits.len(), stored.len() - 1);
+    let put_bytes: u64 = proxy
+        .matching("PUT", GRANT_PUT)
+        .iter()
+        .map(|s| s.request_bytes)
+        .sum();
+    assert_eq!(proxy.count("PUT", GRANT_PUT), stored.len() - 1);
+    assert_eq!(put_bytes, t["xorb_bytes_sent"].as_u64().unwrap());
+    let journaled: u64 = journal.values().sum();
+    assert!(
+        put_bytes + journaled >= total && put_bytes + journaled < total + total / 100,
+        "run 2 sent {put_bytes} bytes, run 1 stored {journaled}, the corpus is {total}"
+    );
+    assert!(
+        upload_journal(&cache).is_empty(),
+        "the journal is tidied after success"
+    );
+
+    for (i, f) in files.iter().enumerate() {
+        let h = &expected[&f.display().to_string()];
+        let dest = tmp.path().join(format!("out{i}"));
+        check_download(&server.url, h, f, &dest, &tmp.path().join("dl-cache"));
+    }
+    eprintln!(
+        "upload resume: {} xorbs, run 1 stored {journaled} bytes ({run1_puts} PUTs started), \
+         run 2 sent {put_bytes} bytes in {run2_secs:.1}s; test took {:.1}s",
+        stored.len(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Upload `files` straight to the server (no proxy); returns the JSON report.
+fn upload_direct(server: &Serve, files: &[PathBuf], cache: &Path) -> serde_json::Value {
+    let mut c = xet(&["--json", "upload", "--endpoint", &server.url, "--cache-dir"]);
+    c.arg(cache).args(files);
+    json_ok("upload", &c.output().unwrap())
+}
+
+fn part_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".part"))
+        .collect()
+}
+
+/// Issue #5: a download killed mid-way completes when rerun, and the rerun fetches only
+/// the terms the first run did not record.
+#[test]
+fn killed_download_resumes_and_fetches_only_what_is_missing() {
+    let started = Instant::now();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Serve::start(&tmp.path().join("store"));
+    let src = random_files(&tmp.path().join("src"), &[150 * MIB], 5000).remove(0);
+    let size = std::fs::metadata(&src).unwrap().len();
+    let doc = upload_direct(&server, std::slice::from_ref(&src), &tmp.path().join("up"));
+    let hash = doc["files"][0]["hash"].as_str().unwrap().to_string();
+    assert!(server.xorbs().len() >= 3, "several xorbs, so several terms");
+
+    let proxy = Proxy::start(&server.url);
+    // One xorb range arrives whole; every other one stops after 1 MiB and hangs.
+    proxy.rule("GET", XORB_DATA, None, 1);
+    proxy.rule(
+        "GET",
+        XORB_DATA,
+        Some(Fault::StallResponse { after: 1 << 20 }),
+        usize::MAX,
+    );
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let dest = out.join("f.bin");
+    let download = |cache: &str| {
+        let mut c = xet(&["--json", "download", "--endpoint", &proxy.url, &hash, "-o"]);
+        c.arg(&dest).arg("--cache-dir").arg(tmp.path().join(cache));
+        c
+    };
+    let child = download("c1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = wait_for(60, || {
+        !download_journal(&dest).is_empty() && proxy.held() >= 1
+    });
+    assert!(ready, "no term journaled: {:?}", proxy.log());
+    sigkill(child, "xet download");
+    let terms = download_journal(&dest);
+    let done: u64 = terms.iter().map(|t| t.1).sum();
+    assert!(done > 0 && done < size, "run 1 recorded {done} of {size}");
+    assert!(!dest.exists(), "nothing at the destination yet");
+    let run1_bytes: u64 = proxy
+        .matching("GET", XORB_DATA)
+        .iter()
+        .map(|s| s.response_bytes)
+        .sum();
+
+    // Rerun with a fresh chunk cache: only the journal can save fetches.
+    proxy.clear();
+    proxy.clear_log();
+    let t2 = Instant::now();
+    let doc = json_ok("rerun", &download("c2").output().unwrap());
+    let run2_secs = t2.elapsed().as_secs_f64();
+    assert!(std::fs::read(&dest).unwrap() == std::fs::read(&src).unwrap());
+    assert_eq!(
+        part_files(&out),
+        Vec::<String>::new(),
+        "no .part files left"
+    );
+    let f = &doc["files"][0];
+    assert_eq!(f["bytes_resumed"], done, "{f}");
+    assert_eq!(f["bytes_from_cache"], 0, "{f}");
+
+    let gets = proxy.matching("GET", XORB_DATA);
+    let asked: u64 = gets
+        .iter()
+        .map(|s| range_len(s.range.as_deref().unwrap()))
+        .sum();
+    let got: u64 = gets.iter().map(|s| s.response_bytes).sum();
+    assert_eq!(got, asked);
+    assert_eq!(f["bytes_fetched"], got, "{f}");
+    let missing = size - done;
+    // Serialized xorb data is the chunk data plus 8-byte chunk headers (random data is
+    // stored uncompressed), so the missing bytes plus well under 1%.
+    assert!(
+        asked >= missing && asked <= missing + missing / 512 + (64 << 10),
+        "run 2 asked for {asked} bytes; {missing} were missing"
+    );
+    let mut paths: Vec<&str> = gets.iter().map(|s| s.path.as_str()).collect();
+    paths.sort();
+    paths.dedup();
+    assert_eq!(paths.len(), gets.len(), "each xorb fetched once: {gets:?}");
+    eprintln!(
+        "download resume: {size} bytes; run 1 recorded {done} bytes in {} terms \
+         ({run1_bytes} bytes arrived); run 2 fetched {asked} bytes in {} requests, {run2_secs:.1}s; \
+         test took {:.1}s",
+        terms.len(),
+        gets.len(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Upload one small file and serve it through a proxy; returns (server, proxy, src, hash).
+fn small_file_behind_proxy(tmp: &Path, size: usize, seed: u64) -> (Serve, Proxy, PathBuf, String) {
+    let server = Serve::start(&tmp.join("store"));
+    let src = random_files(&tmp.join("src"), &[size], seed).remove(0);
+    let doc = upload_direct(&server, std::slice::from_ref(&src), &tmp.join("up"));
+    let hash = doc["files"][0]["hash"].as_str().unwrap().to_string();
+    let proxy = Proxy::start(&server.url);
+    (server, proxy, src, hash)
+}
+
+/// Issue #5: answers that stop mid-body are cut after the stall limit and retried; the
+/// download completes.
+#[test]
+fn stalled_bodies_are_retried_and_the_download_completes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_server, proxy, src, hash) = small_file_behind_proxy(tmp.path(), 3 * MIB, 6000);
+    proxy.rule(
+        "GET",
+        XORB_DATA,
+        Some(Fault::StallResponse { after: 1 << 20 }),
+        2,
+    );
+    let dest = tmp.path().join("f.bin");
+    let start = Instant::now();
+    let o = xet(&["--json", "download", "--stall-timeout", "1", "--endpoint"])
+        .arg(&proxy.url)
+        .arg(&hash)
+        .arg("-o")
+        .arg(&dest)
+        .arg("--cache-dir")
+        .arg(tmp.path().join("c"))
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    json_ok("download", &o);
+    assert!(std::fs::read(&dest).unwrap() == std::fs::read(&src).unwrap());
+    let gets = proxy.matching("GET", XORB_DATA);
+    assert_eq!(
+        gets.len(),
+        3,
+        "two stalled answers, then a whole one: {gets:?}"
+    );
+    assert!(gets[..2].iter().all(|s| s.response_bytes == 1 << 20));
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    eprintln!("stalled twice, completed in {took:?}");
+}
+
+/// Issue #5: a server that always stalls mid-body makes the download fail with the
+/// network exit code and a message naming the file and the server, in bounded time.
+#[test]
+fn a_server_that_always_stalls_fails_clearly_in_bounded_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_server, proxy, _src, hash) = small_file_behind_proxy(tmp.path(), 100_000, 7000);
+    proxy.rule(
+        "GET",
+        XORB_DATA,
+        Some(Fault::StallResponse { after: 16 << 10 }),
+        usize::MAX,
+    );
+    let dest = tmp.path().join("f.bin");
+    let start = Instant::now();
+    let o = xet(&["download", "--endpoint", &proxy.url, &hash, "-o"])
+        .arg(&dest)
+        .arg("--cache-dir")
+        .arg(tmp.path().join("c"))
+        .env("XET_STALL_TIMEOUT", "1")
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(6), "network exit code: {err}");
+    assert!(err.contains(&hash), "names the file: {err}");
+    assert!(
+        err.contains(proxy.url.trim_start_matches("http://")),
+        "names the server: {err}"
+    );
+    assert!(err.contains("stall"), "says it stalled: {err}");
+    assert!(!dest.exists());
+    let n = proxy.count("GET", XORB_DATA);
+    assert!((2..=20).contains(&n), "{n} attempts");
+    assert!(took < Duration::from_secs(40), "took {took:?}");
+    eprintln!(
+        "always stalled: exit 6 after {n} attempts in {took:?}: {}",
+        err.trim()
+    );
+}
+
+/// Transient 5xx / 429 answers and a stalled request body on the upload routes are
+/// retried; the upload succeeds and the files download intact.
+#[test]
+fn upload_survives_transient_errors_and_a_stalled_body() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Serve::start(&tmp.path().join("store"));
+    let proxy = Proxy::start(&server.url);
+    let files = random_files(&tmp.path().join("corpus"), &[2 * MIB, MIB + 17], 8000);
+    let expected = hashes(&files);
+    proxy.rule("POST", GRANTS, Some(Fault::Status(503, None)), 1);
+    proxy.rule(
+        "PUT",
+        GRANT_PUT,
+        Some(Fault::StallRequest { after: 64 << 10 }),
+        1,
+    );
+    proxy.rule("POST", COMMITS, Some(Fault::Status(429, Some(1))), 1);
+    proxy.rule("POST", SHARDS, Some(Fault::Status(500, None)), 1);
+    let start = Instant::now();
+    let mut c = xet(&["--json", "upload", "--stall-timeout", "1", "--endpoint"]);
+    c.arg(&proxy.url)
+        .arg("--cache-dir")
+        .arg(tmp.path().join("c"))
+        .args(&files);
+    let doc = json_ok("upload", &c.output().unwrap());
+    let took = start.elapsed();
+    assert_eq!(upload_hashes(&doc), expected);
+    assert_eq!(proxy.count("POST", GRANTS), 2);
+    assert_eq!(proxy.count("PUT", GRANT_PUT), 2);
+    assert_eq!(proxy.count("POST", COMMITS), 2);
+    assert_eq!(proxy.count("POST", SHARDS), 2);
+    assert_eq!(server.xorbs().len(), 1);
+    for (i, f) in files.iter().enumerate() {
+        let h = &expected[&f.display().to_string()];
+        let dest = tmp.path().join(format!("out{i}"));
+        check_download(&server.url, h, f, &dest, &tmp.path().join("dl-cache"));
+    }
+    assert!(took < Duration::from_secs(40), "took {took:?}");
+    eprintln!("upload with 4 injected faults took {took:?}");
+}
