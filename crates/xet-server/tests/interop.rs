@@ -3,77 +3,18 @@
 //! `hf_xet.download_files` (and the session API through the token refresh route), and
 //! compare the bytes. Driver: `tests/ref/hf_xet_driver.py`.
 //!
-//! The Python interpreter is `$XET_REF_PYTHON`, else `target/refvenv/bin/python`, which is
-//! created (`python3 -m venv` + `pip install hf-xet==1.8.0`) when missing. If that is
-//! impossible (no python3, no network) the tests print SKIP and pass, unless
-//! `XET_REQUIRE_REFERENCE=1`, which makes them fail instead.
+//! The interpreter and the SKIP / `XET_REQUIRE_REFERENCE=1` rule: `tests/reference`.
 
 mod common;
+mod reference;
 
 use common::*;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use reference::*;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 use xet_cas::{Cas, MemoryStore};
 use xet_server::{ServerConfig, Token};
-
-const HF_XET_VERSION: &str = "1.8.0";
-
-fn driver() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ref/hf_xet_driver.py")
-}
-
-/// The interpreter, or `None` (after printing SKIP) when the reference is unavailable.
-fn python() -> Option<PathBuf> {
-    static PY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match PY.get_or_init(xet_testdata::reference_python) {
-        Ok(p) => Some(p.clone()),
-        Err(e) => {
-            if std::env::var("XET_REQUIRE_REFERENCE").is_ok_and(|v| v == "1") {
-                panic!("reference client hf_xet {HF_XET_VERSION} unavailable: {e}");
-            }
-            eprintln!("SKIP: reference client hf_xet {HF_XET_VERSION} unavailable: {e}");
-            None
-        }
-    }
-}
-
-struct Run {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-/// Run one driver step with its own `HF_XET_CACHE`.
-async fn step(python: &Path, work: &Path, cache: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = tokio::process::Command::new(python);
-    cmd.arg(driver()).args(args).arg("--work").arg(work);
-    cmd.env("HF_XET_CACHE", work.join(cache));
-    cmd.env("RUST_LOG", "warn");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(600), cmd.output())
-        .await
-        .expect("driver step timed out")
-        .expect("run driver");
-    Run {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn must(r: Run, what: &str) -> serde_json::Value {
-    assert!(
-        r.ok,
-        "{what} failed\nstdout:\n{}\nstderr:\n{}",
-        r.stdout, r.stderr
-    );
-    let last = r.stdout.lines().last().unwrap_or("");
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("{what}: bad driver output {last:?}: {e}"))
-}
 
 async fn corpus(python: &Path, work: &Path) {
     must(

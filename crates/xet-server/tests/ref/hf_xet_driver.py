@@ -7,6 +7,9 @@ Run by crates/xet-server/tests/interop.rs; usable by hand too:
     python hf_xet_driver.py upload   --work DIR --endpoint URL [--token T] [--set S]
     python hf_xet_driver.py download --work DIR --endpoint URL [--token T] [--set S] [--out NAME]
     python hf_xet_driver.py session-download --work DIR --refresh-url URL --token T [--set S] [--out NAME]
+    python hf_xet_driver.py ranges   --work DIR --endpoint URL [--token T] --spec FILE
+    python hf_xet_driver.py load     --work DIR --endpoint URL --token W --read-token R
+                                     --client I --clients N --seconds S
 
 `corpus` writes deterministic files to DIR/src and DIR/src2 (a file meant to be
 uploaded after src: it shares chunks with src). `upload` uploads the set DIR/<S> with the
@@ -15,6 +18,19 @@ per file). `download` fetches every manifest entry with `hf_xet.download_files` 
 DIR/<out> and compares the bytes with DIR/<S>. `session-download` does the same through the session
 API, seeding no token and no endpoint: the client first GETs the token refresh URL (with
 `Authorization: Bearer T`) and takes the endpoint from its `casUrl`.
+
+`ranges` reads a JSON list of {"hash", "size" (or null: unknown to the client), "start",
+"end" (either null: open), "out", "unordered"} from FILE and downloads each byte range with
+the session streaming API (`XetDownloadStreamGroup.download_stream(info, start, end)`, or
+`download_unordered_stream` when "unordered"), writing the bytes to DIR/<out>.
+
+`load` is one of N concurrent clients (run by crates/xet-server/tests/load.rs), looping
+for S seconds (at least two rounds): write a round of files (its own random data, shared
+bases identical across clients, shared bases with a random insertion, splices of two
+bases, a tiny or empty file), upload them, publish their manifest in DIR/manifests/, then
+download them and files other clients published (legacy `download_files`) plus one byte
+range of another client's file (streaming API), checking every byte against the sources.
+Files are left in DIR/c<I>/ so other clients (and the test) can compare against them.
 
 Set HF_XET_CACHE per step (the Rust test does) so steps do not share caches. Exit 0 and
 a last stdout line of JSON on success; any failure raises (non-zero exit).
@@ -140,15 +156,157 @@ def session_download(work, set_name, refresh_url, token, out):
     return {"downloaded": len(manifest)}
 
 
+def ranges(work, endpoint, token, spec_path):
+    spec = json.load(open(spec_path))
+    session = hf_xet.XetSession()
+    kwargs = {"token": token, "token_expiry_unix_secs": FAR_FUTURE} if token else {}
+    n = 0
+    with session.new_download_stream_group(endpoint=endpoint, **kwargs) as group:
+        for r in spec:
+            info = hf_xet.XetFileInfo(r["hash"], r["size"])
+            dest = os.path.join(work, r["out"])
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            if r["unordered"]:
+                parts = list(group.download_unordered_stream(info, start=r["start"], end=r["end"]))
+                size = sum(len(d) for _, d in parts)
+                buf = bytearray(size)
+                for off, d in parts:
+                    if off + len(d) > size:
+                        raise SystemExit(f"{r}: part at {off} of {len(d)} bytes past {size}")
+                    buf[off:off + len(d)] = d
+                data = bytes(buf)
+            else:
+                data = b"".join(group.download_stream(info, start=r["start"], end=r["end"]))
+            with open(dest, "wb") as f:
+                f.write(data)
+            n += 1
+    return {"ranges": n}
+
+
+def sha256_file(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def write_atomic(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def published(mdir):
+    """Every manifest entry published so far (by any client)."""
+    out = []
+    for n in sorted(os.listdir(mdir)):
+        if n.endswith(".json"):
+            out.extend(json.load(open(os.path.join(mdir, n))))
+    return out
+
+
+def load(work, endpoint, token, read_token, client, clients, seconds):
+    start = time.monotonic()
+    deadline = start + seconds
+    mdir = os.path.join(work, "manifests")
+    os.makedirs(mdir, exist_ok=True)
+    # Identical in every client: uploaded concurrently, deduplicated against each other.
+    bases = [random.Random(7000 + k).randbytes(n) for k, n in enumerate([1_500_000, 900_000, 2_100_000])]
+    rng = random.Random(1000 + client)
+    stats = {"rounds": 0, "uploaded": 0, "downloaded_own": 0, "downloaded_other": 0, "ranges": 0,
+             "other_clients": []}
+    others_seen = set()
+    rnd = 0
+    while rnd < 2 or time.monotonic() < deadline:
+        # 1. This round's files.
+        d = os.path.join(work, f"c{client}", f"r{rnd}")
+        b = rng.choice(bases)
+        pos = rng.randrange(len(b))
+        x, y = rng.randrange(len(bases[0])), rng.randrange(len(bases[2]))
+        files = {
+            "own.bin": rng.randbytes(rng.randint(50_000, 1_000_000)),
+            "base.bin": rng.choice(bases),
+            "edited.bin": b[:pos] + rng.randbytes(rng.randint(1, 5000)) + b[pos:],
+            "splice.bin": bases[0][:x] + bases[2][y:],
+            "tiny.bin": rng.choice([b"", b"!", rng.randbytes(rng.randint(2, 20_000))]),
+        }
+        names = sorted(files)
+        paths = [os.path.join(d, n) for n in names]
+        os.makedirs(d, exist_ok=True)
+        for n, pth in zip(names, paths):
+            with open(pth, "wb") as f:
+                f.write(files[n])
+        # 2. Upload, check what the client reports, publish.
+        results = hf_xet.upload_files(paths, endpoint, token_info(token), None, None, "model")
+        assert len(results) == len(paths), (len(results), len(paths))
+        entries = []
+        for n, pth, r in zip(names, paths, results):
+            assert r.file_size == len(files[n]), (pth, r.file_size, len(files[n]))
+            entries.append({"client": client, "round": rnd, "path": os.path.relpath(pth, work),
+                            "hash": r.hash, "size": r.file_size,
+                            "sha256": hashlib.sha256(files[n]).hexdigest()})
+        write_atomic(os.path.join(mdir, f"c{client}-r{rnd}.json"), json.dumps(entries))
+        stats["uploaded"] += len(entries)
+        # Before the first downloads, wait for every client's first upload, so each client
+        # downloads other clients' files while they are still uploading.
+        if rnd == 0:
+            while len({e["client"] for e in published(mdir)}) < clients:
+                if time.monotonic() > start + 300:
+                    raise SystemExit("other clients never published a manifest")
+                time.sleep(0.05)
+        # 3. Download this round's files and a random pick of other clients' files.
+        others = [e for e in published(mdir) if e["client"] != client]
+        picks = rng.sample(others, min(len(others), 4))
+        out = os.path.join(work, f"c{client}", "out")
+        os.makedirs(out, exist_ok=True)
+        todo = [(e, os.path.join(out, f"{i}.bin")) for i, e in enumerate(entries + picks)]
+        infos = [hf_xet.PyXetDownloadInfo(dest, e["hash"], e["size"]) for e, dest in todo]
+        hf_xet.download_files(infos, endpoint, token_info(read_token), None, None)
+        for e, dest in todo:
+            got = sha256_file(dest)
+            if got != e["sha256"]:
+                raise SystemExit(f"client {client} round {rnd}: {e['path']} ({e['hash']}) "
+                                 f"downloaded as {os.path.getsize(dest)} bytes with sha256 {got}")
+            os.remove(dest)
+        stats["downloaded_own"] += len(entries)
+        stats["downloaded_other"] += len(picks)
+        others_seen.update(e["client"] for e in picks)
+        # 4. One byte range of another client's file, against the bytes of its source file.
+        sized = [e for e in others if e["size"] > 1]
+        if sized:
+            e = rng.choice(sized)
+            a = rng.randrange(e["size"])
+            z = rng.randint(a + 1, e["size"])
+            want = open(os.path.join(work, e["path"]), "rb").read()[a:z]
+            session = hf_xet.XetSession()
+            group = session.new_download_stream_group(endpoint=endpoint, token=read_token,
+                                                      token_expiry_unix_secs=FAR_FUTURE)
+            got = b"".join(group.download_stream(hf_xet.XetFileInfo(e["hash"], e["size"]), start=a, end=z))
+            group.finish()
+            if got != want:
+                raise SystemExit(f"client {client}: range {a}..{z} of {e['path']} ({e['hash']}) differs "
+                                 f"({len(got)} bytes, want {len(want)})")
+            stats["ranges"] += 1
+        rnd += 1
+    stats["rounds"] = rnd
+    stats["other_clients"] = sorted(others_seen)
+    stats["seconds"] = round(time.monotonic() - start, 2)
+    return stats
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("step", choices=["corpus", "upload", "download", "session-download"])
+    p.add_argument("step", choices=["corpus", "upload", "download", "session-download", "ranges", "load"])
     p.add_argument("--work", required=True)
     p.add_argument("--endpoint")
     p.add_argument("--token")
     p.add_argument("--refresh-url")
     p.add_argument("--out", default="out")
     p.add_argument("--set", default="src", help="which file set (src or src2)")
+    p.add_argument("--spec", help="ranges: JSON list of ranges to download")
+    p.add_argument("--read-token", help="load: token for downloads")
+    p.add_argument("--client", type=int, default=0)
+    p.add_argument("--clients", type=int, default=1)
+    p.add_argument("--seconds", type=float, default=10.0)
     a = p.parse_args()
     if a.step == "corpus":
         res = {"files": corpus(a.work)}
@@ -156,8 +314,12 @@ def main():
         res = upload(a.work, a.set, a.endpoint, a.token)
     elif a.step == "download":
         res = download(a.work, a.set, a.endpoint, a.token, a.out)
-    else:
+    elif a.step == "session-download":
         res = session_download(a.work, a.set, a.refresh_url, a.token, a.out)
+    elif a.step == "ranges":
+        res = ranges(a.work, a.endpoint, a.token, a.spec)
+    else:
+        res = load(a.work, a.endpoint, a.token, a.read_token, a.client, a.clients, a.seconds)
     res["ok"] = True
     sys.stdout.write(json.dumps(res) + "\n")
 
