@@ -977,12 +977,14 @@ fn stalled_bodies_are_retried_and_the_download_completes() {
     json_ok("download", &o);
     assert!(std::fs::read(&dest).unwrap() == std::fs::read(&src).unwrap());
     let gets = proxy.matching("GET", XORB_DATA);
-    assert_eq!(
-        gets.len(),
-        3,
-        "two stalled answers, then a whole one: {gets:?}"
-    );
+    // Two stalled answers, then a whole one (a retry more if the machine is very busy).
+    assert!((3..=5).contains(&gets.len()), "{gets:?}");
     assert!(gets[..2].iter().all(|s| s.response_bytes == 1 << 20));
+    let last = gets.last().unwrap();
+    assert_eq!(
+        last.response_bytes,
+        range_len(last.range.as_deref().unwrap())
+    );
     assert!(took < Duration::from_secs(30), "took {took:?}");
     eprintln!("stalled twice, completed in {took:?}");
 }
@@ -1046,7 +1048,7 @@ fn upload_survives_transient_errors_and_a_stalled_body() {
     proxy.rule("POST", COMMITS, Some(Fault::Status(429, Some(1))), 1);
     proxy.rule("POST", SHARDS, Some(Fault::Status(500, None)), 1);
     let start = Instant::now();
-    let mut c = xet(&["--json", "upload", "--stall-timeout", "1", "--endpoint"]);
+    let mut c = xet(&["--json", "upload", "--stall-timeout", "2", "--endpoint"]);
     c.arg(&proxy.url)
         .arg("--cache-dir")
         .arg(tmp.path().join("c"))
@@ -1058,6 +1060,8 @@ fn upload_survives_transient_errors_and_a_stalled_body() {
     assert_eq!(proxy.count("PUT", GRANT_PUT), 2);
     assert_eq!(proxy.count("POST", COMMITS), 2);
     assert_eq!(proxy.count("POST", SHARDS), 2);
+    let faulted: Vec<_> = proxy.log().into_iter().filter_map(|s| s.fault).collect();
+    assert_eq!(faulted.len(), 4, "every fault was hit once: {faulted:?}");
     assert_eq!(server.xorbs().len(), 1);
     for (i, f) in files.iter().enumerate() {
         let h = &expected[&f.display().to_string()];
@@ -1066,4 +1070,68 @@ fn upload_survives_transient_errors_and_a_stalled_body() {
     }
     assert!(took < Duration::from_secs(40), "took {took:?}");
     eprintln!("upload with 4 injected faults took {took:?}");
+}
+
+/// SIGTERM (like Ctrl-C) stops a download promptly with exit code 130, keeping the
+/// `.part` file and journal; the rerun completes.
+#[test]
+fn terminated_download_exits_130_and_the_rerun_completes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_server, proxy, src, hash) = small_file_behind_proxy(tmp.path(), 3 * MIB, 9000);
+    proxy.rule(
+        "GET",
+        XORB_DATA,
+        Some(Fault::StallResponse { after: 1 << 20 }),
+        usize::MAX,
+    );
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let dest = out.join("f.bin");
+    let download = || {
+        let mut c = xet(&["download", "--endpoint", &proxy.url, &hash, "-o"]);
+        c.arg(&dest).arg("--cache-dir").arg(tmp.path().join("c"));
+        c
+    };
+    let mut child = download()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(30, || proxy.held() >= 1), "{:?}", proxy.log());
+    let start = Instant::now();
+    let term = Command::new("sh")
+        .args(["-c", &format!("kill -TERM {}", child.id())])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let exited = wait_for(10, || child.try_wait().unwrap().is_some());
+    if !exited {
+        let _ = child.kill();
+    }
+    assert!(exited, "still running 10 s after SIGTERM");
+    let took = start.elapsed();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(err.contains("rerun to resume"), "{err}");
+    let mut parts = part_files(&out);
+    parts.sort();
+    assert_eq!(
+        parts,
+        ["f.bin.part", "f.bin.part.jsonl"],
+        "kept for the rerun"
+    );
+
+    proxy.clear();
+    let o = download().output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(&dest).unwrap() == std::fs::read(&src).unwrap());
+    assert_eq!(part_files(&out), Vec::<String>::new());
+    eprintln!("SIGTERM: exit 130 after {took:?}");
 }
