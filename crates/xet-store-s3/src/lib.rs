@@ -433,12 +433,19 @@ impl S3Backend {
         let root = self.path_of("");
         match self.store.list_with_delimiter(Some(&root)).await {
             Ok(_) => Ok(()),
-            Err(object_store::Error::NotFound { .. }) => Err(CasError::Storage(format!(
-                "{}: bucket {:?} does not exist at endpoint {}",
-                self.url(),
-                self.bucket,
-                self.endpoint
-            ))),
+            // `NoSuchBucket` is the S3 error code of a missing bucket (listing reports
+            // it as a generic error).
+            Err(e)
+                if matches!(e, object_store::Error::NotFound { .. })
+                    || chain(&e).contains("NoSuchBucket") =>
+            {
+                Err(CasError::Storage(format!(
+                    "{}: bucket {:?} does not exist at endpoint {}",
+                    self.url(),
+                    self.bucket,
+                    self.endpoint
+                )))
+            }
             Err(e) => Err(CasError::Storage(format!(
                 "{}: cannot reach bucket {:?} at endpoint {}: {}",
                 self.url(),

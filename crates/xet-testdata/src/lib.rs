@@ -5,6 +5,9 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+mod s3;
+pub use s3::{MOTO_VERSION, MotoServer, moto_python, moto_requirement, shared_moto};
+
 /// What a corpus file contains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
