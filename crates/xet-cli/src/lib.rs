@@ -90,7 +90,9 @@ enum Command {
     },
     /// Serve a store over the CAS HTTP API (what hf_xet and `xet --endpoint` talk to).
     Serve {
-        /// Store directory (default: the embedded store).
+        /// Store directory (default: the embedded store), or `s3://BUCKET[/PREFIX]` for
+        /// S3-compatible object storage (credentials, region and endpoint from the
+        /// standard AWS_* environment variables, e.g. AWS_ENDPOINT_URL).
         #[arg(long, env = "XET_STORE")]
         store: Option<PathBuf>,
         /// Address to listen on; port 0 picks a free port.
@@ -114,6 +116,15 @@ enum Command {
         /// Lifetime of presigned URLs, in seconds.
         #[arg(long, default_value_t = 3600)]
         url_ttl: u64,
+        /// Endpoint of the S3-compatible server for `--store s3://…` (overrides
+        /// AWS_ENDPOINT_URL); plain http is accepted for loopback addresses only, unless
+        /// AWS_ALLOW_HTTP=true.
+        #[arg(long, value_name = "URL")]
+        s3_endpoint: Option<String>,
+        /// Conditional writes (If-None-Match: *) for `--store s3://…`: auto (probe the
+        /// server), on (require them), off (never; only one process may create a new store).
+        #[arg(long, default_value = "auto", value_name = "auto|on|off")]
+        s3_conditional_put: xet_store_s3::ConditionalPut,
     },
     /// Inspect or empty the chunk cache that downloads use.
     Cache {
@@ -208,6 +219,8 @@ pub fn main() -> ExitCode {
             no_grants,
             no_v2,
             url_ttl,
+            s3_endpoint,
+            s3_conditional_put,
         } => {
             let args = transfer::ServeArgs {
                 store,
@@ -218,6 +231,8 @@ pub fn main() -> ExitCode {
                 no_grants,
                 no_v2,
                 url_ttl_secs: url_ttl,
+                s3_endpoint,
+                s3_conditional_put,
             };
             runtime().and_then(|rt| rt.block_on(transfer::serve(args)))
         }

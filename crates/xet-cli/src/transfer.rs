@@ -377,6 +377,24 @@ pub struct ServeArgs {
     pub no_grants: bool,
     pub no_v2: bool,
     pub url_ttl_secs: u64,
+    /// Endpoint of the S3-compatible server, for `--store s3://…`.
+    pub s3_endpoint: Option<String>,
+    pub s3_conditional_put: xet_store_s3::ConditionalPut,
+}
+
+/// The store of `xet serve --store s3://BUCKET[/PREFIX]`.
+async fn open_s3_store(url: &str, a: &ServeArgs) -> CliResult<Arc<dyn xet_cas::Cas>> {
+    let mut config = xet_store_s3::S3Config::from_url(url)
+        .map_err(|e| Failure::new(Code::Usage, anyhow!("--store: {e}")))?;
+    if let Some(e) = &a.s3_endpoint {
+        config.endpoint = Some(e.clone());
+    }
+    config.conditional_put = a.s3_conditional_put;
+    let store = xet_store_s3::open_store(config)
+        .await
+        .with_context(|| format!("cannot open the store at {url}"))
+        .map_err(|e| Failure::new(Code::Failure, e))?;
+    Ok(Arc::new(store))
 }
 
 pub async fn serve(a: ServeArgs) -> CliResult {
@@ -393,14 +411,22 @@ pub async fn serve(a: ServeArgs) -> CliResult {
                 .map_err(|e| Failure::input(anyhow!("--token-file {}: {e}", f.display())))?,
         );
     }
-    let dir = a.store.clone().unwrap_or_else(remote::default_store_dir);
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create the store directory {}", dir.display()))
-        .map_err(Failure::input)?;
-    let store = xet_store::open_store(&dir)
-        .await
-        .with_context(|| format!("cannot open the store at {}", dir.display()))
-        .map_err(|e| Failure::new(Code::Failure, e))?;
+    let s3_url = a.store.as_deref().and_then(|p| p.to_str());
+    let (store, serving): (Arc<dyn xet_cas::Cas>, String) =
+        match s3_url.filter(|u| xet_store_s3::is_s3_url(u)) {
+            Some(url) => (open_s3_store(url, &a).await?, url.to_string()),
+            None => {
+                let dir = a.store.clone().unwrap_or_else(remote::default_store_dir);
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("cannot create the store directory {}", dir.display()))
+                    .map_err(Failure::input)?;
+                let store = xet_store::open_store(&dir)
+                    .await
+                    .with_context(|| format!("cannot open the store at {}", dir.display()))
+                    .map_err(|e| Failure::new(Code::Failure, e))?;
+                (Arc::new(store), dir.display().to_string())
+            }
+        };
     let config = xet_server::ServerConfig {
         listen: a.listen.clone(),
         tokens,
@@ -410,26 +436,21 @@ pub async fn serve(a: ServeArgs) -> CliResult {
         public_url: a.public_url.clone(),
         ..Default::default()
     };
-    let server = xet_server::Server::bind(config, Arc::new(store))
-        .await
-        .map_err(|e| {
-            let code = match e {
-                xet_server::ServerError::NoTokenOnPublicAddress { .. }
-                | xet_server::ServerError::PublicUrl { .. } => Code::Usage,
-                _ => Code::Failure,
-            };
-            Failure::new(code, anyhow::Error::new(e))
-        })?;
+    let server = xet_server::Server::bind(config, store).await.map_err(|e| {
+        let code = match e {
+            xet_server::ServerError::NoTokenOnPublicAddress { .. }
+            | xet_server::ServerError::PublicUrl { .. } => Code::Usage,
+            _ => Code::Failure,
+        };
+        Failure::new(code, anyhow::Error::new(e))
+    })?;
     {
         use std::io::Write;
         let mut o = std::io::stdout().lock();
         let _ = writeln!(o, "listening on {}", server.url());
         let _ = o.flush();
     }
-    eprintln!(
-        "xet: serving {} (Ctrl-C stops after requests in flight finish)",
-        dir.display()
-    );
+    eprintln!("xet: serving {serving} (Ctrl-C stops after requests in flight finish)");
     server
         .serve(xet_server::shutdown_signal())
         .await
