@@ -24,7 +24,8 @@ API, seeding no token and no endpoint: the client first GETs the token refresh U
 the session streaming API (`XetDownloadStreamGroup.download_stream(info, start, end)`, or
 `download_unordered_stream` when "unordered"), writing the bytes to DIR/<out>.
 
-`load` is one of N concurrent clients (run by crates/xet-server/tests/load.rs), looping
+`load` is one of N concurrent clients (run by crates/xet-server/tests/load.rs). The
+clients start together and all upload the same shared base files at once, then each loops
 for S seconds (at least two rounds): write a round of files (its own random data, shared
 bases identical across clients, shared bases with a random insertion, splices of two
 bases, a tiny or empty file), upload them, publish their manifest in DIR/manifests/, then
@@ -215,6 +216,33 @@ def load(work, endpoint, token, read_token, client, clients, seconds):
     stats = {"rounds": 0, "uploaded": 0, "downloaded_own": 0, "downloaded_other": 0, "ranges": 0,
              "other_clients": []}
     others_seen = set()
+    # Start together, then all upload the same files at once: identical xorbs and shards
+    # race on the server (unless a client's dedup query already finds another's).
+    def barrier(name):
+        open(os.path.join(mdir, f"{name}.{client}"), "w").close()
+        while sum(n.startswith(name + ".") for n in os.listdir(mdir)) < clients:
+            if any(n.startswith("failed.") for n in os.listdir(mdir)):
+                raise SystemExit(f"client {client}: another client failed")
+            if time.monotonic() > start + 120:
+                raise SystemExit(f"client {client}: other clients never reached {name}")
+            time.sleep(0.02)
+    barrier("ready")
+    shared = os.path.join(work, f"c{client}", "shared")
+    os.makedirs(shared, exist_ok=True)
+    shared_paths = []
+    for k, b in enumerate(bases):
+        shared_paths.append(os.path.join(shared, f"base{k}.bin"))
+        with open(shared_paths[-1], "wb") as f:
+            f.write(b)
+    # One file per call: its xorb is then the same in every client (several files in one
+    # call are packed in an order that depends on thread timing).
+    results = [hf_xet.upload_files([pth], endpoint, token_info(token), None, None, "model")[0]
+               for pth in shared_paths]
+    entries = [{"client": client, "round": -1, "path": os.path.relpath(pth, work), "hash": r.hash,
+                "size": r.file_size, "sha256": hashlib.sha256(b).hexdigest()}
+               for pth, r, b in zip(shared_paths, results, bases)]
+    write_atomic(os.path.join(mdir, f"c{client}-shared.json"), json.dumps(entries))
+    stats["uploaded"] += len(entries)
     rnd = 0
     while rnd < 2 or time.monotonic() < deadline:
         # 1. This round's files.
@@ -249,10 +277,7 @@ def load(work, endpoint, token, read_token, client, clients, seconds):
         # Before the first downloads, wait for every client's first upload, so each client
         # downloads other clients' files while they are still uploading.
         if rnd == 0:
-            while len({e["client"] for e in published(mdir)}) < clients:
-                if time.monotonic() > start + 300:
-                    raise SystemExit("other clients never published a manifest")
-                time.sleep(0.05)
+            barrier("round0")
         # 3. Download this round's files and a random pick of other clients' files.
         others = [e for e in published(mdir) if e["client"] != client]
         picks = rng.sample(others, min(len(others), 4))
@@ -319,7 +344,13 @@ def main():
     elif a.step == "ranges":
         res = ranges(a.work, a.endpoint, a.token, a.spec)
     else:
-        res = load(a.work, a.endpoint, a.token, a.read_token, a.client, a.clients, a.seconds)
+        try:
+            res = load(a.work, a.endpoint, a.token, a.read_token, a.client, a.clients, a.seconds)
+        except BaseException:
+            # Let clients waiting for this one at a barrier stop.
+            os.makedirs(os.path.join(a.work, "manifests"), exist_ok=True)
+            open(os.path.join(a.work, "manifests", f"failed.{a.client}"), "w").close()
+            raise
     res["ok"] = True
     sys.stdout.write(json.dumps(res) + "\n")
 
