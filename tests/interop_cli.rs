@@ -164,3 +164,96 @@ fn xet_and_reference_interoperate_through_xet_serve() {
 fn xet_and_reference_interoperate_on_the_v1_routes() {
     both_directions(&["--no-grants", "--no-v2"]);
 }
+
+/// `xet upload` into a store directory with no server, then `xet serve` on that
+/// directory: the reference client downloads every file, byte for byte.
+#[test]
+fn reference_downloads_what_xet_uploaded_into_the_embedded_store() {
+    let py = xet_testdata::reference_python().expect("reference client");
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let xet_upload = |paths: &[&std::path::Path]| -> serde_json::Value {
+        let o = Command::new(env!("CARGO_BIN_EXE_xet"))
+            .args(["upload", "--json", "--store"])
+            .arg(&store)
+            .args(paths)
+            .env("XET_CACHE", tmp.path().join("xc"))
+            .env_remove("XET_ENDPOINT")
+            .env_remove("XET_TOKEN")
+            .env_remove("XET_TOKEN_URL")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+
+    // The corpus, then (a second run against the same store) a file made of pieces of
+    // two corpus files around new bytes: its known parts deduplicate against the store.
+    let mut files = corpus(&tmp.path().join("ours"));
+    let up = xet_upload(&[&tmp.path().join("ours")]);
+    let by_hash = |up: &serde_json::Value, hash: &str| -> serde_json::Value {
+        up["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["hash"] == hash)
+            .unwrap_or_else(|| panic!("{hash} not in {up}"))
+            .clone()
+    };
+    for (p, h, s) in &files {
+        assert_eq!(by_hash(&up, h)["size"], *s, "{}", p.display());
+    }
+    let base = xet_testdata::corpus();
+    let piece = |name: &str| base.iter().find(|c| c.name == name).unwrap().bytes();
+    let mixed = [
+        &piece("random_5m")[..2_000_000],
+        &xet_testdata::generate(xet_testdata::Kind::Random, 300_000, 77)[..],
+        &piece("text_300k")[..],
+    ]
+    .concat();
+    let mixed_path = tmp.path().join("mixed.bin");
+    std::fs::write(&mixed_path, &mixed).unwrap();
+    let mixed_hash = xet_chunk::file_hash(&mixed).to_string();
+    let up2 = xet_upload(&[&mixed_path]);
+    let m = by_hash(&up2, &mixed_hash);
+    assert!(m["deduped_bytes"].as_u64().unwrap() > 1_000_000, "{m}");
+    files.push((mixed_path, mixed_hash, mixed.len() as u64));
+
+    // Serve that directory; the reference downloads everything by hash.
+    let server = Serve::start(&store, &[]);
+    let out = tmp.path().join("ref-out");
+    std::fs::create_dir_all(&out).unwrap();
+    let items: Vec<(String, u64, String)> = files
+        .iter()
+        .map(|(p, h, s)| {
+            (
+                h.clone(),
+                *s,
+                out.join(p.file_name().unwrap()).display().to_string(),
+            )
+        })
+        .collect();
+    let o = Command::new(&py)
+        .args([
+            "-c",
+            DOWNLOAD,
+            &server.1,
+            &serde_json::to_string(&items).unwrap(),
+        ])
+        .env("HF_XET_CACHE", tmp.path().join("hc"))
+        .env("HF_XET_TELEMETRY_ENABLED", "false")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "reference download: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for (p, _, _) in &files {
+        assert!(
+            std::fs::read(out.join(p.file_name().unwrap())).unwrap() == std::fs::read(p).unwrap(),
+            "{} differs",
+            p.display()
+        );
+    }
+}
