@@ -158,6 +158,49 @@ fn upload_and_download_through_xet_serve_on_s3() {
     assert_eq!(again["totals"]["new_bytes"], 0, "{again}");
 }
 
+/// Two servers on one bucket at once: what is uploaded through one becomes downloadable
+/// through the other (it indexes new shards every `--s3-refresh-secs`).
+#[test]
+fn two_servers_share_a_bucket() {
+    let Some(moto) = shared_moto() else { return };
+    let bucket = moto.fresh_bucket().unwrap();
+    let store = format!("s3://{bucket}");
+    let a = Serve::start(moto, &store, &[]);
+    let b = Serve::start(moto, &store, &["--s3-refresh-secs", "1"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("f");
+    let data = xet_testdata::generate(xet_testdata::Kind::Text, 200_000, 77);
+    std::fs::write(&file, &data).unwrap();
+    let o = xet(moto)
+        .args(["--json", "upload", "--endpoint", &a.1])
+        .arg(&file)
+        .env("XET_CACHE", tmp.path().join("cache-up"))
+        .output()
+        .unwrap();
+    let up = ok(&o, "upload");
+    let hash = up["files"][0]["hash"].as_str().unwrap().to_string();
+    let dest = tmp.path().join("out");
+    let t = Instant::now();
+    loop {
+        let o = xet(moto)
+            .args(["download", "--endpoint", &b.1, &hash, "-o"])
+            .arg(&dest)
+            .env("XET_CACHE", tmp.path().join("cache-down"))
+            .output()
+            .unwrap();
+        if o.status.success() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "never downloadable through the second server: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(std::fs::read(&dest).unwrap(), data);
+}
+
 #[test]
 fn a_missing_or_unreachable_bucket_is_a_clear_error() {
     let Some(moto) = shared_moto() else { return };

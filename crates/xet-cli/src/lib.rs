@@ -125,6 +125,10 @@ enum Command {
         /// server), on (require them), off (never; only one process may create a new store).
         #[arg(long, default_value = "auto", value_name = "auto|on|off")]
         s3_conditional_put: xet_store_s3::ConditionalPut,
+        /// With `--store s3://…`: seconds between indexing files that other servers on the
+        /// same bucket registered (0: only at start).
+        #[arg(long, default_value_t = xet_store_s3::REFRESH_INTERVAL.as_secs(), value_name = "SECS")]
+        s3_refresh_secs: u64,
     },
     /// Inspect or empty the chunk cache that downloads use.
     Cache {
@@ -221,6 +225,7 @@ pub fn main() -> ExitCode {
             url_ttl,
             s3_endpoint,
             s3_conditional_put,
+            s3_refresh_secs,
         } => {
             let args = transfer::ServeArgs {
                 store,
@@ -233,6 +238,7 @@ pub fn main() -> ExitCode {
                 url_ttl_secs: url_ttl,
                 s3_endpoint,
                 s3_conditional_put,
+                s3_refresh_secs,
             };
             runtime().and_then(|rt| rt.block_on(transfer::serve(args)))
         }

@@ -380,6 +380,8 @@ pub struct ServeArgs {
     /// Endpoint of the S3-compatible server, for `--store s3://…`.
     pub s3_endpoint: Option<String>,
     pub s3_conditional_put: xet_store_s3::ConditionalPut,
+    /// Seconds between indexing shards other servers on the bucket wrote (0: never).
+    pub s3_refresh_secs: u64,
 }
 
 /// The store of `xet serve --store s3://BUCKET[/PREFIX]`.
@@ -394,7 +396,12 @@ async fn open_s3_store(url: &str, a: &ServeArgs) -> CliResult<Arc<dyn xet_cas::C
         .await
         .with_context(|| format!("cannot open the store at {url}"))
         .map_err(|e| Failure::new(Code::Failure, e))?;
-    Ok(Arc::new(store))
+    let store = Arc::new(store);
+    if a.s3_refresh_secs > 0 {
+        let every = std::time::Duration::from_secs(a.s3_refresh_secs);
+        xet_store_s3::spawn_refresh(&store, every);
+    }
+    Ok(store)
 }
 
 pub async fn serve(a: ServeArgs) -> CliResult {

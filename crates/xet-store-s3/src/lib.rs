@@ -38,6 +38,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -688,6 +689,33 @@ impl ObjectBackend for S3Backend {
             .map_err(|e| self.err("deleting", &path, &e))?;
         Ok(true)
     }
+}
+
+/// How often `xet serve` indexes shards that other servers sharing the bucket wrote.
+pub const REFRESH_INTERVAL: Duration = Duration::from_secs(15);
+
+/// Every `every`, index the shards other processes wrote to the store's backend since
+/// ([`StoreCas::refresh`]), so files they register become downloadable here. The task
+/// ends when the store is dropped.
+pub fn spawn_refresh<B: ObjectBackend>(
+    store: &Arc<StoreCas<B>>,
+    every: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let store = Arc::downgrade(store);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let Some(store) = store.upgrade() else { break };
+            match store.refresh().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(shards = n, "indexed shards written by other processes"),
+                Err(e) => tracing::warn!(error = %e, "cannot refresh the store index"),
+            }
+        }
+    })
 }
 
 /// A store in the bucket of `config` with the default configuration.

@@ -436,3 +436,24 @@ async fn layout_is_prefix_slash_key_and_foreign_objects_are_ignored() {
     assert_eq!(store.backend().list("shards/").await.unwrap().len(), 2);
     conformance::check_populated(&store).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_refresh_picks_up_another_servers_files() {
+    let Some(moto) = shared_moto() else { return };
+    let cfg = fresh(moto, "r", ConditionalPut::Auto);
+    let a = open_store(cfg.clone()).await.unwrap();
+    let b = std::sync::Arc::new(open_store(cfg).await.unwrap());
+    let task = xet_store_s3::spawn_refresh(&b, Duration::from_millis(100));
+    conformance::populate(&a).await;
+    let t = Instant::now();
+    while b.stats().shards < 2 {
+        assert!(t.elapsed() < Duration::from_secs(20), "not refreshed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    conformance::check_populated(&*b).await;
+    drop(b);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the refresh task ends with its store")
+        .unwrap();
+}
