@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Drive the reference client (hf_xet 1.8.0) against a CAS endpoint.
 
-Run by crates/xet-server/tests/interop.rs; usable by hand too:
+Run by crates/xet-server/tests/{interop,ref_ranges,load}.rs; usable by hand too:
 
     python hf_xet_driver.py corpus   --work DIR
     python hf_xet_driver.py upload   --work DIR --endpoint URL [--token T] [--set S]
