@@ -201,8 +201,11 @@ mod proxy {
         }
     }
 
+    /// A start line and its headers.
+    type Head = (String, Vec<(String, String)>);
+
     /// The start line and headers of a message; `None` at a clean end of stream.
-    fn read_head(r: &mut impl BufRead) -> std::io::Result<Option<(String, Vec<(String, String)>)>> {
+    fn read_head(r: &mut impl BufRead) -> std::io::Result<Option<Head>> {
         let mut first = String::new();
         if r.read_line(&mut first)? == 0 {
             return Ok(None);
