@@ -207,15 +207,34 @@ pub fn chunk_ranges(data: &[u8]) -> Vec<Range<usize>> {
 /// threads and their results concatenated (in order) for [`boundaries_from_matches`]. This
 /// scans every byte, unlike [`Chunker`], which skips the start of each chunk.
 pub fn find_matches(data: &[u8], range: Range<usize>) -> Vec<usize> {
-    let mut out = Vec::new();
-    let start = range.start.max(HASH_WINDOW_SIZE - 1);
-    if start >= range.end {
+    find_matches_after(&[], data, range)
+}
+
+/// [`find_matches`] for `data` that continues an input whose preceding bytes end with
+/// `before` (only its last 63 bytes are read): a window may reach back into `before`, so
+/// an input split into blocks can be scanned block by block without copying the blocks
+/// together. Offsets are relative to `data`; windows that are not yet full (fewer than
+/// [`HASH_WINDOW_SIZE`] bytes of `before` and `data` up to the offset) are never reported.
+pub fn find_matches_after(before: &[u8], data: &[u8], range: Range<usize>) -> Vec<usize> {
+    let mut out = Vec::with_capacity(range.len() / TARGET_CHUNK_SIZE * 2 + 1);
+    if range.start >= range.end {
         return out;
     }
+    let need = HASH_WINDOW_SIZE - 1;
+    let from_data = range.start.min(need);
+    let from_before = (need - from_data).min(before.len());
     let mut hasher = gearhash::Hasher::default();
-    // The 63 bytes before `start` complete the window of the first byte scanned.
-    hasher.update(&data[start + 1 - HASH_WINDOW_SIZE..start]);
-    let mut pos = start;
+    // The (up to) 63 bytes before `range.start` complete the window of the first byte scanned.
+    hasher.update(&before[before.len() - from_before..]);
+    hasher.update(&data[range.start - from_data..range.start]);
+    let mut pos = range.start;
+    let missing = need - from_data - from_before;
+    if missing > 0 {
+        // Near the start of the input: fill the window without reporting matches.
+        let n = missing.min(range.end - pos);
+        hasher.update(&data[pos..pos + n]);
+        pos += n;
+    }
     while let Some(k) = hasher.next_match(&data[pos..range.end], MASK) {
         pos += k;
         out.push(pos);

@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use xet_chunk::{
     Chunker, MASK, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, StreamChunker, boundaries_from_matches,
-    chunk_boundaries, chunk_data, find_matches, gear_table,
+    chunk_boundaries, chunk_data, find_matches, find_matches_after, gear_table,
 };
 use xet_testdata::Rng;
 
@@ -405,6 +405,29 @@ fn find_matches_reports_exactly_the_window_matches() {
     }
     assert!(find_matches(&data, 0..63).is_empty());
     assert!(find_matches(&data, 10..10).is_empty());
+}
+
+#[test]
+fn find_matches_after_sees_windows_across_the_split() {
+    let data = boundary_rich(3, 200, 2, 60_000);
+    let all = brute_force_matches(&data);
+    // Split right before, at and after matches (windows straddle the split), at the very
+    // start (window not yet full) and with a `before` longer than one window.
+    let splits: Vec<usize> = all
+        .iter()
+        .take(20)
+        .flat_map(|&p| [p - 64, p - 63, p - 1, p])
+        .chain([0, 1, 62, 63, 64, 100, data.len()])
+        .collect();
+    for split in splits {
+        let (before, after) = data.split_at(split);
+        let got: Vec<usize> = find_matches_after(before, after, 0..after.len())
+            .into_iter()
+            .map(|p| p + split)
+            .collect();
+        let want: Vec<usize> = all.iter().copied().filter(|&p| p > split).collect();
+        assert_eq!(got, want, "split at {split}");
+    }
 }
 
 proptest! {

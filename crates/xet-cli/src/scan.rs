@@ -1,17 +1,24 @@
-//! Chunk and hash a file as fast as the machine allows: one thread reads large blocks,
-//! boundary scanning of block N+1 overlaps the (parallel) chunk hashing of block N, and
-//! sha256 runs on its own thread when asked for.
+//! Chunk and hash a file as fast as the machine allows. One thread reads large blocks
+//! into recycled buffers (no page faults or zeroing after the first few blocks); the
+//! boundary scan of block N+1 (parallel segments) overlaps the parallel chunk hashing (and
+//! sha256) of block N. Blocks are never copied together: a match window that straddles two
+//! blocks is completed from the previous block's tail, and only the one chunk that spans a
+//! block boundary is assembled.
 
 use rayon::prelude::*;
 use sha2::Digest;
 use std::io::Read;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::mpsc::sync_channel;
-use xet_chunk::MatchResolver;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+
+use xet_chunk::{HASH_WINDOW_SIZE, MatchResolver};
 use xet_hash::MerkleHash;
 
 const BLOCK: usize = 16 << 20;
+/// Read buffers in flight: one being read, one queued, one scanned, one hashed.
+const BUFFERS: usize = 4;
+/// Granularity of the parallel match scan.
+const SEGMENT: usize = 1 << 20;
 
 pub struct Scanned {
     pub size: u64,
@@ -26,17 +33,16 @@ impl Scanned {
     }
 }
 
-/// Absolute offsets of every gear-hash match in `buf[from..]`, scanned in parallel
-/// segments (each segment's window reaches back into the bytes before it).
-fn matches(buf: &[u8], base: u64, from: usize) -> Vec<u64> {
-    const SEGMENT: usize = 1 << 20;
-    let segs: Vec<(usize, usize)> = (from..buf.len())
+/// Absolute offsets of every gear-hash match in `block` (whose first byte is at `base`),
+/// scanned in parallel segments; `tail` holds the bytes just before the block.
+fn matches(tail: &[u8], block: &[u8], base: u64) -> Vec<u64> {
+    let segs: Vec<(usize, usize)> = (0..block.len())
         .step_by(SEGMENT)
-        .map(|s| (s, (s + SEGMENT).min(buf.len())))
+        .map(|s| (s, (s + SEGMENT).min(block.len())))
         .collect();
     let found: Vec<Vec<usize>> = segs
         .par_iter()
-        .map(|&(s, e)| xet_chunk::find_matches(buf, s..e))
+        .map(|&(s, e)| xet_chunk::find_matches_after(tail, block, s..e))
         .collect();
     found
         .into_iter()
@@ -45,149 +51,200 @@ fn matches(buf: &[u8], base: u64, from: usize) -> Vec<u64> {
         .collect()
 }
 
-/// Hash the chunks `[starts[i], ends[i])` (absolute) that lie in `buf` (whose first byte is
-/// at absolute offset `base`).
-fn hash_chunks(buf: &[u8], base: u64, first_start: u64, ends: &[u64]) -> Vec<(MerkleHash, u64)> {
-    let starts = std::iter::once(first_start).chain(ends.iter().copied());
-    let ranges: Vec<(u64, u64)> = starts.zip(ends.iter().copied()).collect();
-    ranges
-        .par_iter()
-        .map(|&(s, e)| {
-            (
-                xet_hash::chunk_hash(&buf[(s - base) as usize..(e - base) as usize]),
-                e - s,
-            )
-        })
-        .collect()
+/// The chunks decided in one block, hashed while the next block is scanned.
+struct HashJob<B> {
+    block: B,
+    base: u64,
+    /// The chunk that began in earlier blocks and ends in this one, assembled.
+    spanning: Option<Vec<u8>>,
+    /// Chunks lying wholly inside `block`, as absolute `[start, end)`.
+    inside: Vec<(u64, u64)>,
 }
 
+impl<B: AsRef<[u8]> + Sync> HashJob<B> {
+    fn run(&self, sha: Option<&mut sha2::Sha256>) -> Vec<(MerkleHash, u64)> {
+        let block = self.block.as_ref();
+        let hash_all = || {
+            let mut out = Vec::with_capacity(self.inside.len() + 1);
+            if let Some(c) = &self.spanning {
+                out.push((xet_hash::chunk_hash(c), c.len() as u64));
+            }
+            let inside: Vec<(MerkleHash, u64)> = self
+                .inside
+                .par_iter()
+                .map(|&(s, e)| {
+                    let r = (s - self.base) as usize..(e - self.base) as usize;
+                    (xet_hash::chunk_hash(&block[r]), e - s)
+                })
+                .collect();
+            out.extend(inside);
+            out
+        };
+        match sha {
+            Some(sha) => rayon::join(|| sha.update(block), hash_all).1,
+            None => hash_all(),
+        }
+    }
+}
+
+/// Reads `file` in `block_size` blocks into buffers recycled through `free`.
+fn read_blocks<R: Read>(
+    mut file: R,
+    block_size: usize,
+    free: Receiver<Vec<u8>>,
+    out: SyncSender<std::io::Result<Vec<u8>>>,
+) {
+    for mut buf in free.iter() {
+        buf.resize(block_size, 0);
+        let mut n = 0;
+        let res = loop {
+            match file.read(&mut buf[n..]) {
+                Ok(0) => break Ok(()),
+                Ok(k) => {
+                    n += k;
+                    if n == block_size {
+                        break Ok(());
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        if let Err(e) = res {
+            let _ = out.send(Err(e));
+            return;
+        }
+        if n == 0 {
+            return;
+        }
+        buf.truncate(n);
+        if out.send(Ok(buf)).is_err() {
+            return;
+        }
+    }
+}
+
+/// Chunk and hash the file at `path`: mapped when it is a large regular file, else read
+/// in blocks.
 pub fn scan_file(path: &Path, want_sha256: bool) -> std::io::Result<Scanned> {
-    scan_reader(std::fs::File::open(path)?, BLOCK, want_sha256)
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if meta.is_file() && meta.len() >= xet_mmap::MAP_THRESHOLD {
+        let file2 = file.try_clone()?;
+        if let Some(map) = xet_mmap::MappedFile::map(file2)? {
+            let mut done = 0;
+            let s = scan_blocks(map.bytes().chunks(BLOCK).map(Ok), want_sha256, |b| {
+                // Hashed blocks leave our resident set (they stay in the page cache).
+                done += b.len();
+                map.release_before(done);
+            })?;
+            map.check_unchanged()?;
+            return Ok(s);
+        }
+    }
+    scan_reader(file, BLOCK, want_sha256)
 }
 
 /// Chunk and hash everything `file` yields, reading `block`-byte blocks.
 pub fn scan_reader<R: Read + Send + 'static>(
-    mut file: R,
+    file: R,
     block: usize,
     want_sha256: bool,
 ) -> std::io::Result<Scanned> {
-    const { assert!(BLOCK > 0) };
     let block_size = block.max(1);
-    let (tx, rx) = sync_channel::<std::io::Result<Arc<Vec<u8>>>>(2);
-    let reader = std::thread::spawn(move || {
-        loop {
-            let mut block = vec![0u8; block_size];
-            let mut n = 0;
-            let res = loop {
-                match file.read(&mut block[n..]) {
-                    Ok(0) => break Ok(()),
-                    Ok(k) => {
-                        n += k;
-                        if n == block_size {
-                            break Ok(());
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => break Err(e),
-                }
-            };
-            if let Err(e) = res {
-                let _ = tx.send(Err(e));
-                return;
-            }
-            if n == 0 {
-                return;
-            }
-            block.truncate(n);
-            if tx.send(Ok(Arc::new(block))).is_err() {
-                return;
-            }
-        }
+    let (free_tx, free_rx) = sync_channel::<Vec<u8>>(BUFFERS);
+    for _ in 0..BUFFERS {
+        free_tx.send(Vec::new()).expect("receiver alive");
+    }
+    let (tx, rx) = sync_channel::<std::io::Result<Vec<u8>>>(1);
+    let reader = std::thread::spawn(move || read_blocks(file, block_size, free_rx, tx));
+    let res = scan_blocks(rx.iter(), want_sha256, |b| {
+        let _ = free_tx.try_send(b);
     });
+    drop(free_tx);
+    drop(rx);
+    let _ = reader.join();
+    res
+}
 
-    let (sha_tx, sha_handle) = if want_sha256 {
-        let (stx, srx) = sync_channel::<Arc<Vec<u8>>>(2);
-        let h = std::thread::spawn(move || {
-            let mut hasher = sha2::Sha256::new();
-            for b in srx {
-                hasher.update(&b[..]);
-            }
-            <[u8; 32]>::from(hasher.finalize())
-        });
-        (Some(stx), Some(h))
-    } else {
-        (None, None)
-    };
-
+/// The scan itself, over the input's consecutive blocks; `recycle` gets each block back
+/// once it has been hashed.
+fn scan_blocks<B: AsRef<[u8]> + Send + Sync>(
+    blocks: impl Iterator<Item = std::io::Result<B>>,
+    want_sha256: bool,
+    mut recycle: impl FnMut(B),
+) -> std::io::Result<Scanned> {
+    let mut sha = want_sha256.then(sha2::Sha256::new);
     let mut resolver = MatchResolver::new();
     let mut chunks = Vec::new();
     let mut seen = 0u64;
-    // `buf` holds the open chunk's bytes (at least the 63 bytes a match window needs, once
-    // there are that many) followed by the newest block; `base` is its first byte's offset.
-    let mut carry: Vec<u8> = Vec::new();
-    let mut carry_base = 0u64;
-    // The previous buffer and the chunk ends decided in it, hashed while the next block is scanned.
-    let mut prev: Option<(Vec<u8>, u64, u64, Vec<u64>)> = None;
-    let mut read_err = None;
-    for block in rx.iter() {
-        let block = match block {
-            Ok(b) => b,
-            Err(e) => {
-                read_err = Some(e);
-                break;
-            }
-        };
-        if let Some(tx) = &sha_tx {
-            let _ = tx.send(block.clone());
-        }
-        let base = carry_base;
-        let mut buf = std::mem::take(&mut carry);
-        let from = buf.len();
-        buf.extend_from_slice(&block);
-        seen += block.len() as u64;
-        let open_start = resolver.open_chunk_start();
+    // Bytes of the open chunk that arrived in earlier blocks, from `resolver.open_chunk_start()`.
+    let mut pending: Vec<u8> = Vec::new();
+    // The last (up to) 63 bytes seen, completing windows that straddle into the next block.
+    let mut tail: Vec<u8> = Vec::with_capacity(2 * HASH_WINDOW_SIZE);
+    let mut prev: Option<HashJob<B>> = None;
+    for block in blocks {
+        let block = block?;
+        let bytes = block.as_ref();
+        let base = seen;
+        seen += bytes.len() as u64;
         let (hashed, found) = rayon::join(
-            || {
-                prev.as_ref()
-                    .map(|(b, bb, fs, e)| hash_chunks(b, *bb, *fs, e))
-            },
-            || matches(&buf, base, from),
+            || prev.as_ref().map(|job| job.run(sha.as_mut())),
+            || matches(&tail, bytes, base),
         );
         if let Some(h) = hashed {
             chunks.extend(h);
         }
+        if let Some(job) = prev.take() {
+            recycle(job.block);
+        }
+
+        let mut start = resolver.open_chunk_start();
         let mut ends = Vec::new();
         resolver.push(found, seen, &mut ends);
-        // Keep the open chunk, and at least a full match window, for the next block.
-        let keep_from = resolver
-            .open_chunk_start()
-            .min(seen.saturating_sub(xet_chunk::HASH_WINDOW_SIZE as u64 - 1))
-            .max(base);
-        carry = Vec::with_capacity((seen - keep_from) as usize + block_size);
-        carry.extend_from_slice(&buf[(keep_from - base) as usize..]);
-        carry_base = keep_from;
-        prev = Some((buf, base, open_start, ends));
+        let mut spanning = None;
+        let mut inside = Vec::with_capacity(ends.len());
+        for &end in &ends {
+            if start < base {
+                // Only the first end can close a chunk that began before this block.
+                pending.extend_from_slice(&bytes[..(end - base) as usize]);
+                spanning = Some(std::mem::take(&mut pending));
+            } else {
+                inside.push((start, end));
+            }
+            start = end;
+        }
+        // The open chunk's bytes in this block wait for the block that closes it.
+        pending.extend_from_slice(&bytes[(start.max(base) - base) as usize..]);
+
+        let keep = (HASH_WINDOW_SIZE - 1).min(bytes.len());
+        tail.extend_from_slice(&bytes[bytes.len() - keep..]);
+        let excess = tail.len().saturating_sub(HASH_WINDOW_SIZE - 1);
+        tail.drain(..excess);
+
+        prev = Some(HashJob {
+            block,
+            base,
+            spanning,
+            inside,
+        });
     }
-    drop(sha_tx);
-    let _ = reader.join();
-    if let Some(e) = read_err {
-        return Err(e);
+    if let Some(job) = prev.take() {
+        chunks.extend(job.run(sha.as_mut()));
     }
-    if let Some((b, bb, fs, e)) = prev {
-        chunks.extend(hash_chunks(&b, bb, fs, &e));
-    }
-    let last_start = resolver.open_chunk_start();
     let mut ends = Vec::new();
+    let mut start = resolver.open_chunk_start();
     resolver.finish(seen, &mut ends);
-    if !ends.is_empty() {
-        chunks.extend(hash_chunks(&carry, carry_base, last_start, &ends));
+    for end in ends {
+        let n = (end - start) as usize;
+        chunks.push((xet_hash::chunk_hash(&pending[..n]), n as u64));
+        pending.drain(..n);
+        start = end;
     }
-    let size = seen;
-    let sha256 = sha_handle.map(|h| h.join().expect("sha256 thread"));
     Ok(Scanned {
-        size,
+        size: seen,
         chunks,
-        sha256,
+        sha256: sha.map(|h| h.finalize().into()),
     })
 }
 
@@ -226,6 +283,20 @@ mod tests {
             let s = scan_reader(std::io::Cursor::new(data.clone()), block, false).unwrap();
             assert_eq!(s.chunks, one_shot(&data), "block {block}");
         }
+    }
+
+    #[test]
+    fn mapped_file_equals_one_shot_across_block_boundaries() {
+        // Over 16 MiB so the mapped path crosses a block boundary; the sha256 rides along.
+        let data = xet_testdata::generate(xet_testdata::Kind::Random, BLOCK + 3_000_000, 7);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, &data).unwrap();
+        let s = scan_file(&p, true).unwrap();
+        assert_eq!(s.size, data.len() as u64);
+        assert_eq!(s.chunks, one_shot(&data));
+        let want: [u8; 32] = sha2::Sha256::digest(&data).into();
+        assert_eq!(s.sha256, Some(want));
     }
 
     #[test]

@@ -1,0 +1,169 @@
+//! Read-only views of whole input files without copying them through `read(2)`.
+//!
+//! Hashing and chunking a page-cached file is CPU bound, and copying every byte out of the
+//! page cache costs about a third of the work (0.3 s of CPU per GiB measured on the bench
+//! machine, against 0.06 s to map it). [`MappedFile::map`] maps large regular files and
+//! tells the caller to stream everything else (small files, pipes, special files,
+//! filesystems without mmap support).
+//!
+//! The one hazard of a map is another process changing the file while we read it: bytes
+//! may change under us (as they can between `read` calls) and a truncation makes later
+//! accesses fault. [`MappedFile::check_unchanged`] lets callers detect the first case after
+//! the fact; the second is the same trade-off ripgrep and other mapping tools accept.
+
+use std::fs::File;
+use std::path::Path;
+use std::time::SystemTime;
+
+/// Files smaller than this are not mapped: mapping costs a few system calls and page
+/// faults that buy nothing for small inputs.
+pub const MAP_THRESHOLD: u64 = 1 << 20;
+
+/// A read-only map of one whole regular file.
+pub struct MappedFile {
+    map: memmap2::Mmap,
+    file: File,
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+impl MappedFile {
+    /// Map `file` if it is a regular file of at least [`MAP_THRESHOLD`] bytes and the
+    /// system can map it; `Ok(None)` means "read it instead" (small files, pipes, special
+    /// files, filesystems without mmap support).
+    pub fn map(file: File) -> std::io::Result<Option<MappedFile>> {
+        let meta = file.metadata()?;
+        let len = meta.len();
+        if !meta.is_file() || len < MAP_THRESHOLD || usize::try_from(len).is_err() {
+            return Ok(None);
+        }
+        let Some(map) = map(&file) else {
+            return Ok(None);
+        };
+        // Sequential access: the kernel reads ahead of us.
+        let _ = map.advise(memmap2::Advice::Sequential);
+        Ok(Some(MappedFile {
+            map,
+            file,
+            len,
+            modified: meta.modified().ok(),
+        }))
+    }
+
+    /// Open and map `path` (see [`map`](Self::map)).
+    pub fn open(path: &Path) -> std::io::Result<Option<MappedFile>> {
+        Self::map(File::open(path)?)
+    }
+
+    /// The file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// Tell the kernel we are done with `bytes()[..end]` (rounded down to whole pages), so
+    /// a long scan does not count the whole file in this process's resident memory. The
+    /// bytes stay readable: touching them again faults them back in from the page cache.
+    pub fn release_before(&self, end: usize) {
+        let end = end.min(self.map.len()) / PAGE * PAGE;
+        if end > 0 {
+            release(&self.map, end);
+        }
+    }
+
+    /// Err if the file's length or modification time changed since it was mapped, i.e. the
+    /// bytes just processed may not be one consistent version of the file.
+    pub fn check_unchanged(&self) -> std::io::Result<()> {
+        let meta = self.file.metadata()?;
+        if meta.len() == self.len && meta.modified().ok() == self.modified {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(
+                "the file changed while it was being read; run the command again once it is no longer being written",
+            ))
+        }
+    }
+}
+
+/// Granularity of [`MappedFile::release_before`] (the smallest page size in use).
+const PAGE: usize = 4096;
+
+#[allow(unsafe_code)]
+fn release(map: &memmap2::Mmap, end: usize) {
+    // SAFETY: `MADV_DONTNEED` on a read-only, file-backed map drops our page-table entries
+    // only; the next access re-reads the same bytes from the page cache (there are no
+    // private modifications to lose), so slices borrowed from the map stay valid. `end` is
+    // within the map and a multiple of the page size.
+    let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, 0, end) };
+}
+
+#[allow(unsafe_code)]
+fn map(file: &File) -> Option<memmap2::Mmap> {
+    // SAFETY: the map is read-only and private to this process, and is only ever exposed
+    // as `&[u8]` borrowed from the `MappedFile` that owns it (so it cannot outlive the map).
+    // The remaining hazard, another process writing or truncating the file meanwhile, is
+    // documented on the crate and detected afterwards by `check_unchanged`.
+    unsafe { memmap2::Mmap::map(file) }.ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn large_files_are_mapped_small_ones_and_directories_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        for len in [
+            0usize,
+            1,
+            MAP_THRESHOLD as usize - 1,
+            MAP_THRESHOLD as usize,
+            3 << 20,
+        ] {
+            let p = dir.path().join(format!("f{len}"));
+            let data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            std::fs::write(&p, &data).unwrap();
+            match MappedFile::open(&p).unwrap() {
+                Some(m) => {
+                    assert!(len as u64 >= MAP_THRESHOLD, "len {len}");
+                    assert_eq!(m.bytes(), &data[..], "len {len}");
+                    m.check_unchanged().unwrap();
+                }
+                None => assert!((len as u64) < MAP_THRESHOLD, "len {len}"),
+            }
+        }
+        assert!(
+            MappedFile::open(dir.path()).is_err()
+                || MappedFile::open(dir.path()).unwrap().is_none()
+        );
+    }
+
+    #[test]
+    fn released_bytes_read_back_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let data: Vec<u8> = (0..(3usize << 20) + 123)
+            .map(|i| (i * 7 % 253) as u8)
+            .collect();
+        std::fs::write(&p, &data).unwrap();
+        let m = MappedFile::open(&p).unwrap().expect("mapped");
+        assert_eq!(m.bytes(), &data[..]);
+        for end in [0, 1, 4095, 4096, 1 << 20, data.len(), data.len() + 10] {
+            m.release_before(end);
+            assert_eq!(m.bytes(), &data[..], "after release_before({end})");
+        }
+    }
+
+    #[test]
+    fn a_file_that_grows_meanwhile_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![7u8; 2 << 20]).unwrap();
+        let m = MappedFile::open(&p).unwrap().expect("mapped");
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b"more").unwrap();
+        drop(f);
+        let e = m.check_unchanged().unwrap_err();
+        assert!(e.to_string().contains("changed while"), "{e}");
+    }
+}
