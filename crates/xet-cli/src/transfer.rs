@@ -165,11 +165,18 @@ pub async fn download(out: &Out, a: DownloadArgs) -> CliResult {
     let cancel = tokio_util::sync::CancellationToken::new();
     cancel_on_signal(cancel.clone());
     let defaults = xet_download::DownloadOptions::default();
+    let embedded = a.remote.endpoint.is_none() && a.remote.token_url.is_none();
     let options = xet_download::DownloadOptions {
         cache: Some(xet_download::CacheConfig::new(remote::cache_dir(
             &a.remote.cache_dir,
         ))),
         stall_timeout: a.remote.stall_timeout().unwrap_or(defaults.stall_timeout),
+        // The HTTP client retries each request itself; retrying its final errors again
+        // would multiply the attempts (and the time a dead server takes to fail).
+        retry_cas_errors: embedded,
+        // Over HTTP the client's own idle timeout catches stalls; the pipeline's deadline
+        // only guards against trickling transfers, and one retry of that is enough.
+        max_retries: if embedded { defaults.max_retries } else { 1 },
         cancel: Some(cancel),
         ..defaults
     };

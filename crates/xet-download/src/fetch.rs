@@ -36,7 +36,8 @@ fn backoff(base: Duration, attempt: u32) -> Duration {
 
 enum Outcome<T> {
     Done(T),
-    Retry(String),
+    /// A retryable failure, and whether this layer may retry it.
+    Retry(String, bool),
     Fail(DownloadError),
 }
 
@@ -59,14 +60,17 @@ pub(crate) async fn query_reconstruction(
                 crate::plan::merge_fetches(&mut r.fetches);
                 Outcome::Done(r)
             }
-            Ok(Err(e)) if e.is_retryable() => Outcome::Retry(e.to_string()),
+            Ok(Err(e)) if e.is_retryable() => Outcome::Retry(e.to_string(), opts.retry_cas_errors),
             Ok(Err(e)) => Outcome::Fail(DownloadError::from_cas(file, e)),
-            Err(_) => Outcome::Retry(format!("no answer within {:?}", opts.stall_timeout)),
+            Err(_) => Outcome::Retry(
+                format!("no answer within {:.1}s", opts.stall_timeout.as_secs_f64()),
+                true,
+            ),
         };
         match outcome {
             Outcome::Done(r) => return Ok(r),
             Outcome::Fail(e) => return Err(e),
-            Outcome::Retry(msg) if attempt >= opts.max_retries => {
+            Outcome::Retry(msg, again) if !again || attempt >= opts.max_retries => {
                 return Err(DownloadError::Network {
                     file,
                     what: format!("reconstruction of bytes {}..{}", range.start, range.end),
@@ -75,7 +79,7 @@ pub(crate) async fn query_reconstruction(
                     message: msg,
                 });
             }
-            Outcome::Retry(msg) => {
+            Outcome::Retry(msg, _) => {
                 tracing::debug!("reconstruction of {file} failed ({msg}); retrying");
                 tokio::time::sleep(backoff(opts.retry_base_delay, attempt)).await;
                 attempt += 1;
@@ -97,11 +101,14 @@ pub(crate) async fn query_file_size(
             Ok(Ok(None)) => return Err(DownloadError::NotFound { file }),
             Ok(Err(e)) if !e.is_retryable() => return Err(DownloadError::from_cas(file, e)),
             res => {
-                let msg = match res {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => format!("no answer within {:?}", opts.stall_timeout),
+                let (msg, again) = match res {
+                    Ok(Err(e)) => (e.to_string(), opts.retry_cas_errors),
+                    _ => (
+                        format!("no answer within {:.1}s", opts.stall_timeout.as_secs_f64()),
+                        true,
+                    ),
                 };
-                if attempt >= opts.max_retries {
+                if !again || attempt >= opts.max_retries {
                     return Err(DownloadError::Network {
                         file,
                         what: "file size query".into(),
@@ -148,7 +155,10 @@ pub(crate) async fn fetch_range(
         let res = tokio::time::timeout(deadline, shared.cas.fetch_xorb_range(&fetch)).await;
         let outcome = match res {
             Ok(Ok(b)) if b.len() as u64 == len => Outcome::Done(b),
-            Ok(Ok(b)) => Outcome::Retry(format!("got {} bytes for a {len}-byte range", b.len())),
+            Ok(Ok(b)) => Outcome::Retry(
+                format!("got {} bytes for a {len}-byte range", b.len()),
+                true,
+            ),
             Ok(Err(CasError::UrlExpired { .. })) => {
                 if refreshes >= opts.max_url_refreshes {
                     Outcome::Fail(DownloadError::Network {
@@ -182,7 +192,7 @@ pub(crate) async fn fetch_range(
                     continue;
                 }
             }
-            Ok(Err(e)) if e.is_retryable() => Outcome::Retry(e.to_string()),
+            Ok(Err(e)) if e.is_retryable() => Outcome::Retry(e.to_string(), opts.retry_cas_errors),
             Ok(Err(CasError::NotFound { .. })) => Outcome::Fail(DownloadError::XorbNotFound {
                 file,
                 xorb: fetch.xorb,
@@ -197,12 +207,15 @@ pub(crate) async fn fetch_range(
                 })
             }
             Ok(Err(e)) => Outcome::Fail(DownloadError::from_cas(file, e)),
-            Err(_) => Outcome::Retry(format!("no progress for {deadline:?} (stalled)")),
+            Err(_) => Outcome::Retry(
+                format!("no progress for {:.1}s (stalled)", deadline.as_secs_f64()),
+                true,
+            ),
         };
         match outcome {
             Outcome::Done(b) => return Ok((fetch, b)),
             Outcome::Fail(e) => return Err(e),
-            Outcome::Retry(message) if attempt >= opts.max_retries => {
+            Outcome::Retry(message, again) if !again || attempt >= opts.max_retries => {
                 return Err(DownloadError::Network {
                     file,
                     what: what(),
@@ -211,7 +224,7 @@ pub(crate) async fn fetch_range(
                     message,
                 });
             }
-            Outcome::Retry(message) => {
+            Outcome::Retry(message, _) => {
                 tracing::debug!("{}: {message}; retrying", what());
                 tokio::time::sleep(backoff(opts.retry_base_delay, attempt)).await;
                 attempt += 1;

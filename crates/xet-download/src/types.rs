@@ -149,6 +149,10 @@ pub struct DownloadOptions {
     pub min_throughput: u64,
     /// Retries of a retryable failure (network, 5xx, 429, stall), per fetch or query.
     pub max_retries: u32,
+    /// Also retry retryable errors *returned* by the CAS. Turn off for a CAS that already
+    /// retries each request itself (the HTTP client does), so attempts do not multiply and
+    /// a dead server fails in bounded time; deadline overruns are retried either way.
+    pub retry_cas_errors: bool,
     /// First backoff; doubled per retry, with jitter.
     pub retry_base_delay: Duration,
     /// Reconstruction re-queries after an expired presigned URL, per fetch.
@@ -174,8 +178,9 @@ impl Default for DownloadOptions {
             max_concurrent_fetches: 16,
             memory_budget: 1 << 30,
             stall_timeout: Duration::from_secs(60),
-            min_throughput: 64 << 10,
+            min_throughput: 512 << 10,
             max_retries: 3,
+            retry_cas_errors: true,
             retry_base_delay: Duration::from_millis(250),
             max_url_refreshes: 3,
             resume: true,
