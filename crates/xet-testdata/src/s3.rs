@@ -120,7 +120,6 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 pub struct MotoServer {
     child: Child,
     port: u16,
-    log: PathBuf,
 }
 
 impl MotoServer {
@@ -134,25 +133,31 @@ impl MotoServer {
         ));
         let log_file =
             std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
-        let mut child = Command::new(&python)
+        // Read through this handle; the name goes as soon as the server has the file, so
+        // nothing is left behind even when the process exits without dropping the server.
+        let mut log_reader =
+            std::fs::File::open(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let child = Command::new(&python)
             .args(["-c", SERVER_SCRIPT])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log_file)
             .spawn()
-            .map_err(|e| format!("starting moto with {}: {e}", python.display()))?;
+            .map_err(|e| format!("starting moto with {}: {e}", python.display()));
+        let _ = std::fs::remove_file(&log);
+        let mut child = child?;
         let mut line = String::new();
         let read = match child.stdout.take() {
             Some(out) => BufReader::new(out).read_line(&mut line),
             None => Ok(0),
         };
         match (read, line.trim().parse::<u16>()) {
-            (Ok(_), Ok(port)) => Ok(MotoServer { child, port, log }),
+            (Ok(_), Ok(port)) => Ok(MotoServer { child, port }),
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                let msg = std::fs::read_to_string(&log).unwrap_or_default();
-                let _ = std::fs::remove_file(&log);
+                let mut msg = String::new();
+                let _ = log_reader.read_to_string(&mut msg);
                 Err(format!(
                     "moto server did not start (said {line:?}): {}",
                     msg.trim()
@@ -209,7 +214,6 @@ impl Drop for MotoServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
     }
 }
 
