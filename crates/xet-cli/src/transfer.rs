@@ -167,9 +167,10 @@ pub async fn download(out: &Out, a: DownloadArgs) -> CliResult {
     let defaults = xet_download::DownloadOptions::default();
     let embedded = a.remote.endpoint.is_none() && a.remote.token_url.is_none();
     let options = xet_download::DownloadOptions {
-        cache: Some(xet_download::CacheConfig::new(remote::cache_dir(
-            &a.remote.cache_dir,
-        ))),
+        // The embedded store is already on this disk: caching its chunks would only write
+        // every byte twice.
+        cache: (!embedded)
+            .then(|| xet_download::CacheConfig::new(remote::cache_dir(&a.remote.cache_dir))),
         stall_timeout: a.remote.stall_timeout().unwrap_or(defaults.stall_timeout),
         // The HTTP client retries each request itself; retrying its final errors again
         // would multiply the attempts (and the time a dead server takes to fail).

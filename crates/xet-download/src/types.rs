@@ -176,7 +176,7 @@ impl Default for DownloadOptions {
             segments_in_flight: 2,
             max_concurrent_files: 4,
             max_concurrent_fetches: 16,
-            memory_budget: 1 << 30,
+            memory_budget: 256 << 20,
             stall_timeout: Duration::from_secs(60),
             min_throughput: 512 << 10,
             max_retries: 3,

@@ -84,6 +84,12 @@ impl MappedFile {
     }
 }
 
+impl AsRef<[u8]> for MappedFile {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
 /// Granularity of [`MappedFile::release_before`] (the smallest page size in use).
 const PAGE: usize = 4096;
 

@@ -211,6 +211,22 @@ impl ObjectBackend for FsBackend {
                 .map_err(|e| io_err(format!("stat {}", path.display()), e))?
                 .len();
             check_range(&key, range, size)?;
+            if range.len() >= xet_mmap::MAP_THRESHOLD {
+                // Large ranges (xorb data) are served from a map: no copy out of the page
+                // cache and no fresh buffer to fault in. Safe to map because stored objects
+                // are immutable (written once under a temporary name, never modified).
+                let mapped = f
+                    .try_clone()
+                    .and_then(xet_mmap::MappedFile::map)
+                    .map_err(|e| io_err(format!("mapping {}", path.display()), e))?;
+                if let Some(m) = mapped {
+                    if m.bytes().len() as u64 == size {
+                        return Ok(Some(
+                            Bytes::from_owner(m).slice(range.start as usize..range.end as usize),
+                        ));
+                    }
+                }
+            }
             let mut buf = vec![0u8; range.len() as usize];
             f.seek(SeekFrom::Start(range.start))
                 .and_then(|_| f.read_exact(&mut buf))
