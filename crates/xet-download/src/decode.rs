@@ -4,10 +4,11 @@
 //! validated first (version, scheme, sizes within the chunk limit and within the
 //! input), the chunk count must be exactly what the reconstruction says and the total
 //! declared size must stay within the protocol's 64 MiB per xorb, all before anything
-//! is decompressed ([`layout`]). Then chunks are decompressed in parallel, each into a
-//! reused per-thread buffer of exactly its declared size (decompression can never
-//! produce more), every decompressed chunk is hashed, and handed to a sink that writes
-//! it where it belongs ([`decode_each`]); no buffer of the range's decoded size exists.
+//! is decompressed ([`layout`]). Then chunks are decompressed in parallel batches, each
+//! into a buffer of exactly its declared size (decompression can never produce more;
+//! stored chunks are borrowed, not copied), every chunk is hashed, and each batch is
+//! handed to a sink that writes it where it belongs ([`decode_batches`]); no buffer of
+//! the range's decoded size exists beyond one batch.
 
 use rayon::prelude::*;
 use xet_hash::MerkleHash;
@@ -143,40 +144,78 @@ pub(crate) fn layout(bytes: &[u8], expected_chunks: usize) -> Result<Layout, Dec
 }
 
 thread_local! {
-    /// Per-thread chunk buffer and decompression scratch, reused for every chunk.
-    static BUFS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    /// Per-thread decompression scratch, reused for every chunk.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Pass 2: decompress every chunk of `layout` (in parallel, each into a reused
-/// per-thread buffer of exactly its declared size), hash it, and hand `(index, data)`
-/// to `sink`. Returns the chunk hashes in order. No buffer proportional to the range is
-/// allocated. Call from a blocking context.
-pub(crate) fn decode_each<E: Send>(
+/// One decoded chunk: stored chunks are borrowed from the fetched bytes as they are,
+/// compressed ones are decompressed into their own buffer.
+pub(crate) enum Piece<'a> {
+    Stored(&'a [u8]),
+    Decoded(Vec<u8>),
+}
+
+impl Piece<'_> {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Piece::Stored(b) => b,
+            Piece::Decoded(v) => v,
+        }
+    }
+}
+
+/// Decode `layout` in batches of about `batch_bytes` decompressed bytes: each batch is
+/// decompressed and hashed in parallel, then handed in order to `sink(first chunk index,
+/// pieces)` on the calling thread, so the sink can write a batch with one vectored
+/// write instead of one write per chunk from many threads. Stored (uncompressed) chunks
+/// are never copied. Returns the chunk hashes in order. Call from a blocking context.
+pub(crate) fn decode_batches<E: Send>(
     bytes: &[u8],
     layout: &Layout,
-    sink: impl Fn(usize, &[u8]) -> Result<(), E> + Sync,
+    batch_bytes: u64,
+    mut sink: impl FnMut(usize, &[Piece<'_>]) -> Result<(), E>,
 ) -> Result<Vec<MerkleHash>, EachError<E>> {
-    (0..layout.num_chunks())
-        .into_par_iter()
-        .map(|i| {
-            let c = layout.chunks[i];
-            BUFS.with(|b| {
-                let (out, scratch) = &mut *b.borrow_mut();
-                out.clear();
-                out.resize(c.size as usize, 0);
-                xet_xorb::decompress_into(c.scheme, &bytes[c.payload.0..c.payload.1], out, scratch)
-                    .map_err(|problem| {
-                        EachError::Decode(err(
-                            Some(i),
-                            format!("corrupt {} payload: {problem}", c.scheme.name()),
-                        ))
-                    })?;
-                let h = xet_hash::chunk_hash(out);
-                sink(i, out).map_err(EachError::Sink)?;
-                Ok(h)
+    let n = layout.num_chunks();
+    let mut hashes = Vec::with_capacity(n);
+    let mut a = 0;
+    while a < n {
+        let mut b = a + 1;
+        while b < n && layout.len_of(a, b + 1) <= batch_bytes {
+            b += 1;
+        }
+        let decoded: Vec<(MerkleHash, Piece<'_>)> = (a..b)
+            .into_par_iter()
+            .map(|i| {
+                let c = layout.chunks[i];
+                let payload = &bytes[c.payload.0..c.payload.1];
+                // A stored chunk of the wrong length goes through the decoder for its error.
+                let piece =
+                    if c.scheme == CompressionScheme::None && payload.len() == c.size as usize {
+                        Piece::Stored(payload)
+                    } else {
+                        let mut out = vec![0u8; c.size as usize];
+                        SCRATCH
+                            .with(|scratch| {
+                                let scratch = &mut scratch.borrow_mut();
+                                xet_xorb::decompress_into(c.scheme, payload, &mut out, scratch)
+                            })
+                            .map_err(|problem| {
+                                EachError::Decode(err(
+                                    Some(i),
+                                    format!("corrupt {} payload: {problem}", c.scheme.name()),
+                                ))
+                            })?;
+                        Piece::Decoded(out)
+                    };
+                Ok((xet_hash::chunk_hash(piece.bytes()), piece))
             })
-        })
-        .collect()
+            .collect::<Result<_, _>>()?;
+        let (h, pieces): (Vec<MerkleHash>, Vec<Piece<'_>>) = decoded.into_iter().unzip();
+        hashes.extend(h);
+        sink(a, &pieces).map_err(EachError::Sink)?;
+        a = b;
+    }
+    Ok(hashes)
 }
 
 /// Hash each of `sizes` consecutive chunks of `data` (in parallel).
@@ -198,7 +237,6 @@ pub(crate) fn hash_chunks(data: &[u8], sizes: &[u32]) -> Option<Vec<MerkleHash>>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
     use xet_xorb::XorbBuilder;
 
     fn xorb(chunks: &[Vec<u8>]) -> xet_xorb::Xorb {
@@ -220,18 +258,33 @@ mod tests {
         ]
     }
 
-    fn decode_all(bytes: &[u8], n: usize) -> Result<(Vec<Vec<u8>>, Vec<MerkleHash>), DecodeError> {
+    fn decode_all_in(
+        bytes: &[u8],
+        n: usize,
+        batch: u64,
+    ) -> Result<(Vec<Vec<u8>>, Vec<MerkleHash>), DecodeError> {
         let l = layout(bytes, n)?;
-        let got = Mutex::new(vec![Vec::new(); n]);
-        let hashes = decode_each(bytes, &l, |i, d| -> Result<(), ()> {
-            got.lock().unwrap()[i] = d.to_vec();
+        let mut got = Vec::new();
+        let hashes = decode_batches(bytes, &l, batch, |first, pieces| -> Result<(), ()> {
+            assert_eq!(first, got.len(), "batches arrive in order");
+            got.extend(pieces.iter().map(|p| p.bytes().to_vec()));
             Ok(())
         })
         .map_err(|e| match e {
             EachError::Decode(d) => d,
             EachError::Sink(()) => unreachable!(),
         })?;
-        Ok((got.into_inner().unwrap(), hashes))
+        Ok((got, hashes))
+    }
+
+    fn decode_all(bytes: &[u8], n: usize) -> Result<(Vec<Vec<u8>>, Vec<MerkleHash>), DecodeError> {
+        // Every batch size gives the same chunks: one chunk per batch, some, all.
+        let all = decode_all_in(bytes, n, u64::MAX)?;
+        for batch in [0, 1, 4000, 9000] {
+            let (data, hashes) = decode_all_in(bytes, n, batch)?;
+            assert_eq!((&data, &hashes), (&all.0, &all.1), "batch {batch}");
+        }
+        Ok(all)
     }
 
     #[test]
@@ -291,11 +344,12 @@ mod tests {
     fn sink_errors_stop_decoding() {
         let x = xorb(&sample_chunks());
         let l = layout(x.body(), 4).unwrap();
-        let r = decode_each(
-            x.body(),
-            &l,
-            |i, _| if i == 2 { Err("full") } else { Ok(()) },
-        );
+        let mut calls = 0;
+        let r = decode_batches(x.body(), &l, 1, |first, _| {
+            calls += 1;
+            if first == 2 { Err("full") } else { Ok(()) }
+        });
+        assert_eq!(calls, 3);
         assert!(matches!(r, Err(EachError::Sink("full"))));
     }
 

@@ -97,6 +97,8 @@ struct FileCtx {
     /// Cache entries this file used or added (removed if verification fails).
     cache_touched: Mutex<Vec<(MerkleHash, u32, u32)>>,
     candidates: Mutex<Vec<XorbCandidate>>,
+    /// Taken while writing to `part` (see `write_clipped_run`).
+    write_turn: Mutex<()>,
     /// Set after an error: queued groups give up instead of fetching.
     stop: CancellationToken,
 }
@@ -247,6 +249,7 @@ pub(crate) async fn download_file(
         stats: FileStats::default(),
         cache_touched: Mutex::new(Vec::new()),
         candidates: Mutex::new(Vec::new()),
+        write_turn: Mutex::new(()),
         stop: CancellationToken::new(),
     });
 
@@ -559,6 +562,37 @@ fn write_clipped(ctx: &FileCtx, item: &Item, at: u64, data: &[u8]) -> std::io::R
     Ok(())
 }
 
+/// Decoded bytes handed to the writer at once: large writes, few of them.
+const WRITE_BATCH: u64 = 16 << 20;
+
+/// Write the part of consecutive chunks `pieces` (the first at file offset `at`) that
+/// falls in `item.write`, with one vectored positional write. Writers of one file take
+/// turns: concurrent writes to one file only contend on its inode lock in the kernel.
+fn write_clipped_run(
+    ctx: &FileCtx,
+    item: &Item,
+    mut at: u64,
+    pieces: &[decode::Piece<'_>],
+) -> std::io::Result<()> {
+    let mut bufs: Vec<&[u8]> = Vec::with_capacity(pieces.len());
+    let mut first_off = None;
+    for p in pieces {
+        let data = p.bytes();
+        let lo = at.max(item.write.start);
+        let hi = (at + data.len() as u64).min(item.write.end);
+        if lo < hi {
+            first_off.get_or_insert(lo);
+            bufs.push(&data[(lo - at) as usize..(hi - at) as usize]);
+        }
+        at += data.len() as u64;
+    }
+    if let Some(off) = first_off {
+        let _turn = lock(&ctx.write_turn);
+        fsio::write_all_vectored_at(&ctx.part, &bufs, off - ctx.out.start)?;
+    }
+    Ok(())
+}
+
 /// After an item's chunks are written: check its length, journal it, keep its chunks.
 fn finish_item(ctx: &FileCtx, item: &Item, entries: Vec<(MerkleHash, u32)>) -> Result<WrittenItem> {
     let len: u64 = entries.iter().map(|e| u64::from(e.1)).sum();
@@ -655,21 +689,25 @@ fn decode_and_write(
         .cache
         .as_ref()
         .and_then(|c| c.begin(&fetch.xorb, fetch.chunks.start, &sizes));
-    let cache_ok = std::sync::atomic::AtomicBool::new(true);
-    let hashes = decode::decode_each(bytes, &layout, |i, data| {
+    let mut cache_ok = true;
+    let hashes = decode::decode_batches(bytes, &layout, WRITE_BATCH, |first, pieces| {
+        let last = first + pieces.len();
         for (item, &(a, b)) in items.iter().zip(&spans) {
-            if a <= i && i < b {
-                write_clipped(
+            let (lo, hi) = (a.max(first), b.min(last));
+            if lo < hi {
+                write_clipped_run(
                     ctx,
                     item,
-                    item.data_start + layout.start_of(i) - layout.start_of(a),
-                    data,
+                    item.data_start + layout.start_of(lo) - layout.start_of(a),
+                    &pieces[lo - first..hi - first],
                 )?;
             }
         }
         if let Some(p) = &pending {
-            if p.write_chunk(i, data).is_err() {
-                cache_ok.store(false, Ordering::Relaxed);
+            for (k, piece) in pieces.iter().enumerate() {
+                if cache_ok && p.write_chunk(first + k, piece.bytes()).is_err() {
+                    cache_ok = false;
+                }
             }
         }
         Ok(())
@@ -679,7 +717,7 @@ fn decode_and_write(
         decode::EachError::Sink(io) => DownloadError::io("writing", &ctx.part_path, io),
     })?;
     if let (Some(p), Some(cache)) = (pending, &ctx.shared.cache) {
-        if cache_ok.into_inner() {
+        if cache_ok {
             cache.commit(p, &hashes);
             lock(&ctx.cache_touched).push((fetch.xorb, fetch.chunks.start, fetch.chunks.end));
         }
