@@ -487,8 +487,9 @@ async fn run_group(ctx: Arc<FileCtx>, segment: ByteRange, group: Group) -> Resul
         }
     }
 
-    // 2. The network. Memory: the serialized bytes (decoding streams through small
-    // per-thread buffers straight into the output).
+    // 2. The network. Memory: the serialized bytes (decoding then holds at most one
+    // `WRITE_BATCH` of decompressed chunks per group being decoded, bounded by the
+    // blocking pool, not by this budget).
     let needed = ChunkRange::new(
         items
             .iter()

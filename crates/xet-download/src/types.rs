@@ -139,7 +139,8 @@ pub struct DownloadOptions {
     /// Most xorb range fetches in flight, across all files.
     pub max_concurrent_fetches: usize,
     /// Most bytes of fetched (serialized) xorb data held in memory at once, across all
-    /// files. Decoding streams through small per-thread buffers and is not counted.
+    /// files. Decoding adds at most one 16 MiB batch of decompressed chunks per fetch
+    /// being decoded, which is not counted.
     pub memory_budget: u64,
     /// A fetch or reconstruction query that has not completed after this long (plus
     /// the size allowance below) is cancelled and retried.
