@@ -66,6 +66,10 @@ enum Command {
         /// Upload nothing; report how many bytes would be new and how many are already stored.
         #[arg(long)]
         dry_run: bool,
+        /// Read every file, even those unchanged on disk (size, times, inode) since an
+        /// earlier upload to the same CAS, which are otherwise reported without reading.
+        #[arg(long)]
+        rehash: bool,
         #[command(flatten)]
         remote: remote::RemoteArgs,
     },
@@ -246,12 +250,14 @@ pub fn main() -> ExitCode {
             paths,
             files_from,
             dry_run,
+            rehash,
             remote,
         } => {
             let args = transfer::UploadArgs {
                 paths,
                 files_from,
                 dry_run,
+                rehash,
                 remote,
             };
             runtime().and_then(|rt| rt.block_on(transfer::upload(&out, args)))

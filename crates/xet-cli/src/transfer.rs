@@ -257,6 +257,7 @@ pub struct UploadArgs {
     pub paths: Vec<PathBuf>,
     pub files_from: Option<PathBuf>,
     pub dry_run: bool,
+    pub rehash: bool,
     pub remote: RemoteArgs,
 }
 
@@ -310,6 +311,7 @@ pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
     cancel_on_signal(cancel.clone());
     let options = xet_upload::UploadOptions {
         dry_run: a.dry_run,
+        rehash: a.rehash,
         cache_dir: Some(xet_upload::cache_dir_for(
             &remote::cache_dir(&a.remote.cache_dir),
             &identity,
@@ -363,7 +365,8 @@ pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
                 t.xorbs_sent,
                 t.xorb_bytes_sent,
                 t.shards_sent,
-                if t.xorbs_resumed > 0 { format!(", {} xorbs already sent by an interrupted run", t.xorbs_resumed) } else { String::new() },
+                if t.xorbs_resumed > 0 { format!(", {} xorbs already sent by an interrupted run", t.xorbs_resumed) } else { String::new() }
+                    + &if t.files_unchanged > 0 { format!(", {} files unchanged since their last upload (not read; --rehash reads them)", t.files_unchanged) } else { String::new() },
                 secs,
                 t.bytes as f64 / 1e6 / secs.max(1e-9),
                 remote::describe(&a.remote)

@@ -133,6 +133,7 @@ mod progress;
 mod read;
 mod report;
 mod shards;
+mod unchanged;
 mod walk;
 
 pub use error::{Result, UploadError};

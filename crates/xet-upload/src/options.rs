@@ -51,6 +51,9 @@ pub struct UploadOptions {
     pub xorb_max_bytes: u64,
     /// Uploaded shards are split to stay at or below this size.
     pub shard_max_bytes: u64,
+    /// Read every file, even those the cache dir records as unchanged since an earlier
+    /// upload to this CAS (by size, times, inode and device; see the crate docs).
+    pub rehash: bool,
     /// Cancels the upload: it stops promptly and fails with
     /// [`crate::UploadError::Interrupted`].
     pub cancel: Option<CancellationToken>,
@@ -73,6 +76,7 @@ impl Default for UploadOptions {
             xorb_max_chunks: xet_xorb::MAX_XORB_CHUNKS,
             xorb_max_bytes: xet_xorb::MAX_XORB_UNPACKED_BYTES,
             shard_max_bytes: DEFAULT_SHARD_MAX_BYTES,
+            rehash: false,
             cancel: None,
         }
     }

@@ -23,6 +23,8 @@ use crate::progress::Progress;
 use crate::read::{BLOCKS_PER_FILE, FileMsg};
 use crate::report::{FileReport, Totals, UploadReport};
 use crate::shards::{FileRecord, build_shards};
+use crate::unchanged::{self, Identity, Unchanged};
+use futures_util::StreamExt;
 
 /// Read-ahead budget unit (semaphore permits are u32).
 const BUDGET_UNIT: u64 = 64 << 10;
@@ -92,6 +94,128 @@ struct SessionOutput {
 
 /// See the crate documentation.
 pub async fn upload(
+    cas: Arc<dyn Cas>,
+    inputs: &[PathBuf],
+    options: &UploadOptions,
+    progress: Arc<dyn Progress>,
+) -> Result<UploadReport> {
+    let Some(dir) = options.cache_dir.clone().filter(|_| !options.rehash) else {
+        return upload_files(cas, inputs, options, progress).await;
+    };
+    let started = Instant::now();
+    let before_ns = unchanged::now_ns();
+    // Files whose on-disk identity matches an earlier upload to this CAS.
+    let list = inputs.to_vec();
+    let (mut known, looked) = blocking(move || {
+        let known = Unchanged::load(&dir);
+        let looked: Vec<(Option<Identity>, Option<unchanged::Entry>)> = list
+            .iter()
+            .map(|p| {
+                let id = std::fs::metadata(p)
+                    .ok()
+                    .filter(|m| m.is_file() && m.len() > 0)
+                    .and_then(|m| Identity::of(&m));
+                let entry = id.as_ref().and_then(|id| known.lookup(p, id).cloned());
+                (id, entry)
+            })
+            .collect();
+        Ok((known, looked))
+    })
+    .await?;
+    // ... and that the CAS still has at that size.
+    let confirmed: Vec<bool> = futures_util::stream::iter(looked.iter().map(|(_, e)| e.clone()))
+        .map(|e| {
+            let cas = cas.clone();
+            async move {
+                match e {
+                    Some(e) => {
+                        matches!(cas.file_size(&e.hash).await, Ok(Some(n)) if n == e.identity.size)
+                    }
+                    None => false,
+                }
+            }
+        })
+        .buffered(16)
+        .collect()
+        .await;
+    let rest: Vec<PathBuf> = inputs
+        .iter()
+        .zip(&confirmed)
+        .filter(|(_, ok)| !**ok)
+        .map(|(p, _)| p.clone())
+        .collect();
+    let inner = if rest.is_empty() {
+        UploadReport {
+            dry_run: options.dry_run,
+            files: Vec::new(),
+            totals: Totals::default(),
+        }
+    } else {
+        upload_files(cas, &rest, options, progress.clone()).await?
+    };
+
+    // Merge in input order; remember what was uploaded for next time.
+    let mut uploaded = inner.files.into_iter();
+    let mut files = Vec::with_capacity(inputs.len());
+    let mut totals = inner.totals;
+    for ((path, ok), (id, entry)) in inputs.iter().zip(&confirmed).zip(&looked) {
+        match (ok, entry) {
+            (true, Some(e)) => {
+                let f = FileReport {
+                    path: path.clone(),
+                    hash: e.hash,
+                    size: e.identity.size,
+                    sha256: e.sha256.clone(),
+                    new_bytes: 0,
+                    deduped_bytes: e.identity.size,
+                    terms: e.terms,
+                };
+                progress.file_done(&f);
+                totals.files += 1;
+                totals.files_unchanged += 1;
+                totals.bytes += f.size;
+                totals.deduped_bytes += f.size;
+                files.push(f);
+            }
+            _ => {
+                let f = uploaded.next().ok_or_else(|| {
+                    UploadError::Internal("upload reported fewer files than it was given".into())
+                })?;
+                match id {
+                    Some(id) if id.size_matches(f.size) => known.record(
+                        path,
+                        unchanged::Entry {
+                            identity: *id,
+                            hash: f.hash,
+                            sha256: f.sha256.clone(),
+                            terms: f.terms,
+                            recorded_ns: before_ns,
+                        },
+                    ),
+                    _ => known.forget(path),
+                }
+                files.push(f);
+            }
+        }
+    }
+    if !options.dry_run {
+        if let Err(e) = blocking(move || Ok(known.save()))
+            .await
+            .and_then(|r| r.map_err(|e| UploadError::Internal(e.to_string())))
+        {
+            tracing::warn!("cannot record the uploaded files' identities: {e}");
+        }
+    }
+    totals.elapsed = started.elapsed();
+    Ok(UploadReport {
+        dry_run: options.dry_run,
+        files,
+        totals,
+    })
+}
+
+/// Upload `inputs`, reading every one.
+async fn upload_files(
     cas: Arc<dyn Cas>,
     inputs: &[PathBuf],
     options: &UploadOptions,

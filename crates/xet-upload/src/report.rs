@@ -54,6 +54,10 @@ pub struct Totals {
     /// Global dedup queries made, and how many returned a shard.
     pub dedup_queries: u64,
     pub dedup_answers: u64,
+    /// Files not read at all: unchanged on disk since an earlier upload to this CAS,
+    /// which still has them (see `UploadOptions::rehash`).
+    #[serde(default)]
+    pub files_unchanged: usize,
     /// Wall time of the whole upload.
     #[serde(with = "secs_f64")]
     pub elapsed: Duration,

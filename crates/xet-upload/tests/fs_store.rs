@@ -104,3 +104,47 @@ async fn resume_against_the_fs_store() {
         assert!(reassemble(store.as_ref(), &f.hash).await == g.1);
     }
 }
+
+/// A file recorded as unchanged is only skipped while the CAS still has it: a store that
+/// lost its shards (the file registrations) gets the files read and registered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_files_are_confirmed_with_the_store() {
+    let d = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let golden = write_golden(d.path());
+    let paths: Vec<PathBuf> = golden.iter().map(|g| g.0.clone()).collect();
+    let opts = UploadOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..Default::default()
+    };
+    // Outside the racy window, so the identities recorded now are trusted later.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let store = fs_store(root.path()).await;
+    let first = upload(store.clone(), &paths, &opts, Arc::new(NoProgress))
+        .await
+        .unwrap();
+    let again = upload(store.clone(), &paths, &opts, Arc::new(NoProgress))
+        .await
+        .unwrap();
+    assert!(again.totals.files_unchanged > 0);
+    drop(store);
+
+    std::fs::remove_dir_all(root.path().join("shards")).unwrap();
+    let store = fs_store(root.path()).await;
+    let third = upload(store.clone(), &paths, &opts, Arc::new(NoProgress))
+        .await
+        .unwrap();
+    assert_eq!(
+        third.totals.files_unchanged, 0,
+        "nothing trusted the store lost"
+    );
+    assert!(third.totals.shards_sent >= 1);
+    for (f, want) in third.files.iter().zip(&first.files) {
+        assert_eq!(f.hash, want.hash);
+        assert_eq!(
+            reassemble(store.as_ref(), &f.hash).await,
+            std::fs::read(&f.path).unwrap()
+        );
+    }
+}

@@ -482,3 +482,63 @@ async fn works_on_a_current_thread_runtime() {
     let again = run(store, &paths, &opts).await;
     assert_eq!(again.totals.xorbs_sent, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_files_are_not_read_again() {
+    let d = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let golden = write_golden(d.path());
+    let paths: Vec<PathBuf> = golden.iter().map(|g| g.0.clone()).collect();
+    let sizes = |r: &UploadReport| {
+        r.files
+            .iter()
+            .map(|f| (f.hash, f.size, f.sha256.clone(), f.terms))
+            .collect::<Vec<_>>()
+    };
+    let store = memory_store().await;
+
+    // Uploaded right after being written: inside the racy window, so recorded but a
+    // re-upload within it would still read them. Let the files settle first.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let first = run(store.clone(), &paths, &with_cache(cache.path())).await;
+    assert_eq!(first.totals.files_unchanged, 0);
+
+    let cas = Counting::new(store.clone());
+    let again = run(cas.clone(), &paths, &with_cache(cache.path())).await;
+    let nonempty = golden.iter().filter(|g| !g.1.is_empty()).count();
+    assert_eq!(
+        again.totals.files_unchanged, nonempty,
+        "every non-empty file skipped"
+    );
+    assert_eq!(again.totals.chunks, 0, "nothing was chunked");
+    assert_eq!(
+        sizes(&first),
+        sizes(&again),
+        "same hashes, sizes, sha256 and terms, in input order"
+    );
+    assert_eq!(again.totals.bytes, first.totals.bytes);
+    assert_eq!(again.totals.new_bytes, 0);
+    assert_eq!(cas.xorbs(), 0);
+
+    // A changed file is read again (and only it); the rest stay skipped.
+    let changed = golden.iter().position(|g| g.1.len() > 1000).unwrap();
+    let mut data = golden[changed].1.clone();
+    data.extend_from_slice(b"one more line");
+    std::fs::write(&paths[changed], &data).unwrap();
+    let third = run(store.clone(), &paths, &with_cache(cache.path())).await;
+    assert_eq!(third.totals.files_unchanged, nonempty - 1);
+    assert_eq!(third.files[changed].hash, xet_chunk::file_hash(&data));
+    assert_eq!(
+        reassemble(store.as_ref(), &third.files[changed].hash).await,
+        data
+    );
+
+    // --rehash reads everything.
+    let opts = UploadOptions {
+        rehash: true,
+        ..with_cache(cache.path())
+    };
+    let fourth = run(store.clone(), &paths, &opts).await;
+    assert_eq!(fourth.totals.files_unchanged, 0);
+    assert_eq!(sizes(&fourth), sizes(&third));
+}
