@@ -154,7 +154,31 @@ pub fn run(
             || Ok(()),
         )?;
         row(
-            format!("re-upload {mib} MiB, embedded store / local://"),
+            format!("re-upload {mib} MiB, embedded store / local:// (unchanged file, not read)"),
+            ours,
+            Some(reference.clone()),
+            ">= 2x",
+        );
+        // The same with --rehash: the file is read, chunked, hashed and deduplicated.
+        let ours = bench_best(
+            o.runs,
+            || {
+                Ok(xetc(
+                    xet,
+                    &[
+                        "upload",
+                        "--rehash",
+                        "--store",
+                        p("s1").to_str().unwrap(),
+                        inp,
+                    ],
+                    &p("c1"),
+                ))
+            },
+            || Ok(()),
+        )?;
+        row(
+            format!("re-upload {mib} MiB --rehash, embedded store / local://"),
             ours,
             Some(reference),
             ">= 2x",
