@@ -64,9 +64,8 @@ fn every_crate_forbids_unsafe_except_the_mmap_crate() {
 
 #[test]
 fn unsafe_in_the_mmap_crate_is_explained() {
-    let src =
-        std::fs::read_to_string(root().join("crates").join(UNSAFE_CRATE).join("src/lib.rs"))
-            .unwrap();
+    let src = std::fs::read_to_string(root().join("crates").join(UNSAFE_CRATE).join("src/lib.rs"))
+        .unwrap();
     let blocks = src.matches("unsafe {").count();
     assert!(blocks > 0);
     assert_eq!(
