@@ -251,3 +251,52 @@ fn files_from_stdin_and_quiet_output() {
     assert_eq!(hashes[0], xet_chunk::file_hash(b"alpha").to_string());
     assert_eq!(hashes[1], xet_chunk::file_hash(b"beta").to_string());
 }
+
+#[test]
+fn unchanged_files_are_reported_without_reading_and_rehash_reads_them() {
+    let env = Env::new();
+    let a = env.path("a.bin");
+    let b = env.path("b.bin");
+    let data_a = xet_testdata::generate(xet_testdata::Kind::Random, 300_000, 1);
+    std::fs::write(&a, &data_a).unwrap();
+    std::fs::write(&b, b"small text file\n").unwrap();
+    // Files modified within the racy window of an upload are never trusted later.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let (pa, pb) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let unchanged = |v: &serde_json::Value| v["totals"]["files_unchanged"].as_u64().unwrap();
+    let hashes = |v: &serde_json::Value| {
+        v["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| (f["hash"].clone(), f["sha256"].clone(), f["size"].clone()))
+            .collect::<Vec<_>>()
+    };
+
+    let first = env.json(&["upload", pa, pb]);
+    assert_eq!(unchanged(&first), 0);
+    let second = env.json(&["upload", pa, pb]);
+    assert_eq!(unchanged(&second), 2);
+    assert_eq!(second["totals"]["chunks"], 0, "nothing read or chunked");
+    assert_eq!(hashes(&first), hashes(&second));
+    // --rehash reads both; a plain run after it still skips them.
+    let third = env.json(&["upload", "--rehash", pa, pb]);
+    assert_eq!(unchanged(&third), 0);
+    assert!(third["totals"]["chunks"].as_u64().unwrap() >= 2);
+    assert_eq!(hashes(&first), hashes(&third));
+    assert_eq!(unchanged(&env.json(&["upload", pa, pb])), 2);
+
+    // A rewritten file is read again and its new hash reported.
+    std::fs::write(&b, b"small text file, edited\n").unwrap();
+    let fifth = env.json(&["upload", pa, pb]);
+    assert_eq!(unchanged(&fifth), 1);
+    assert_eq!(
+        fifth["files"][1]["hash"],
+        xet_chunk::file_hash(b"small text file, edited\n").to_string()
+    );
+    // The text summary says what was skipped.
+    let o = env.xet(&["upload", pa]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 files unchanged since their last upload")
+    );
+}

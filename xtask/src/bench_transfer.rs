@@ -130,17 +130,14 @@ pub fn run(
             ">= 2x",
         );
         // Re-upload into the same stores and caches (everything deduplicates).
-        let ours = bench_best(
-            o.runs,
-            || {
-                Ok(xetc(
-                    xet,
-                    &["upload", "--store", p("s1").to_str().unwrap(), inp],
-                    &p("c1"),
-                ))
-            },
-            || Ok(()),
-        )?;
+        let reupload = |extra: &[&str]| {
+            let store = p("s1");
+            let mut args = vec!["upload"];
+            args.extend_from_slice(extra);
+            args.extend(["--store", store.to_str().unwrap(), inp]);
+            bench_best(o.runs, || Ok(xetc(xet, &args, &p("c1"))), || Ok(()))
+        };
+        let ours = reupload(&[])?;
         let reference = bench_best(
             o.runs,
             || {
@@ -160,23 +157,7 @@ pub fn run(
             ">= 2x",
         );
         // The same with --rehash: the file is read, chunked, hashed and deduplicated.
-        let ours = bench_best(
-            o.runs,
-            || {
-                Ok(xetc(
-                    xet,
-                    &[
-                        "upload",
-                        "--rehash",
-                        "--store",
-                        p("s1").to_str().unwrap(),
-                        inp,
-                    ],
-                    &p("c1"),
-                ))
-            },
-            || Ok(()),
-        )?;
+        let ours = reupload(&["--rehash"])?;
         row(
             format!("re-upload {mib} MiB --rehash, embedded store / local://"),
             ours,

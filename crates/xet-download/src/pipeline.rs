@@ -97,7 +97,7 @@ struct FileCtx {
     /// Cache entries this file used or added (removed if verification fails).
     cache_touched: Mutex<Vec<(MerkleHash, u32, u32)>>,
     candidates: Mutex<Vec<XorbCandidate>>,
-    /// Taken while writing to `part` (see `write_clipped_run`).
+    /// Taken while writing to `part` (see `write_clipped`).
     write_turn: Mutex<()>,
     /// Set after an error: queued groups give up instead of fetching.
     stop: CancellationToken,
@@ -549,36 +549,21 @@ fn report_written(ctx: &FileCtx, done: Written, from_cache: bool) -> GroupResult
         .collect()
 }
 
-/// Write the part of a chunk that falls in `item.write`. `at` = the chunk's file offset.
-fn write_clipped(ctx: &FileCtx, item: &Item, at: u64, data: &[u8]) -> std::io::Result<()> {
-    let lo = at.max(item.write.start);
-    let hi = (at + data.len() as u64).min(item.write.end);
-    if lo < hi {
-        fsio::write_all_at(
-            &ctx.part,
-            &data[(lo - at) as usize..(hi - at) as usize],
-            lo - ctx.out.start,
-        )?;
-    }
-    Ok(())
-}
-
 /// Decoded bytes handed to the writer at once: large writes, few of them.
 const WRITE_BATCH: u64 = 16 << 20;
 
 /// Write the part of consecutive chunks `pieces` (the first at file offset `at`) that
 /// falls in `item.write`, with one vectored positional write. Writers of one file take
 /// turns: concurrent writes to one file only contend on its inode lock in the kernel.
-fn write_clipped_run(
+fn write_clipped<'a>(
     ctx: &FileCtx,
     item: &Item,
     mut at: u64,
-    pieces: &[decode::Piece<'_>],
+    pieces: impl IntoIterator<Item = &'a [u8]>,
 ) -> std::io::Result<()> {
-    let mut bufs: Vec<&[u8]> = Vec::with_capacity(pieces.len());
+    let mut bufs: Vec<&[u8]> = Vec::new();
     let mut first_off = None;
-    for p in pieces {
-        let data = p.bytes();
+    for data in pieces {
         let lo = at.max(item.write.start);
         let hi = (at + data.len() as u64).min(item.write.end);
         if lo < hi {
@@ -624,7 +609,7 @@ fn read_cached(ctx: &FileCtx, cache: &ChunkCache, items: &[Item]) -> Result<Opti
             &item.term.xorb,
             item.term.chunks.start,
             item.term.chunks.end,
-            |off, data| write_clipped(ctx, item, item.data_start + off, data),
+            |off, data| write_clipped(ctx, item, item.data_start + off, [data]),
         );
         match got.map_err(|e| DownloadError::io("writing", &ctx.part_path, e))? {
             Some(e) => entries.push(e),
@@ -696,11 +681,13 @@ fn decode_and_write(
         for (item, &(a, b)) in items.iter().zip(&spans) {
             let (lo, hi) = (a.max(first), b.min(last));
             if lo < hi {
-                write_clipped_run(
+                write_clipped(
                     ctx,
                     item,
                     item.data_start + layout.start_of(lo) - layout.start_of(a),
-                    &pieces[lo - first..hi - first],
+                    pieces[lo - first..hi - first]
+                        .iter()
+                        .map(decode::Piece::bytes),
                 )?;
             }
         }

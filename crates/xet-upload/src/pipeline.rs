@@ -99,9 +99,10 @@ pub async fn upload(
     options: &UploadOptions,
     progress: Arc<dyn Progress>,
 ) -> Result<UploadReport> {
-    let Some(dir) = options.cache_dir.clone().filter(|_| !options.rehash) else {
+    let Some(dir) = options.cache_dir.clone() else {
         return upload_files(cas, inputs, options, progress).await;
     };
+    let trust_records = !options.rehash;
     let started = Instant::now();
     let before_ns = unchanged::now_ns();
     // Files whose on-disk identity matches an earlier upload to this CAS.
@@ -115,7 +116,11 @@ pub async fn upload(
                     .ok()
                     .filter(|m| m.is_file() && m.len() > 0)
                     .and_then(|m| Identity::of(&m));
-                let entry = id.as_ref().and_then(|id| known.lookup(p, id).cloned());
+                // With `rehash`, nothing is skipped, but what is read is still recorded.
+                let entry = id
+                    .as_ref()
+                    .filter(|_| trust_records)
+                    .and_then(|id| known.lookup(p, id).cloned());
                 (id, entry)
             })
             .collect();
@@ -182,7 +187,7 @@ pub async fn upload(
                     UploadError::Internal("upload reported fewer files than it was given".into())
                 })?;
                 match id {
-                    Some(id) if id.size_matches(f.size) => known.record(
+                    Some(id) if id.size == f.size => known.record(
                         path,
                         unchanged::Entry {
                             identity: *id,
@@ -199,10 +204,12 @@ pub async fn upload(
         }
     }
     if !options.dry_run {
-        if let Err(e) = blocking(move || Ok(known.save()))
-            .await
-            .and_then(|r| r.map_err(|e| UploadError::Internal(e.to_string())))
-        {
+        let saved = blocking(move || {
+            known
+                .save()
+                .map_err(|e| UploadError::Internal(e.to_string()))
+        });
+        if let Err(e) = saved.await {
             tracing::warn!("cannot record the uploaded files' identities: {e}");
         }
     }

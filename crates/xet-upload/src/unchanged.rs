@@ -36,11 +36,6 @@ pub(crate) struct Identity {
 }
 
 impl Identity {
-    /// Whether the file had this size (a cheap guard that the entry describes it).
-    pub fn size_matches(&self, size: u64) -> bool {
-        self.size == size
-    }
-
     #[cfg(unix)]
     pub fn of(meta: &std::fs::Metadata) -> Option<Identity> {
         use std::os::unix::fs::MetadataExt;

@@ -541,4 +541,11 @@ async fn unchanged_files_are_not_read_again() {
     let fourth = run(store.clone(), &paths, &opts).await;
     assert_eq!(fourth.totals.files_unchanged, 0);
     assert_eq!(sizes(&fourth), sizes(&third));
+    // What --rehash read is recorded too.
+    let fifth = run(store.clone(), &paths, &with_cache(cache.path())).await;
+    assert_eq!(
+        fifth.totals.files_unchanged,
+        nonempty - 1,
+        "the edited file is too recent"
+    );
 }
