@@ -39,7 +39,8 @@ mod util;
 
 pub use config::{ClientConfig, LegacyOptions, RetryPolicy, Secret, TokenRefresh, TokenSource};
 pub use multipart::{Part, byteranges_boundary, parse_byteranges};
-pub use util::{crc64_nvme, join_url, redact_url};
+pub use util::{join_url, redact_url};
+pub use xet_cas::wire::crc64_nvme;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;

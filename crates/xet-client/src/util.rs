@@ -5,13 +5,6 @@ use std::time::Duration;
 use xet_cas::ByteRange;
 use xet_hash::MerkleHash;
 
-const CRC64_NVME: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_NVME);
-
-/// CRC-64/NVME of `data` (the grant request's `checksum.value`, sent in decimal).
-pub fn crc64_nvme(data: &[u8]) -> u64 {
-    CRC64_NVME.checksum(data)
-}
-
 /// `{endpoint}{path}`: routes are appended directly, with exactly one `/` between.
 pub fn join_url(endpoint: &str, path: &str) -> String {
     let base = endpoint.trim_end_matches('/');
@@ -157,12 +150,6 @@ pub fn now_unix() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn crc64_nvme_check_value() {
-        assert_eq!(crc64_nvme(b"123456789"), 0xae8b14860a799888);
-        assert_eq!(crc64_nvme(b""), 0);
-    }
 
     #[test]
     fn urls_join_and_redact() {

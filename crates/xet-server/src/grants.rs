@@ -21,12 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use xet_hash::MerkleHash;
 
-pub const CRC64_NVME: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_NVME);
-
-/// CRC-64/NVME of `data`.
-pub fn crc64_nvme(data: &[u8]) -> u64 {
-    CRC64_NVME.checksum(data)
-}
+pub use xet_cas::wire::crc64_nvme;
 
 /// The `x-amz-checksum-crc64nvme` header value: base64 of the big-endian CRC.
 pub fn amz_checksum_header(crc: u64) -> String {
@@ -318,7 +313,7 @@ impl Grants {
                 Sink::File(tokio::fs::File::from_std(f))
             }
         };
-        let mut digest = CRC64_NVME.digest();
+        let mut digest = xet_cas::wire::Crc64Nvme::default();
         let mut received: u64 = 0;
         let mut body = body;
         while let Some(frame) = body.frame().await {
