@@ -89,6 +89,10 @@ enum Command {
         /// The file's size, when known.
         #[arg(long)]
         size: Option<u64>,
+        /// Chunk cache limit for downloads over HTTP: bytes, or with a K, M, G or T
+        /// suffix (powers of 1024); 0 turns the cache off. Default 10G.
+        #[arg(long, env = "XET_CHUNK_CACHE_SIZE", value_name = "SIZE", value_parser = transfer::parse_size)]
+        chunk_cache_size: Option<u64>,
         #[command(flatten)]
         remote: remote::RemoteArgs,
     },
@@ -268,6 +272,7 @@ pub fn main() -> ExitCode {
             output,
             range,
             size,
+            chunk_cache_size,
             remote,
         } => {
             let args = transfer::DownloadArgs {
@@ -276,6 +281,7 @@ pub fn main() -> ExitCode {
                 output,
                 range,
                 size,
+                chunk_cache_size,
                 remote,
             };
             runtime().and_then(|rt| rt.block_on(transfer::download(&out, args)))

@@ -90,7 +90,31 @@ pub struct DownloadArgs {
     pub output: Option<PathBuf>,
     pub range: Option<String>,
     pub size: Option<u64>,
+    pub chunk_cache_size: Option<u64>,
     pub remote: RemoteArgs,
+}
+
+/// `--chunk-cache-size`: "0", "4096", "512M", "10G" (suffixes are powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("{s:?}: unknown size suffix {c:?} (use K, M, G or T)")),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 0, 4096, 512M, 10G)"))?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 pub async fn download(out: &Out, a: DownloadArgs) -> CliResult {
@@ -169,8 +193,13 @@ pub async fn download(out: &Out, a: DownloadArgs) -> CliResult {
     let options = xet_download::DownloadOptions {
         // The embedded store is already on this disk: caching its chunks would only write
         // every byte twice.
-        cache: (!embedded)
-            .then(|| xet_download::CacheConfig::new(remote::cache_dir(&a.remote.cache_dir))),
+        cache: (!embedded && a.chunk_cache_size != Some(0)).then(|| {
+            let c = xet_download::CacheConfig::new(remote::cache_dir(&a.remote.cache_dir));
+            match a.chunk_cache_size {
+                Some(max) => c.with_max_bytes(max),
+                None => c,
+            }
+        }),
         stall_timeout: a.remote.stall_timeout().unwrap_or(defaults.stall_timeout),
         // The HTTP client retries each request itself; retrying its final errors again
         // would multiply the attempts (and the time a dead server takes to fail).
@@ -473,4 +502,23 @@ pub async fn serve(a: ServeArgs) -> CliResult {
         .serve(xet_server::shutdown_signal())
         .await
         .map_err(|e| Failure::new(Code::Failure, anyhow::Error::new(e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_with_and_without_suffixes() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("10g"), Ok(10 << 30));
+        assert_eq!(parse_size("1T"), Ok(1 << 40));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("G").is_err());
+        assert!(parse_size("10X").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("20000000T").is_err());
+    }
 }
