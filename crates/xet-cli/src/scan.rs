@@ -172,7 +172,7 @@ pub fn scan_reader<R: Read + Send + 'static>(
 fn scan_blocks<B: AsRef<[u8]> + Send + Sync>(
     blocks: impl Iterator<Item = std::io::Result<B>>,
     want_sha256: bool,
-    mut recycle: impl FnMut(B),
+    mut recycle: impl FnMut(B) + Send,
 ) -> std::io::Result<Scanned> {
     let mut sha = want_sha256.then(sha2::Sha256::new);
     let mut resolver = MatchResolver::new();
@@ -188,15 +188,21 @@ fn scan_blocks<B: AsRef<[u8]> + Send + Sync>(
         let bytes = block.as_ref();
         let base = seen;
         seen += bytes.len() as u64;
+        // The previous block is handed back (for a map: its pages released, which costs
+        // a page-table walk and a TLB shootdown) on the hashing side, so the serial
+        // stretch between blocks stays short.
         let (hashed, found) = rayon::join(
-            || prev.as_ref().map(|job| job.run(sha.as_mut())),
+            || {
+                prev.take().map(|job| {
+                    let h = job.run(sha.as_mut());
+                    recycle(job.block);
+                    h
+                })
+            },
             || matches(&tail, bytes, base),
         );
         if let Some(h) = hashed {
             chunks.extend(h);
-        }
-        if let Some(job) = prev.take() {
-            recycle(job.block);
         }
 
         let mut start = resolver.open_chunk_start();

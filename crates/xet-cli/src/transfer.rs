@@ -104,7 +104,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
                 'M' => 20,
                 'G' => 30,
                 'T' => 40,
-                _ => return Err(format!("{s:?}: unknown size suffix {c:?} (use K, M, G or T)")),
+                _ => {
+                    return Err(format!(
+                        "{s:?}: unknown size suffix {c:?} (use K, M, G or T)"
+                    ));
+                }
             };
             (&t[..i], shift)
         }
