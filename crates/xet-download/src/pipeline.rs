@@ -573,8 +573,13 @@ fn write_clipped<'a>(
         at += data.len() as u64;
     }
     if let Some(off) = first_off {
-        let _turn = lock(&ctx.write_turn);
-        fsio::write_all_vectored_at(&ctx.part, &bufs, off - ctx.out.start)?;
+        let pos = off - ctx.out.start;
+        {
+            let _turn = lock(&ctx.write_turn);
+            fsio::write_all_vectored_at(&ctx.part, &bufs, pos)?;
+        }
+        let len = bufs.iter().map(|b| b.len() as u64).sum();
+        fsio::start_writeback(&ctx.part, pos, len);
     }
     Ok(())
 }
@@ -826,8 +831,12 @@ async fn verify_and_finish(
     let dest = final_path.to_path_buf();
     let journal = ctx.journal.as_ref().map(|j| j.path().to_path_buf());
     blocking(move || -> Result<()> {
-        part.sync_all()
-            .map_err(|e| DownloadError::io("syncing", &part_path, e))?;
+        // A file renamed into place must be on disk first; a part copied to a writer
+        // is deleted right after.
+        if writer.is_none() {
+            part.sync_all()
+                .map_err(|e| DownloadError::io("syncing", &part_path, e))?;
+        }
         match writer {
             Some(mut w) => {
                 let mut f = File::open(&part_path)
