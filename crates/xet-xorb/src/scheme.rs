@@ -138,6 +138,18 @@ fn group_sizes(n: usize) -> [usize; 4] {
 /// per-position byte statistics of tensor data are stable across a chunk.
 const PREDICTOR_SAMPLE: usize = 16 * 1024;
 
+/// Bits set in each byte value. Baseline x86-64 has no `popcnt` instruction, and the
+/// portable bit-twiddling `count_ones` compiles to is slower than this lookup.
+const POPCOUNT: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = (i as u8).count_ones() as u8;
+        i += 1;
+    }
+    t
+};
+
 /// Pick LZ4 or ByteGrouping4LZ4 for a chunk (never `None`: whether compression pays off
 /// is decided by [`compress_chunk_into`]).
 ///
@@ -157,11 +169,11 @@ pub fn choose_scheme(sample: &[u8]) -> CompressionScheme {
     let mut quads = sample.chunks_exact(4);
     for q in &mut quads {
         for (h, &b) in hist.iter_mut().zip(q) {
-            h[b.count_ones() as usize] += 1;
+            h[usize::from(POPCOUNT[usize::from(b)])] += 1;
         }
     }
     for (h, &b) in hist.iter_mut().zip(quads.remainder()) {
-        h[b.count_ones() as usize] += 1;
+        h[usize::from(POPCOUNT[usize::from(b)])] += 1;
     }
     // Pooled histogram with add-one smoothing so no bin has probability zero.
     let mut pooled = [1u32; 9];
