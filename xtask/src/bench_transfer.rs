@@ -278,28 +278,24 @@ pub fn run(
         );
 
         let server = Serve::start(xet, &p("ds"))?;
-        let ours = bench_best(
-            o.runs,
-            || {
-                Ok(xetc(
-                    xet,
-                    &[
-                        "download",
-                        "--endpoint",
-                        &server.url,
-                        &file_hash,
-                        "-o",
-                        &outs,
-                    ],
-                    &p("dlc"),
-                ))
-            },
-            || {
-                fresh(&p("dlc"))?;
-                let _ = std::fs::remove_file(&out);
-                Ok(())
-            },
-        )?;
+        // Ours twice: with the chunk cache (the default, so every fetched byte is also
+        // written to the cache) and without it, which is what the reference does by default.
+        let ours_with = |extra: &[&str]| {
+            let mut args = vec!["download"];
+            args.extend_from_slice(extra);
+            args.extend(["--endpoint", &server.url, &file_hash, "-o", &outs]);
+            bench_best(
+                o.runs,
+                || Ok(xetc(xet, &args, &p("dlc"))),
+                || {
+                    fresh(&p("dlc"))?;
+                    let _ = std::fs::remove_file(&out);
+                    Ok(())
+                },
+            )
+        };
+        let ours_cached = ours_with(&[])?;
+        let ours_uncached = ours_with(&["--chunk-cache-size", "0"])?;
         let reference = bench_best(
             o.runs,
             || {
@@ -317,8 +313,14 @@ pub fn run(
             },
         )?;
         row(
-            format!("download {mib} MiB from xet serve (xet verifies)"),
-            ours,
+            format!("download {mib} MiB from xet serve (xet verifies; chunk cache on, the default)"),
+            ours_cached,
+            Some(reference.clone()),
+            ">= 2x",
+        );
+        row(
+            format!("download {mib} MiB from xet serve (xet verifies; chunk cache off, as the reference)"),
+            ours_uncached,
             Some(reference),
             ">= 2x",
         );
