@@ -1138,3 +1138,64 @@ fn terminated_download_exits_130_and_the_rerun_completes() {
     assert_eq!(part_files(&out), Vec::<String>::new());
     eprintln!("SIGTERM: exit 130 after {took:?}");
 }
+
+/// Issue #5: over HTTP a second download is served from the chunk cache (nothing
+/// fetched); `--chunk-cache-size 0` turns the cache off, and a bad size is a usage error.
+#[test]
+fn chunk_cache_serves_repeat_downloads_unless_turned_off() {
+    let tmp = tempfile::tempdir().unwrap();
+    let size = 3 * MIB;
+    let (_server, proxy, src, hash) = small_file_behind_proxy(tmp.path(), size, 8000);
+    let want = std::fs::read(&src).unwrap();
+    let download = |cache: &str, dest: &str, extra: &[&str]| {
+        let mut c = xet(&["--json", "download"]);
+        c.args(extra)
+            .arg("--endpoint")
+            .arg(&proxy.url)
+            .arg(&hash)
+            .arg("-o")
+            .arg(tmp.path().join(dest))
+            .arg("--cache-dir")
+            .arg(tmp.path().join(cache));
+        let doc = json_ok(dest, &c.output().unwrap());
+        assert!(
+            std::fs::read(tmp.path().join(dest)).unwrap() == want,
+            "{dest}"
+        );
+        doc["files"][0].clone()
+    };
+    let fetched = |f: &serde_json::Value| f["bytes_fetched"].as_u64().unwrap();
+    let from_cache = |f: &serde_json::Value| f["bytes_from_cache"].as_u64().unwrap();
+    let stats = |cache: &str| {
+        let o = xet(&["--json", "cache", "stats", "--cache-dir"])
+            .arg(tmp.path().join(cache))
+            .output()
+            .unwrap();
+        json_ok("cache stats", &o)["entries"].as_u64().unwrap()
+    };
+
+    let f = download("on", "a.bin", &[]);
+    assert!(fetched(&f) >= size as u64 && from_cache(&f) == 0, "{f}");
+    assert!(stats("on") > 0);
+    let gets = proxy.matching("GET", XORB_DATA).len();
+    let f = download("on", "b.bin", &[]);
+    assert_eq!((fetched(&f), from_cache(&f)), (0, size as u64), "{f}");
+    assert_eq!(
+        proxy.matching("GET", XORB_DATA).len(),
+        gets,
+        "nothing fetched"
+    );
+
+    for dest in ["c.bin", "d.bin"] {
+        let f = download("off", dest, &["--chunk-cache-size", "0"]);
+        assert!(fetched(&f) >= size as u64 && from_cache(&f) == 0, "{f}");
+    }
+    assert_eq!(stats("off"), 0);
+
+    let o = xet(&["download", "--chunk-cache-size", "10X", &hash])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("unknown size suffix"), "{err}");
+}
