@@ -154,10 +154,27 @@ fn ensure_file(path: &Path, size: u64) -> Result<()> {
 }
 
 fn build_release(root: &Path) -> Result<PathBuf> {
-    let st = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-p", "xet"])
-        .current_dir(root)
-        .status()?;
+    let mut c = Command::new(env!("CARGO"));
+    c.args(["build", "--release", "-p", "xet"])
+        .current_dir(root);
+    // `cargo run` gave this process its package's CARGO_PKG_* / CARGO_MANIFEST_* variables;
+    // build scripts that watch them (ring's) would rebuild the whole TLS stack every time.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_PRIMARY_",
+        ]
+        .iter()
+        .any(|p| k.starts_with(p))
+        {
+            c.env_remove(k.as_ref());
+        }
+    }
+    let st = c.status()?;
     if !st.success() {
         bail!("cargo build --release -p xet failed");
     }

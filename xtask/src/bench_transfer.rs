@@ -313,13 +313,17 @@ pub fn run(
             },
         )?;
         row(
-            format!("download {mib} MiB from xet serve (xet verifies; chunk cache on, the default)"),
+            format!(
+                "download {mib} MiB from xet serve (xet verifies; chunk cache on, the default)"
+            ),
             ours_cached,
             Some(reference.clone()),
             ">= 2x",
         );
         row(
-            format!("download {mib} MiB from xet serve (xet verifies; chunk cache off, as the reference)"),
+            format!(
+                "download {mib} MiB from xet serve (xet verifies; chunk cache off, as the reference)"
+            ),
             ours_uncached,
             Some(reference),
             ">= 2x",
