@@ -291,6 +291,30 @@ pub fn fetch_info_v1(
     out
 }
 
+/// CRC-64/NVME of `data`: the grant request's `checksum.value` (decimal on the wire).
+/// SIMD (carry-less multiply) where the CPU has it; a table fallback elsewhere.
+pub fn crc64_nvme(data: &[u8]) -> u64 {
+    crc_fast::crc64_nvme(data)
+}
+
+/// Streaming CRC-64/NVME, for bodies that arrive in pieces.
+pub struct Crc64Nvme(crc_fast::Digest);
+
+impl Default for Crc64Nvme {
+    fn default() -> Self {
+        Crc64Nvme(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc64Nvme))
+    }
+}
+
+impl Crc64Nvme {
+    pub fn update(&mut self, data: &[u8]) {
+        self.0.update(data)
+    }
+    pub fn finalize(&self) -> u64 {
+        self.0.finalize()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,29 +468,5 @@ mod tests {
         let t: TokenRefresh =
             serde_json::from_str(r#"{"accessToken":"t","exp":5,"casUrl":"http://h"}"#).unwrap();
         assert_eq!(t.access_token, "t");
-    }
-}
-
-/// CRC-64/NVME of `data`: the grant request's `checksum.value` (decimal on the wire).
-/// SIMD (carry-less multiply) where the CPU has it; a table fallback elsewhere.
-pub fn crc64_nvme(data: &[u8]) -> u64 {
-    crc_fast::crc64_nvme(data)
-}
-
-/// Streaming CRC-64/NVME, for bodies that arrive in pieces.
-pub struct Crc64Nvme(crc_fast::Digest);
-
-impl Default for Crc64Nvme {
-    fn default() -> Self {
-        Crc64Nvme(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc64Nvme))
-    }
-}
-
-impl Crc64Nvme {
-    pub fn update(&mut self, data: &[u8]) {
-        self.0.update(data)
-    }
-    pub fn finalize(&self) -> u64 {
-        self.0.finalize()
     }
 }

@@ -92,6 +92,9 @@ struct FileCtx {
     whole: bool,
     part: Arc<File>,
     part_path: PathBuf,
+    /// The part is renamed into place (fsynced first, so written back as it goes); a
+    /// part that is only copied to a writer and deleted never needs the disk.
+    renamed: bool,
     journal: Option<Journal>,
     stats: FileStats,
     /// Cache entries this file used or added (removed if verification fails).
@@ -245,6 +248,7 @@ pub(crate) async fn download_file(
         whole,
         part: Arc::new(part),
         part_path: part_path.clone(),
+        renamed: resumable,
         journal,
         stats: FileStats::default(),
         cache_touched: Mutex::new(Vec::new()),
@@ -578,8 +582,10 @@ fn write_clipped<'a>(
             let _turn = lock(&ctx.write_turn);
             fsio::write_all_vectored_at(&ctx.part, &bufs, pos)?;
         }
-        let len = bufs.iter().map(|b| b.len() as u64).sum();
-        fsio::start_writeback(&ctx.part, pos, len);
+        if ctx.renamed {
+            let len = bufs.iter().map(|b| b.len() as u64).sum();
+            fsio::start_writeback(&ctx.part, pos, len);
+        }
     }
     Ok(())
 }
