@@ -112,8 +112,8 @@ fn sync_dir(dir: &Path) -> Result<()> {
     }
 }
 
-/// Write `data` to a fresh temporary file and make it durable.
-fn write_tmp(tmp_dir: &Path, data: &[u8]) -> Result<PathBuf> {
+/// Write `parts`, one after the other, to a fresh temporary file and make it durable.
+fn write_tmp(tmp_dir: &Path, parts: &[Bytes]) -> Result<PathBuf> {
     let name = format!(
         "{:016x}{:016x}.tmp",
         rand::random::<u64>(),
@@ -125,7 +125,10 @@ fn write_tmp(tmp_dir: &Path, data: &[u8]) -> Result<PathBuf> {
         .create_new(true)
         .open(&path)
         .map_err(|e| io_err(format!("creating {}", path.display()), e))?;
-    let res = f.write_all(data).and_then(|()| f.sync_all());
+    let res = parts
+        .iter()
+        .try_for_each(|p| f.write_all(p))
+        .and_then(|()| f.sync_all());
     if let Err(e) = res {
         drop(f);
         let _ = std::fs::remove_file(&path);
@@ -163,13 +166,17 @@ fn place(tmp: &Path, dst: &Path) -> Result<bool> {
 #[async_trait::async_trait]
 impl ObjectBackend for FsBackend {
     async fn put_if_absent(&self, key: &ObjectKey, data: Bytes) -> Result<bool> {
+        self.put_parts_if_absent(key, vec![data]).await
+    }
+
+    async fn put_parts_if_absent(&self, key: &ObjectKey, parts: Vec<Bytes>) -> Result<bool> {
         let dst = self.path_of(key);
         let tmp_dir = self.root.join(TMP_DIR);
         blocking(move || {
             if dst.exists() {
                 return Ok(false);
             }
-            let tmp = write_tmp(&tmp_dir, &data)?;
+            let tmp = write_tmp(&tmp_dir, &parts)?;
             let placed = match place(&tmp, &dst) {
                 Ok(p) => p,
                 Err(e) => {

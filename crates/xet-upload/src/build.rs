@@ -2,14 +2,19 @@
 
 use rayon::prelude::*;
 use xet_hash::MerkleHash;
+use xet_xorb::CompressionScheme;
 
 use crate::dedup::SealedXorb;
 use crate::error::{Result, UploadError};
 
 /// Serialize a sealed xorb into `body` (cleared first): every chunk compressed in
-/// parallel with the scheme [`xet_xorb::serialize_chunk_auto`] picks (as
-/// `XorbBuilder::add_chunk` does), appended in order: the footer-less upload body.
-/// Returns the xorb hash. Call on a rayon thread (or from `rayon::spawn`).
+/// parallel with the scheme [`xet_xorb::choose_scheme`] picks, falling back to storing
+/// it when that does not shrink it (as `XorbBuilder::add_chunk` does), appended in
+/// order: the footer-less upload body. Returns the xorb hash. Call on a rayon thread (or
+/// from `rayon::spawn`).
+///
+/// Only compressed payloads are kept per chunk; a stored chunk is copied once, from the
+/// sealed data straight into `body` (a recycled buffer, so no fresh pages).
 pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut Vec<u8>) -> Result<MerkleHash> {
     let mut offsets = Vec::with_capacity(sealed.chunks.len() + 1);
     let mut pos = 0usize;
@@ -20,14 +25,43 @@ pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut Vec<u8>) -> Result<Merk
     offsets.push(pos);
     let data = &sealed.data;
     let chunk = |i: usize| &data[offsets[i]..offsets[i + 1]];
-    let serialized: Vec<_> = (0..sealed.chunks.len())
+    let compressed: Vec<Option<(CompressionScheme, Vec<u8>)>> = (0..sealed.chunks.len())
         .into_par_iter()
-        .map(|i| xet_xorb::serialize_chunk_auto(chunk(i), Some(sealed.chunks[i].0)))
+        .map_init(
+            || (Vec::new(), Vec::new()),
+            |(out, scratch), i| {
+                let c = chunk(i);
+                out.clear();
+                let scheme = xet_xorb::choose_scheme(c);
+                match xet_xorb::try_compress_into(scheme, c, out, scratch) {
+                    CompressionScheme::None => None,
+                    used => Some((used, out.clone())),
+                }
+            },
+        )
         .collect();
     body.clear();
-    for c in serialized {
-        let c = c.map_err(|e| UploadError::Internal(format!("serializing chunk: {e}")))?;
-        body.extend_from_slice(c.bytes());
+    for (i, comp) in compressed.iter().enumerate() {
+        let c = chunk(i);
+        if c.len() > xet_xorb::MAX_CHUNK_SIZE {
+            // The chunker never cuts one this large; a header could not describe it.
+            return Err(UploadError::Internal(format!(
+                "chunk {i} of a xorb is {} bytes, over the {} limit",
+                c.len(),
+                xet_xorb::MAX_CHUNK_SIZE
+            )));
+        }
+        let (scheme, payload) = match comp {
+            Some((s, p)) => (*s, p.as_slice()),
+            None => (CompressionScheme::None, c),
+        };
+        let header = xet_xorb::ChunkHeader {
+            compressed_size: payload.len() as u32,
+            scheme,
+            uncompressed_size: c.len() as u32,
+        };
+        body.extend_from_slice(&header.to_bytes());
+        body.extend_from_slice(payload);
     }
     let entries: Vec<(MerkleHash, u64)> = sealed
         .chunks

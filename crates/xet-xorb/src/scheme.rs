@@ -1,13 +1,12 @@
 //! Chunk compression schemes (draft §7.4): None, LZ4 frame, and ByteGrouping4 + LZ4 frame.
 //!
-//! Compression uses `lz4_flex`'s frame encoder with default settings, which is what the
-//! reference uses, so our payloads are byte-identical to the reference's for the same
-//! chunk and scheme. Decompression uses our own small LZ4 frame reader on top of the
+//! Compression writes LZ4 frames laid out as `lz4_flex`'s frame encoder with default
+//! settings writes them (the reference uses that encoder), so our payloads are
+//! byte-identical to the reference's for the same chunk and scheme. Decompression uses our own small LZ4 frame reader on top of the
 //! block decoder so that the output buffer is exactly the header's declared size: a
 //! lying payload can never make us produce (or allocate) more than that.
 
 use std::fmt;
-use std::io::Write;
 
 use twox_hash::XxHash32;
 
@@ -247,64 +246,84 @@ pub fn compress_chunk_into(
     out: &mut Vec<u8>,
     scratch: &mut Vec<u8>,
 ) -> CompressionScheme {
-    let start = out.len();
-    if scheme != CompressionScheme::None {
-        let n = compress_into(scheme, data, out, scratch);
-        if n < data.len() {
-            return scheme;
-        }
-        out.truncate(start);
+    let used = try_compress_into(scheme, data, out, scratch);
+    if used == CompressionScheme::None {
+        out.extend_from_slice(data);
     }
-    out.extend_from_slice(data);
+    used
+}
+
+/// [`compress_chunk_into`] without the fallback copy: appends the payload and returns
+/// `scheme` when compression makes the chunk strictly smaller; otherwise leaves `out`
+/// as it was and returns [`CompressionScheme::None`], and the payload is `data` itself.
+pub fn try_compress_into(
+    scheme: CompressionScheme,
+    data: &[u8],
+    out: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
+) -> CompressionScheme {
+    if scheme == CompressionScheme::None {
+        return scheme;
+    }
+    let start = out.len();
+    if compress_into(scheme, data, out, scratch) < data.len() {
+        return scheme;
+    }
+    out.truncate(start);
     CompressionScheme::None
 }
 
-/// One LZ4 frame holding `data`, with the encoder's default settings (independent
-/// blocks, no checksums, block size chosen from the input length: 64 KiB up to 64 KiB
-/// of input, else 256 KiB). These defaults are what the reference writes, so the frames
-/// are byte-identical.
+/// Append one LZ4 frame holding `data` to `out`, laid out exactly as `lz4_flex`'s
+/// default frame encoder (what the reference uses) lays it out: independent blocks, no
+/// checksums, no content size, block size from the input length (64 KiB up to 64 KiB,
+/// 256 KiB up to 256 KiB, else 4 MiB), a block stored raw when compressing does not
+/// shrink it. The payloads are therefore byte-identical to the reference's.
+///
+/// Each block is compressed straight into `out` with the block compressor; the frame
+/// encoder would copy the input into its own buffer and the output out of another.
 fn lz4_frame_compress(data: &[u8], out: &mut Vec<u8>) {
-    use lz4_flex::frame::BlockSize;
-    let block_size = match data.len() {
-        0 => None,
-        n if n <= 64 << 10 => Some(BlockSize::Max64KB),
-        n if n <= 256 << 10 => Some(BlockSize::Max256KB),
-        _ => None,
+    let (block_max, bd) = match data.len() {
+        n if n <= 64 << 10 => (64 << 10, 4u8 << 4),
+        n if n <= 256 << 10 => (256 << 10, 5u8 << 4),
+        _ => (4 << 20, 7u8 << 4),
     };
-    // Setting up an encoder (buffers, hash table) costs more than compressing a
-    // random chunk, so each thread keeps one per block size and reuses it: a finished
-    // encoder starts the next frame from a cleared state, giving the same bytes as a
-    // fresh one. The caller's `out` is swapped in as the encoder's writer, so the frame
-    // is appended in place.
-    let Some(block_size) = block_size else {
-        let mut enc = lz4_flex::frame::FrameEncoder::new(std::mem::take(out));
-        encode_frame(&mut enc, data);
-        *out = enc.into_inner();
-        return;
-    };
-    ENCODERS.with(|cell| {
-        let mut encoders = cell.borrow_mut();
-        let slot = usize::from(block_size == BlockSize::Max256KB);
-        let enc = encoders[slot].get_or_insert_with(|| {
-            let info = lz4_flex::frame::FrameInfo::new().block_size(block_size);
-            lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::new())
-        });
-        std::mem::swap(enc.get_mut(), out);
-        encode_frame(enc, data);
-        std::mem::swap(enc.get_mut(), out);
-    });
+    let flg = 0x40 | FLG_INDEPENDENT;
+    out.extend_from_slice(&LZ4_MAGIC.to_le_bytes());
+    out.extend_from_slice(&[flg, bd, (XxHash32::oneshot(0, &[flg, bd]) >> 8) as u8]);
+    for block in data.chunks(block_max) {
+        let at = out.len();
+        out.resize(
+            at + 4 + lz4_flex::block::get_maximum_output_size(block.len()),
+            0,
+        );
+        // The output holds the worst case, so the block compressor cannot run out of room.
+        let n = TABLE
+            .with(|t| {
+                lz4_flex::block::compress_into_with_table(
+                    block,
+                    &mut out[at + 4..],
+                    &mut t.borrow_mut(),
+                )
+            })
+            .expect("LZ4 output sized by get_maximum_output_size");
+        if n < block.len() {
+            out.truncate(at + 4 + n);
+            out[at..at + 4].copy_from_slice(&(n as u32).to_le_bytes());
+        } else {
+            out.truncate(at);
+            out.extend_from_slice(&(block.len() as u32 | BLOCK_UNCOMPRESSED).to_le_bytes());
+            out.extend_from_slice(block);
+        }
+    }
+    out.extend_from_slice(&0u32.to_le_bytes());
 }
-
-type Encoder = lz4_flex::frame::FrameEncoder<Vec<u8>>;
 
 thread_local! {
-    static ENCODERS: std::cell::RefCell<[Option<Encoder>; 2]> = const { std::cell::RefCell::new([None, None]) };
-}
-
-fn encode_frame(enc: &mut Encoder, data: &[u8]) {
-    // Writing into a Vec cannot fail and the frame has no declared content size to miss.
-    enc.write_all(data).expect("LZ4 frame encoding into memory");
-    enc.try_finish().expect("LZ4 frame encoding into memory");
+    /// The frame encoder's hash table kind (32-bit entries, 5-byte hash) at every input
+    /// size: the block compressor's default switches to a 16-bit, 4-byte-hash table below
+    /// 64 KiB, which finds different matches and so writes different (valid) bytes.
+    static TABLE: std::cell::RefCell<lz4_flex::block::CompressTable> =
+        std::cell::RefCell::new(lz4_flex::block::CompressTable::large());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -371,6 +390,8 @@ const FLG_CONTENT_SIZE: u8 = 0x08;
 const FLG_CONTENT_CHECKSUM: u8 = 0x04;
 const FLG_RESERVED: u8 = 0x02;
 const FLG_DICT_ID: u8 = 0x01;
+/// High bit of a block size: the block is stored uncompressed.
+const BLOCK_UNCOMPRESSED: u32 = 0x8000_0000;
 /// Linked blocks may refer this far back into earlier blocks of the frame.
 const LZ4_WINDOW: usize = 64 * 1024;
 
@@ -457,7 +478,7 @@ fn lz4_frame_decompress(payload: &[u8], out: &mut [u8]) -> Result<(), PayloadPro
             if bsize == 0 {
                 break;
             }
-            let stored = bsize & 0x8000_0000 != 0;
+            let stored = bsize & BLOCK_UNCOMPRESSED != 0;
             let len = (bsize & 0x7FFF_FFFF) as usize;
             if len > block_max {
                 return Err(PayloadProblem::BlockTooLarge {
@@ -536,14 +557,15 @@ mod tests {
     use super::*;
 
     fn fresh_frame(data: &[u8]) -> Vec<u8> {
+        use std::io::Write;
         let mut enc = lz4_flex::frame::FrameEncoder::new(Vec::new());
         enc.write_all(data).unwrap();
         enc.finish().unwrap()
     }
 
-    /// Reused per-thread encoders write exactly what a fresh default encoder writes.
+    /// Our frames are exactly what `lz4_flex`'s default frame encoder writes.
     #[test]
-    fn reused_encoders_match_fresh_ones() {
+    fn frames_match_the_lz4_flex_encoder() {
         let mut seed = 1u64;
         let mut next = || {
             seed = seed
@@ -552,7 +574,8 @@ mod tests {
             seed >> 33
         };
         let sizes = [
-            0, 1, 5, 1000, 65535, 65536, 65537, 131072, 200_000, 262_144, 262_145, 70_000, 3, 65536,
+            0, 1, 5, 1000, 65535, 65536, 65537, 131072, 200_000, 262_144, 262_145, 70_000, 3,
+            65536, 9_000_000,
         ];
         for (i, &n) in sizes.iter().enumerate() {
             // Mix compressible and random bytes.
@@ -569,6 +592,26 @@ mod tests {
             lz4_frame_compress(&data, &mut out);
             assert_eq!(&out[..3], &[9, 9, 9]);
             assert_eq!(&out[3..], fresh_frame(&data), "size {n}");
+        }
+    }
+
+    /// Text and float tensors, smallest inputs first (each test runs on a fresh thread, so
+    /// with a fresh per-thread table): inputs where the kind of hash table changes matches.
+    #[test]
+    fn frames_match_the_lz4_flex_encoder_on_real_data() {
+        for (i, &n) in [100, 20_000, 65_535, 65_536, 65_537, 131_072, 300_000]
+            .iter()
+            .enumerate()
+        {
+            for kind in [xet_testdata::Kind::Text, xet_testdata::Kind::Float32] {
+                let data = xet_testdata::generate(kind, n, i as u64);
+                let mut out = Vec::new();
+                lz4_frame_compress(&data, &mut out);
+                assert_eq!(out, fresh_frame(&data), "{kind:?} size {n}");
+                let mut back = vec![0u8; n];
+                lz4_frame_decompress(&out, &mut back).unwrap();
+                assert_eq!(back, data);
+            }
         }
     }
 

@@ -154,16 +154,24 @@ fn walk_body(
                 max: limits.max_unpacked_bytes,
             });
         }
-        let out = &mut buf[..size as usize];
-        scheme::decompress_into(c.header.scheme, c.payload, out, &mut scratch).map_err(
-            |problem| XorbError::CorruptPayload {
-                chunk: i,
-                offset: c.offset,
-                scheme: c.header.scheme,
-                problem,
-            },
-        )?;
-        let hash = xet_hash::chunk_hash(out);
+        // A stored (uncompressed) payload of the declared size is the chunk itself: hash
+        // it in place rather than copying it out first.
+        let data: &[u8] =
+            if c.header.scheme == CompressionScheme::None && c.payload.len() as u64 == size {
+                c.payload
+            } else {
+                let out = &mut buf[..size as usize];
+                scheme::decompress_into(c.header.scheme, c.payload, out, &mut scratch).map_err(
+                    |problem| XorbError::CorruptPayload {
+                        chunk: i,
+                        offset: c.offset,
+                        scheme: c.header.scheme,
+                        problem,
+                    },
+                )?;
+                out
+            };
+        let hash = xet_hash::chunk_hash(data);
         if let Some(f) = footer {
             if f.chunk_hashes[i] != hash {
                 return Err(XorbError::ChunkHash {

@@ -17,6 +17,7 @@ fn key_hash(case: &str, i: u64) -> MerkleHash {
 /// All backend cases on one empty backend.
 pub async fn run_all(b: &dyn ObjectBackend) {
     put_if_absent(b).await;
+    put_parts(b).await;
     ranged_reads(b).await;
     listing(b).await;
     deletion(b).await;
@@ -64,6 +65,43 @@ pub async fn put_if_absent(b: &dyn ObjectBackend) {
         "empty object content"
     );
     assert_eq!(b.size(&empty).await, Ok(Some(0)), "empty object size");
+}
+
+/// An object put in parts is their concatenation (empty parts included), and the parts
+/// call has the same first-put-wins rule.
+pub async fn put_parts(b: &dyn ObjectBackend) {
+    let key = ObjectKey::xorb(&key_hash("parts", 0));
+    let data = random_bytes(300_000, 7);
+    let parts = vec![
+        Bytes::copy_from_slice(&data[..100_000]),
+        Bytes::new(),
+        Bytes::copy_from_slice(&data[100_000..299_990]),
+        Bytes::copy_from_slice(&data[299_990..]),
+    ];
+    assert_eq!(
+        b.put_parts_if_absent(&key, parts).await,
+        Ok(true),
+        "first put in parts"
+    );
+    assert_eq!(
+        b.put_parts_if_absent(&key, vec![Bytes::from_static(b"other")])
+            .await,
+        Ok(false),
+        "second put in parts"
+    );
+    assert_eq!(
+        b.put_if_absent(&key, Bytes::from_static(b"other")).await,
+        Ok(false),
+        "whole put after a put in parts"
+    );
+    assert_eq!(
+        b.get(&key).await,
+        Ok(Some(Bytes::from(data))),
+        "content of an object put in parts"
+    );
+    let none = ObjectKey::xorb(&key_hash("parts", 1));
+    assert_eq!(b.put_parts_if_absent(&none, Vec::new()).await, Ok(true));
+    assert_eq!(b.size(&none).await, Ok(Some(0)), "object of no parts");
 }
 
 /// Ranged reads return exactly the bytes asked for; past the end is an error.

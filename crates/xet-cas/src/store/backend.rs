@@ -120,6 +120,18 @@ pub trait ObjectBackend: Send + Sync + 'static {
     /// this call wrote it.
     async fn put_if_absent(&self, key: &ObjectKey, data: Bytes) -> Result<bool>;
 
+    /// [`put_if_absent`](ObjectBackend::put_if_absent) of the concatenation of `parts`,
+    /// with the same contract. The default joins them; backends that can write the parts
+    /// one after the other (a file, a multi-buffer request body) override it to save the
+    /// copy (a stored xorb is the uploaded body plus a footer).
+    async fn put_parts_if_absent(&self, key: &ObjectKey, parts: Vec<Bytes>) -> Result<bool> {
+        let data = match <[Bytes; 1]>::try_from(parts) {
+            Ok([one]) => one,
+            Err(parts) => Bytes::from(parts.concat()),
+        };
+        self.put_if_absent(key, data).await
+    }
+
     /// The whole object.
     async fn get(&self, key: &ObjectKey) -> Result<Option<Bytes>>;
 
@@ -145,6 +157,9 @@ pub trait ObjectBackend: Send + Sync + 'static {
 impl<B: ObjectBackend + ?Sized> ObjectBackend for Arc<B> {
     async fn put_if_absent(&self, key: &ObjectKey, data: Bytes) -> Result<bool> {
         (**self).put_if_absent(key, data).await
+    }
+    async fn put_parts_if_absent(&self, key: &ObjectKey, parts: Vec<Bytes>) -> Result<bool> {
+        (**self).put_parts_if_absent(key, parts).await
     }
     async fn get(&self, key: &ObjectKey) -> Result<Option<Bytes>> {
         (**self).get(key).await

@@ -244,7 +244,7 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
         let valid = blocking(move || format::validate_xorb(&h, &body))
             .await?
             .map_err(|reason| CasError::InvalidXorb { hash: h, reason })?;
-        let inserted = self.backend.put_if_absent(&key, valid.stored).await?;
+        let inserted = self.backend.put_parts_if_absent(&key, valid.stored).await?;
         self.index.note_xorb(Arc::new(valid.meta));
         Ok(inserted)
     }

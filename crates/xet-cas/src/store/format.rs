@@ -19,8 +19,9 @@ pub const MAX_XORB_UPLOAD_BYTES: u64 = xet_xorb::MAX_XORB_FOOTERED_BYTES;
 /// A fully verified xorb, ready to store.
 pub struct ValidXorb {
     pub meta: XorbMeta,
-    /// Stored form: chunk region, v1 footer, info_length.
-    pub stored: Bytes,
+    /// Stored form, in two parts: the chunk region (a slice of the uploaded body, not a
+    /// copy), then the v1 footer and info_length.
+    pub stored: Vec<Bytes>,
 }
 
 fn meta_from_info(info: &XorbInfo) -> XorbMeta {
@@ -36,7 +37,7 @@ fn meta_from_info(info: &XorbInfo) -> XorbMeta {
 /// every chunk decompressed and rehashed, limits of 8192 chunks and 64 MiB uncompressed.
 /// A body whose tail parses as a footer is treated as footered (and the footer must then
 /// agree with the chunks).
-pub fn validate_xorb(hash: &MerkleHash, body: &[u8]) -> Result<ValidXorb, String> {
+pub fn validate_xorb(hash: &MerkleHash, body: &Bytes) -> Result<ValidXorb, String> {
     let limits = xet_xorb::Limits::PROTOCOL;
     let (info, region_len) = match xet_xorb::parse_footer(body, &limits) {
         Ok((_, body_len)) => (
@@ -50,12 +51,11 @@ pub fn validate_xorb(hash: &MerkleHash, body: &[u8]) -> Result<ValidXorb, String
     };
     debug_assert_eq!(info.body_len(), region_len as u64);
     let footer = info.footer();
-    let mut stored = Vec::with_capacity(region_len + footer.serialized_len() + 4);
-    stored.extend_from_slice(&body[..region_len]);
-    footer.write(&mut stored);
+    let mut tail = Vec::with_capacity(footer.serialized_len() + 4);
+    footer.write(&mut tail);
     Ok(ValidXorb {
         meta: meta_from_info(&info),
-        stored: Bytes::from(stored),
+        stored: vec![body.slice(..region_len), Bytes::from(tail)],
     })
 }
 
