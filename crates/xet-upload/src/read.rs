@@ -64,11 +64,28 @@ fn read_file_inner(
 ) -> Result<(), UploadError> {
     let file = std::fs::File::open(path).map_err(|e| UploadError::input(path, e))?;
     let size_hint = file.metadata().map(|m| m.len()).unwrap_or(0);
+    // A large regular file is mapped rather than read: copying every byte out of the
+    // page cache is a sizeable share of an upload's CPU time. Anything else is read.
+    let map = match file.try_clone() {
+        Ok(f) => xet_mmap::MappedFile::map(f)
+            .map_err(|e| UploadError::input(path, e))?
+            .map(Arc::new),
+        Err(_) => None,
+    };
     std::thread::scope(|s| {
-        // Three overlapped steps per block: read (thread), sha256 (thread), chunk
-        // boundaries (here) and chunk hashes (rayon, while the next block is scanned).
+        // Three overlapped steps per block: read (thread, or slices of the map), sha256
+        // (thread), chunk boundaries (here) and chunk hashes (rayon, while the next block
+        // is scanned).
         let (btx, brx) = std_mpsc::sync_channel::<std::io::Result<Bytes>>(1);
-        s.spawn(move || read_blocks(file, size_hint, block_size, &pool, btx));
+        match &map {
+            Some(m) => {
+                let m = Arc::clone(m);
+                s.spawn(move || map_blocks(m, block_size, btx));
+            }
+            None => {
+                s.spawn(move || read_blocks(file, size_hint, block_size, &pool, btx));
+            }
+        }
         let (stx, srx) = std_mpsc::sync_channel::<Bytes>(1);
         let sha = s.spawn(move || {
             let mut sha = Sha256::new();
@@ -111,6 +128,12 @@ fn read_file_inner(
                 pending.extend_from_slice(&block[pos..]);
             }
             drop(block);
+            if let Some(m) = &map {
+                // Pages well behind us leave this process's resident set (a few blocks
+                // later, when the sha256 thread and the dedup stage are done with them;
+                // touching them again would only fault them back in).
+                m.release_before((size as usize).saturating_sub(RELEASE_LAG * block_size));
+            }
             let job = HashJob::start(datas);
             if let Some(prev) = in_flight.replace(job) {
                 if !send_batch(tx, global, &mut index, prev.wait()) {
@@ -134,6 +157,12 @@ fn read_file_inner(
         let sha256 = sha
             .join()
             .map_err(|_| UploadError::Internal("sha256 thread panicked".into()))?;
+        if let Some(m) = &map {
+            // A map shows writes made while we read; a file that changed meanwhile is
+            // not one consistent version, so it is refused rather than uploaded.
+            m.check_unchanged()
+                .map_err(|e| UploadError::input(path, e))?;
+        }
         let _ = tx.blocking_send(FileMsg::End { size, sha256 });
         Ok(())
     })
@@ -181,6 +210,44 @@ fn send_batch(
         .is_ok()
 }
 
+/// Blocks behind the current one whose mapped pages are kept resident.
+const RELEASE_LAG: usize = 4;
+
+/// A block of a mapped file, shared as `Bytes` without copying.
+struct MapBlock {
+    map: Arc<xet_mmap::MappedFile>,
+    start: usize,
+    end: usize,
+}
+
+impl AsRef<[u8]> for MapBlock {
+    fn as_ref(&self) -> &[u8] {
+        &self.map.bytes()[self.start..self.end]
+    }
+}
+
+/// The blocks of a mapped file, in order. Stops when the receiver is gone.
+fn map_blocks(
+    map: Arc<xet_mmap::MappedFile>,
+    block_size: usize,
+    tx: std_mpsc::SyncSender<std::io::Result<Bytes>>,
+) {
+    let len = map.bytes().len();
+    let mut start = 0;
+    while start < len {
+        let end = len.min(start + block_size);
+        let block = Bytes::from_owner(MapBlock {
+            map: Arc::clone(&map),
+            start,
+            end,
+        });
+        if tx.send(Ok(block)).is_err() {
+            return;
+        }
+        start = end;
+    }
+}
+
 /// Read `file` in blocks of `block_size` (smaller for a small file) until EOF. Stops
 /// when the receiver is gone.
 fn read_blocks(
@@ -222,8 +289,15 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn chunks_match_one_shot_chunking_for_any_block_size() {
+        // Below the map threshold the file is read, above it mapped.
+        for len in [1_000_003, xet_mmap::MAP_THRESHOLD as usize * 3 + 17] {
+            one_shot_vs_blocks(len).await;
+        }
+    }
+
+    async fn one_shot_vs_blocks(len: usize) {
         let d = tempfile::tempdir().unwrap();
-        let data = xet_testdata::generate(xet_testdata::Kind::Random, 1_000_003, 5);
+        let data = xet_testdata::generate(xet_testdata::Kind::Random, len, 5);
         let path = d.path().join("f");
         std::fs::write(&path, &data).unwrap();
         let want = xet_chunk::chunk_data(&data);
@@ -250,7 +324,7 @@ mod tests {
                 }
             }
             h.await.unwrap();
-            assert_eq!(got.len(), want.len(), "block size {bs}");
+            assert_eq!(got.len(), want.len(), "length {len}, block size {bs}");
             for (g, w) in got.iter().zip(&want) {
                 assert_eq!(g.0, w.hash);
                 assert_eq!(&g.1[..], &data[w.range()]);
