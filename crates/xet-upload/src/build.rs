@@ -13,18 +13,10 @@ use crate::error::{Result, UploadError};
 /// order: the footer-less upload body. Returns the xorb hash. Call on a rayon thread (or
 /// from `rayon::spawn`).
 ///
-/// Only compressed payloads are kept per chunk; a stored chunk is copied once, from the
-/// sealed data straight into `body` (a recycled buffer, so no fresh pages).
+/// Only compressed payloads are kept per chunk; a stored chunk is copied once, from where
+/// it was read straight into `body` (a recycled buffer, so no fresh pages).
 pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut Vec<u8>) -> Result<MerkleHash> {
-    let mut offsets = Vec::with_capacity(sealed.chunks.len() + 1);
-    let mut pos = 0usize;
-    for (_, len) in &sealed.chunks {
-        offsets.push(pos);
-        pos += *len as usize;
-    }
-    offsets.push(pos);
-    let data = &sealed.data;
-    let chunk = |i: usize| &data[offsets[i]..offsets[i + 1]];
+    let chunk = |i: usize| &sealed.data[i][..];
     let compressed: Vec<Option<(CompressionScheme, Vec<u8>)>> = (0..sealed.chunks.len())
         .into_par_iter()
         .map_init(
@@ -78,6 +70,7 @@ mod tests {
     #[test]
     fn same_bytes_as_the_sequential_builder() {
         let mut data = Vec::new();
+        let mut datas = Vec::new();
         let mut chunks = Vec::new();
         for i in 0..70u32 {
             let c: Vec<u8> = match i % 3 {
@@ -87,10 +80,11 @@ mod tests {
             };
             chunks.push((xet_hash::chunk_hash(&c), c.len() as u32));
             data.extend_from_slice(&c);
+            datas.push(bytes::Bytes::from(c));
         }
         let sealed = SealedXorb {
             slot: 0,
-            data: data.clone(),
+            data: datas,
             chunks: chunks.clone(),
         };
         let mut body = Vec::new();

@@ -9,8 +9,6 @@ use bytes::Bytes;
 use xet_hash::MerkleHash;
 use xet_shard::Shard;
 
-use crate::pool::BufPool;
-
 /// A xorb a term points into: one formed in this session (by slot, its hash is known
 /// once it is built) or a stored one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -32,8 +30,9 @@ pub(crate) struct TermRec {
 #[derive(Debug)]
 pub(crate) struct SealedXorb {
     pub slot: u32,
-    /// The chunks' data, concatenated.
-    pub data: Vec<u8>,
+    /// Each chunk's data, in order: slices of the blocks they were read in (or of the
+    /// mapped file), shared rather than copied; the xorb body is their one copy.
+    pub data: Vec<Bytes>,
     /// `(chunk hash, length)` in order.
     pub chunks: Vec<(MerkleHash, u32)>,
 }
@@ -211,7 +210,9 @@ impl FileDedup {
 #[derive(Debug)]
 struct OpenXorb {
     slot: u32,
-    data: Vec<u8>,
+    data: Vec<Bytes>,
+    /// Total length of `data`.
+    bytes: u64,
     chunks: Vec<(MerkleHash, u32)>,
 }
 
@@ -227,16 +228,11 @@ pub(crate) struct Session {
     /// Chunk count of each sealed slot.
     slot_lens: Vec<u32>,
     sealed: Vec<SealedXorb>,
-    /// Where open xorbs' buffers come from.
-    pool: BufPool,
 }
 
 impl Session {
-    /// `pool` provides the open xorbs' data buffers (its size should be
-    /// `params.xorb_max_bytes`).
-    pub fn new(params: DedupParams, cache: std::sync::Arc<KnownIndex>, pool: BufPool) -> Self {
+    pub fn new(params: DedupParams, cache: std::sync::Arc<KnownIndex>) -> Self {
         Session {
-            pool,
             params,
             session: HashMap::new(),
             cache,
@@ -392,7 +388,7 @@ impl Session {
             }
             // 4. New data.
             let (hash, data) = f.pending.pop_front().expect("non-empty");
-            self.add_new(f, hash, &data);
+            self.add_new(f, hash, data);
         }
     }
 
@@ -430,25 +426,26 @@ impl Session {
         f.own_new.contains_key(h) || self.locate(h).is_some()
     }
 
-    fn add_new(&mut self, f: &mut FileDedup, hash: MerkleHash, data: &[u8]) {
+    fn add_new(&mut self, f: &mut FileDedup, hash: MerkleHash, data: Bytes) {
         let len = data.len();
         let fits = self.open.as_ref().is_some_and(|o| {
             o.chunks.len() < self.params.xorb_max_chunks
-                && o.data.len() as u64 + len as u64 <= self.params.xorb_max_bytes
+                && o.bytes + len as u64 <= self.params.xorb_max_bytes
         });
         if !fits {
             self.seal_open();
-            let cap = self.params.xorb_max_bytes as usize;
             self.open = Some(OpenXorb {
                 slot: self.next_slot,
-                data: self.pool.get(cap),
+                data: Vec::new(),
+                bytes: 0,
                 chunks: Vec::new(),
             });
             self.next_slot += 1;
         }
         let o = self.open.as_mut().expect("opened above");
         let idx = o.chunks.len() as u32;
-        o.data.extend_from_slice(data);
+        o.bytes += len as u64;
+        o.data.push(data);
         o.chunks.push((hash, len as u32));
         let slot = o.slot;
         self.session.entry(hash).or_insert((slot, idx));
@@ -465,10 +462,6 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use xet_shard::CasInfo;
-
-    fn pool() -> BufPool {
-        BufPool::new(1 << 20, 2)
-    }
 
     fn params() -> DedupParams {
         DedupParams {
@@ -523,7 +516,7 @@ mod tests {
 
     #[test]
     fn new_chunks_merge_and_repeats_get_their_own_terms() {
-        let mut s = Session::new(params(), Arc::new(KnownIndex::new()), pool());
+        let mut s = Session::new(params(), Arc::new(KnownIndex::new()));
         let (a, b, c) = (chunk(1, 100), chunk(2, 100), chunk(3, 100));
         // A B B C: as hf_xet, [0,2) [1,2)... then C extends the repeat's term: [1,3).
         let f = run_file(&mut s, &[a.clone(), b.clone(), b.clone(), c.clone()]);
@@ -550,7 +543,7 @@ mod tests {
         let fresh = |i: u32| chunk(1000 + i, 1000);
 
         // 5 known chunks between new ones: too short, stored again.
-        let mut s = Session::new(params(), cache.clone(), pool());
+        let mut s = Session::new(params(), cache.clone());
         let mut input = vec![fresh(0)];
         input.extend(base[3..8].iter().cloned());
         input.push(fresh(1));
@@ -559,7 +552,7 @@ mod tests {
         assert_eq!(f.terms, vec![term(XorbRef::Session(0), 0..7, 7000)]);
 
         // 8 known chunks: used.
-        let mut s = Session::new(params(), cache.clone(), pool());
+        let mut s = Session::new(params(), cache.clone());
         let mut input = vec![fresh(0)];
         input.extend(base[3..11].iter().cloned());
         input.push(fresh(1));
@@ -576,7 +569,7 @@ mod tests {
         );
 
         // 3 known chunks at the end of the file: used.
-        let mut s = Session::new(params(), cache.clone(), pool());
+        let mut s = Session::new(params(), cache.clone());
         let mut input = vec![fresh(0), fresh(1)];
         input.extend(base[17..20].iter().cloned());
         let f = run_file(&mut s, &input);
@@ -584,13 +577,13 @@ mod tests {
         assert_eq!(f.terms.last(), Some(&term(XorbRef::Known(x), 17..20, 3000)));
 
         // A whole file of 2 known chunks: used.
-        let mut s = Session::new(params(), cache.clone(), pool());
+        let mut s = Session::new(params(), cache.clone());
         let f = run_file(&mut s, &base[4..6]);
         assert_eq!(f.new_bytes, 0);
         assert_eq!(f.terms, vec![term(XorbRef::Known(x), 4..6, 2000)]);
 
         // 3 known chunks at the start, then new: not used.
-        let mut s = Session::new(params(), cache.clone(), pool());
+        let mut s = Session::new(params(), cache.clone());
         let mut input: Vec<_> = base[0..3].to_vec();
         input.push(fresh(5));
         let f = run_file(&mut s, &input);
@@ -607,21 +600,21 @@ mod tests {
         let mut input: Vec<_> = other[0..3].to_vec();
         input.extend(base[5..15].iter().cloned());
         input.push(fresh(7));
-        let f = run_file(&mut Session::new(params(), two.clone(), pool()), &input);
+        let f = run_file(&mut Session::new(params(), two.clone()), &input);
         assert_eq!(f.new_bytes, 1000);
         assert_eq!(f.terms[0], term(XorbRef::Known(y), 0..3, 3000));
         let mut input: Vec<_> = base[0..10].to_vec();
         input.extend(other[4..6].iter().cloned());
         input.extend(base[12..20].iter().cloned());
         input.push(fresh(8));
-        let f = run_file(&mut Session::new(params(), two.clone(), pool()), &input);
+        let f = run_file(&mut Session::new(params(), two.clone()), &input);
         assert_eq!(f.new_bytes, 1000);
         assert_eq!(f.terms.len(), 4);
         // ... but not after new data: it is stored again, with the new chunk before it.
         let mut input = vec![fresh(9)];
         input.extend(other[0..3].iter().cloned());
         input.extend(base[5..15].iter().cloned());
-        let f = run_file(&mut Session::new(params(), two, pool()), &input);
+        let f = run_file(&mut Session::new(params(), two), &input);
         assert_eq!(f.new_bytes, 4000);
         assert_eq!(f.terms.len(), 2);
 
@@ -630,7 +623,7 @@ mod tests {
         let y = MerkleHash::from_bytes([8; 32]);
         let mut k = KnownIndex::new();
         k.add_shard(&known_shard(y, &big, None));
-        let mut s = Session::new(params(), Arc::new(k), pool());
+        let mut s = Session::new(params(), Arc::new(k));
         let mut input = big.clone();
         input.push(fresh(9));
         let f = run_file(&mut s, &input);
@@ -645,7 +638,7 @@ mod tests {
         let key = MerkleHash::from_bytes([0x5a; 32]);
         let shard = known_shard(x, &base, Some(key));
         assert_ne!(shard.cas[0].chunks[0].hash, base[0].0, "stored keyed");
-        let mut s = Session::new(params(), Arc::new(KnownIndex::new()), pool());
+        let mut s = Session::new(params(), Arc::new(KnownIndex::new()));
         s.add_answer(&shard);
         let f = run_file(&mut s, &base);
         assert_eq!(f.new_bytes, 0);
@@ -658,7 +651,7 @@ mod tests {
             xorb_max_chunks: 4,
             ..params()
         };
-        let mut s = Session::new(p, Arc::new(KnownIndex::new()), pool());
+        let mut s = Session::new(p, Arc::new(KnownIndex::new()));
         let data: Vec<_> = (0..10).map(|i| chunk(i, 10)).collect();
         let f1 = run_file(&mut s, &data);
         assert_eq!(
@@ -706,7 +699,7 @@ mod tests {
             if !known_chunks.is_empty() {
                 k.add_shard(&known_shard(kx, &known_chunks, None));
             }
-            let mut s = Session::new(p, Arc::new(k), pool());
+            let mut s = Session::new(p, Arc::new(k));
             let mut results = Vec::new();
             let mut sealed = Vec::new();
             for f in &files {
@@ -719,8 +712,10 @@ mod tests {
             sealed.extend(s.take_sealed());
             for x in &sealed {
                 proptest::prop_assert!(x.chunks.len() <= max_chunks);
-                proptest::prop_assert!(x.data.len() as u64 <= max_bytes);
-                proptest::prop_assert_eq!(x.data.len() as u64, x.chunks.iter().map(|c| c.1 as u64).sum::<u64>());
+                let bytes: u64 = x.data.iter().map(|d| d.len() as u64).sum();
+                proptest::prop_assert!(bytes <= max_bytes);
+                proptest::prop_assert_eq!(bytes, x.chunks.iter().map(|c| c.1 as u64).sum::<u64>());
+                proptest::prop_assert_eq!(x.data.len(), x.chunks.len());
             }
             // Uploading the same files again, with everything in the local cache,
             // stores nothing new.
@@ -736,7 +731,7 @@ mod tests {
                 cas.push(known_shard(kx, &known_chunks, None).cas.remove(0));
             }
             again.add_shard(&Shard::new(vec![], cas));
-            let mut s2 = Session::new(p, Arc::new(again), pool());
+            let mut s2 = Session::new(p, Arc::new(again));
             for (input, _) in &results {
                 let fd = run_file(&mut s2, input);
                 proptest::prop_assert_eq!(fd.new_bytes, 0);

@@ -76,7 +76,6 @@ struct Shared {
     handle: tokio::runtime::Handle,
     /// Read blocks, open xorbs' data, xorb bodies.
     read_pool: BufPool,
-    xorb_pool: BufPool,
     body_pool: BufPool,
 }
 
@@ -303,7 +302,6 @@ async fn upload_files(
             opts.block_size,
             (opts.read_ahead_bytes / opts.block_size as u64) as usize + 4,
         ),
-        xorb_pool: BufPool::new(opts.xorb_max_bytes as usize, opts.max_xorbs_in_flight + 1),
         body_pool: BufPool::new(
             opts.xorb_max_bytes as usize + xet_xorb::CHUNK_HEADER_LEN * opts.xorb_max_chunks,
             opts.max_xorbs_in_flight + 1,
@@ -515,7 +513,7 @@ fn run_session(
         xorb_max_chunks: o.xorb_max_chunks,
         xorb_max_bytes: o.xorb_max_bytes,
     };
-    let mut session = Session::new(params, cache_index, shared.xorb_pool.clone());
+    let mut session = Session::new(params, cache_index);
     let in_flight = Arc::new(Semaphore::new(o.max_xorbs_in_flight));
     let mut out = SessionOutput {
         files: Vec::new(),
@@ -659,7 +657,6 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
         sent: false,
         resumed: false,
     };
-    shared.xorb_pool.put(sealed.data);
     let body = shared.body_pool.to_bytes(body);
 
     if shared.journal.get(&hash) == Some(&body_len) {

@@ -1,5 +1,5 @@
 //! Recycled large buffers. Fresh multi-megabyte allocations are served by the kernel as
-//! zeroed pages, one fault per page; recycling read blocks and xorb buffers removes
+//! zeroed pages, one fault per page; recycling read blocks and xorb bodies removes
 //! that cost (about a third of the CPU time of an upload otherwise).
 
 use std::sync::{Arc, Mutex};

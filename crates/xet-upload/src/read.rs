@@ -114,7 +114,14 @@ fn read_file_inner(
             let mut pos = 0;
             while let Some(n) = chunker.next_boundary(&block[pos..]) {
                 if pending.is_empty() {
-                    datas.push(block.slice(pos..pos + n));
+                    // New chunks are held until their xorb is built. A slice of the map
+                    // holds no memory; a slice of a read buffer would hold the whole
+                    // buffer, for however long, so read data is copied out.
+                    datas.push(if map.is_some() {
+                        block.slice(pos..pos + n)
+                    } else {
+                        Bytes::copy_from_slice(&block[pos..pos + n])
+                    });
                 } else {
                     pending.extend_from_slice(&block[pos..pos + n]);
                     datas.push(pending.split().freeze());
