@@ -302,6 +302,57 @@ mod tests {
         }
     }
 
+    /// A mapped file that grows while it is read is refused with an input error (its
+    /// bytes may not be one version of the file), not uploaded.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_mapped_file_changed_while_read_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let len = xet_mmap::MAP_THRESHOLD as usize * 4;
+        let path = d.path().join("f");
+        std::fs::write(
+            &path,
+            xet_testdata::generate(xet_testdata::Kind::Random, len, 9),
+        )
+        .unwrap();
+        let (tx, mut rx) = mpsc::channel(1);
+        let p = path.clone();
+        let h = tokio::task::spawn_blocking(move || {
+            read_file(
+                &p,
+                64 << 10,
+                tx,
+                None,
+                BufPool::new(64 << 10, 4),
+                CancellationToken::new(),
+            )
+        });
+        // The map exists before the first batch is sent.
+        assert!(matches!(rx.recv().await, Some(FileMsg::Batch(_))));
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"more").unwrap();
+        drop(f);
+        let mut failed = None;
+        while let Some(m) = rx.recv().await {
+            match m {
+                FileMsg::Batch(_) => {}
+                FileMsg::End { .. } => {
+                    panic!("a file that changed was read to the end as if whole")
+                }
+                FileMsg::Failed(e) => failed = Some(e),
+            }
+        }
+        h.await.unwrap();
+        let e = failed.expect("an error for the changed file");
+        assert!(matches!(e, UploadError::Input { .. }), "{e:?}");
+        assert!(
+            e.to_string().contains("changed while it was being read"),
+            "{e}"
+        );
+    }
+
     async fn one_shot_vs_blocks(len: usize) {
         let d = tempfile::tempdir().unwrap();
         let data = xet_testdata::generate(xet_testdata::Kind::Random, len, 5);
