@@ -178,6 +178,10 @@ pub(crate) struct FileDedup {
     pub deduped_bytes: u64,
     /// Whether the last decided chunk was stored as new.
     last_new: bool,
+    /// Copy the data of new chunks before holding it until their xorb is built. Set for
+    /// chunks that are slices of a read buffer (holding one would hold the whole buffer,
+    /// for however long); slices of a mapped file are held as they are.
+    pub copy_new: bool,
 }
 
 impl FileDedup {
@@ -445,7 +449,11 @@ impl Session {
         let o = self.open.as_mut().expect("opened above");
         let idx = o.chunks.len() as u32;
         o.bytes += len as u64;
-        o.data.push(data);
+        o.data.push(if f.copy_new {
+            Bytes::copy_from_slice(&data)
+        } else {
+            data
+        });
         o.chunks.push((hash, len as u32));
         let slot = o.slot;
         self.session.entry(hash).or_insert((slot, idx));
@@ -511,6 +519,27 @@ mod tests {
             start: r.start,
             end: r.end,
             bytes,
+        }
+    }
+
+    /// New chunks from a read buffer are copied out (a slice would hold the whole
+    /// buffer until the xorb is built); slices of a map are held as they are.
+    #[test]
+    fn new_chunks_are_copied_only_when_asked() {
+        let block = Bytes::from(vec![7u8; 1 << 20]);
+        let range = block.as_ptr_range();
+        for copy in [false, true] {
+            let mut s = Session::new(params(), Arc::new(KnownIndex::new()));
+            let mut f = FileDedup::new();
+            f.copy_new = copy;
+            let d = block.slice(1000..70_000);
+            s.push_chunk(&mut f, xet_hash::chunk_hash(&d), d.clone());
+            s.process(&mut f, true);
+            s.seal_open();
+            let sealed = s.take_sealed();
+            let held = &sealed[0].data[0];
+            assert_eq!(held, &d);
+            assert_eq!(range.contains(&held.as_ptr()), !copy, "copy_new = {copy}");
         }
     }
 

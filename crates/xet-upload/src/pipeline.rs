@@ -570,6 +570,7 @@ fn run_session(
                         }
                     }
                     let mut bytes = 0u64;
+                    f.copy_new = !batch.mapped;
                     for (h, d) in batch.chunks {
                         bytes += d.len() as u64;
                         session.push_chunk(&mut f, h, d);

@@ -24,6 +24,9 @@ use crate::pool::BufPool;
 /// Chunks of one block, in file order.
 pub(crate) struct Batch {
     pub chunks: Vec<(MerkleHash, Bytes)>,
+    /// The chunks are slices of a mapped file, which hold no memory of their own; slices
+    /// of a read buffer hold the whole buffer (see [`crate::dedup::FileDedup::copy_new`]).
+    pub mapped: bool,
     /// Global dedup answers to wait for before deciding these chunks.
     pub answers: Vec<AnswerRx>,
 }
@@ -114,14 +117,7 @@ fn read_file_inner(
             let mut pos = 0;
             while let Some(n) = chunker.next_boundary(&block[pos..]) {
                 if pending.is_empty() {
-                    // New chunks are held until their xorb is built. A slice of the map
-                    // holds no memory; a slice of a read buffer would hold the whole
-                    // buffer, for however long, so read data is copied out.
-                    datas.push(if map.is_some() {
-                        block.slice(pos..pos + n)
-                    } else {
-                        Bytes::copy_from_slice(&block[pos..pos + n])
-                    });
+                    datas.push(block.slice(pos..pos + n));
                 } else {
                     pending.extend_from_slice(&block[pos..pos + n]);
                     datas.push(pending.split().freeze());
@@ -143,20 +139,20 @@ fn read_file_inner(
             }
             let job = HashJob::start(datas);
             if let Some(prev) = in_flight.replace(job) {
-                if !send_batch(tx, global, &mut index, prev.wait()) {
+                if !send_batch(tx, global, map.is_some(), &mut index, prev.wait()) {
                     return Ok(());
                 }
             }
         }
         if let Some(prev) = in_flight.take() {
-            if !send_batch(tx, global, &mut index, prev.wait()) {
+            if !send_batch(tx, global, map.is_some(), &mut index, prev.wait()) {
                 return Ok(());
             }
         }
         if chunker.finish().is_some() {
             let data = pending.split().freeze();
             let h = xet_hash::chunk_hash(&data);
-            if !send_batch(tx, global, &mut index, vec![(h, data)]) {
+            if !send_batch(tx, global, map.is_some(), &mut index, vec![(h, data)]) {
                 return Ok(());
             }
         }
@@ -200,6 +196,7 @@ impl HashJob {
 fn send_batch(
     tx: &mpsc::Sender<FileMsg>,
     global: Option<&Arc<GlobalDedup>>,
+    mapped: bool,
     index: &mut u64,
     chunks: Vec<(MerkleHash, Bytes)>,
 ) -> bool {
@@ -213,8 +210,12 @@ fn send_batch(
         }
         *index += 1;
     }
-    tx.blocking_send(FileMsg::Batch(Batch { chunks, answers }))
-        .is_ok()
+    tx.blocking_send(FileMsg::Batch(Batch {
+        chunks,
+        mapped,
+        answers,
+    }))
+    .is_ok()
 }
 
 /// Blocks behind the current one whose mapped pages are kept resident.
