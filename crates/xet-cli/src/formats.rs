@@ -2,10 +2,10 @@
 
 use crate::exit::{CliResult, Code, Failure};
 use crate::output::Out;
-use crate::scan::scan_file;
 use anyhow::Context;
 use serde_json::json;
 use std::path::Path;
+use xet_upload::scan::scan_file;
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()

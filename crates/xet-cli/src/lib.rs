@@ -8,7 +8,6 @@ mod formats;
 mod output;
 mod progress;
 mod remote;
-mod scan;
 mod transfer;
 
 use clap::{Parser, Subcommand};
@@ -67,7 +66,8 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
         /// Read every file, even those unchanged on disk (size, times, inode) since an
-        /// earlier upload to the same CAS, which are otherwise reported without reading.
+        /// earlier upload to the same CAS, which are otherwise reported without reading;
+        /// such a file is chunked and hashed again, and uploaded if its content changed.
         #[arg(long)]
         rehash: bool,
         #[command(flatten)]

@@ -399,7 +399,8 @@ pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
                 t.xorb_bytes_sent,
                 t.shards_sent,
                 if t.xorbs_resumed > 0 { format!(", {} xorbs already sent by an interrupted run", t.xorbs_resumed) } else { String::new() }
-                    + &if t.files_unchanged > 0 { format!(", {} files unchanged since their last upload (not read; --rehash reads them)", t.files_unchanged) } else { String::new() },
+                    + &if t.files_unchanged > 0 { format!(", {} files unchanged since their last upload (not read; --rehash reads them)", t.files_unchanged) } else { String::new() }
+                    + &if t.files_verified > 0 { format!(", {} files re-read and found unchanged since their last upload", t.files_verified) } else { String::new() },
                 secs,
                 t.bytes as f64 / 1e6 / secs.max(1e-9),
                 remote::describe(&a.remote)

@@ -132,6 +132,7 @@ mod pool;
 mod progress;
 mod read;
 mod report;
+pub mod scan;
 mod shards;
 mod unchanged;
 mod walk;

@@ -52,7 +52,10 @@ pub struct UploadOptions {
     /// Uploaded shards are split to stay at or below this size.
     pub shard_max_bytes: u64,
     /// Read every file, even those the cache dir records as unchanged since an earlier
-    /// upload to this CAS (by size, times, inode and device; see the crate docs).
+    /// upload to this CAS (by size, times, inode and device; see the crate docs). Such a
+    /// file is chunked and hashed again; if its file hash is the recorded one it is
+    /// reported as verified (`Totals::files_verified`) with the recorded sha256, else it
+    /// is uploaded like any other.
     pub rehash: bool,
     /// Cancels the upload: it stops promptly and fails with
     /// [`crate::UploadError::Interrupted`].

@@ -91,6 +91,43 @@ struct SessionOutput {
     new_chunks: u64,
 }
 
+/// Passes events on, adding the files and bytes of every `start` to those before: the
+/// `rehash` check of recorded files and the upload of the rest form one progress.
+struct CountedProgress {
+    inner: Arc<dyn Progress>,
+    started: std::sync::Mutex<(usize, u64)>,
+}
+
+impl CountedProgress {
+    fn new(inner: Arc<dyn Progress>) -> Self {
+        CountedProgress {
+            inner,
+            started: std::sync::Mutex::new((0, 0)),
+        }
+    }
+}
+
+impl Progress for CountedProgress {
+    fn start(&self, files: usize, total_bytes: u64) {
+        let (f, b) = {
+            let mut s = self.started.lock().unwrap_or_else(|e| e.into_inner());
+            s.0 += files;
+            s.1 += total_bytes;
+            *s
+        };
+        self.inner.start(f, b);
+    }
+    fn processed(&self, bytes: u64) {
+        self.inner.processed(bytes);
+    }
+    fn uploaded(&self, bytes: u64) {
+        self.inner.uploaded(bytes);
+    }
+    fn file_done(&self, file: &crate::report::FileReport) {
+        self.inner.file_done(file);
+    }
+}
+
 /// See the crate documentation.
 pub async fn upload(
     cas: Arc<dyn Cas>,
@@ -115,11 +152,8 @@ pub async fn upload(
                     .ok()
                     .filter(|m| m.is_file() && m.len() > 0)
                     .and_then(|m| Identity::of(&m));
-                // With `rehash`, nothing is skipped, but what is read is still recorded.
-                let entry = id
-                    .as_ref()
-                    .filter(|_| trust_records)
-                    .and_then(|id| known.lookup(p, id).cloned());
+                // With `rehash`, a recorded file is read again and checked (below).
+                let entry = id.as_ref().and_then(|id| known.lookup(p, id).cloned());
                 (id, entry)
             })
             .collect();
@@ -142,6 +176,55 @@ pub async fn upload(
         .buffered(16)
         .collect()
         .await;
+    // With `rehash`, a recorded file counts as unchanged only if it still has the
+    // recorded content: its file hash is computed again (chunking and chunk hashes only,
+    // which is what makes this cheaper than an upload) and must equal the recorded one.
+    // Equal file hashes mean equal bytes, so the recorded sha256 and terms still hold; a
+    // file that differs goes through the full upload below.
+    let mut confirmed = confirmed;
+    let progress_for_rest: Arc<dyn Progress> = if trust_records {
+        progress.clone()
+    } else {
+        let check: Vec<(PathBuf, unchanged::Entry)> = inputs
+            .iter()
+            .zip(&confirmed)
+            .zip(&looked)
+            .filter_map(|((p, ok), (_, e))| e.clone().filter(|_| *ok).map(|e| (p.clone(), e)))
+            .collect();
+        let counted = Arc::new(CountedProgress::new(progress.clone()));
+        if !check.is_empty() {
+            counted.start(
+                check.len(),
+                check.iter().map(|(_, e)| e.identity.size).sum(),
+            );
+            let cancel = options.cancel.clone().unwrap_or_default();
+            let prog = counted.clone();
+            let same: Vec<bool> = blocking(move || {
+                let mut same = Vec::with_capacity(check.len());
+                for (path, e) in &check {
+                    let mut observe = |n: u64| {
+                        prog.processed(n);
+                        !cancel.is_cancelled()
+                    };
+                    match crate::scan::scan_file_observed(path, false, &mut observe) {
+                        Ok(s) => same.push(s.size == e.identity.size && s.file_hash() == e.hash),
+                        Err(_) if cancel.is_cancelled() => return Err(UploadError::Interrupted),
+                        // Unreadable now: the upload below reports it.
+                        Err(_) => same.push(false),
+                    }
+                }
+                Ok(same)
+            })
+            .await?;
+            let mut same = same.into_iter();
+            for (ok, (_, e)) in confirmed.iter_mut().zip(&looked) {
+                if *ok && e.is_some() {
+                    *ok = same.next().unwrap_or(false);
+                }
+            }
+        }
+        counted
+    };
     let rest: Vec<PathBuf> = inputs
         .iter()
         .zip(&confirmed)
@@ -155,7 +238,7 @@ pub async fn upload(
             totals: Totals::default(),
         }
     } else {
-        upload_files(cas, &rest, options, progress.clone()).await?
+        upload_files(cas, &rest, options, progress_for_rest).await?
     };
 
     // Merge in input order; remember what was uploaded for next time.
@@ -176,7 +259,11 @@ pub async fn upload(
                 };
                 progress.file_done(&f);
                 totals.files += 1;
-                totals.files_unchanged += 1;
+                if trust_records {
+                    totals.files_unchanged += 1;
+                } else {
+                    totals.files_verified += 1;
+                }
                 totals.bytes += f.size;
                 totals.deduped_bytes += f.size;
                 files.push(f);

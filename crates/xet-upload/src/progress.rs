@@ -6,8 +6,10 @@ use crate::report::FileReport;
 /// overrides only what it shows. Calls come from several threads; keep them cheap (an
 /// atomic add, an `indicatif::ProgressBar::inc`).
 pub trait Progress: Send + Sync {
-    /// Called once, before any data is read: how many files and bytes will be processed
-    /// (sizes as found when the inputs were listed).
+    /// Called before any data is read: how many files and bytes will be processed (sizes
+    /// as found when the inputs were listed). Called again, with larger totals, when more
+    /// work is found: `rehash` first checks recorded files, then uploads those that
+    /// changed.
     fn start(&self, _files: usize, _total_bytes: u64) {}
     /// `bytes` more file bytes were chunked, hashed and deduplicated.
     fn processed(&self, _bytes: u64) {}

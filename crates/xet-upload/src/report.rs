@@ -58,6 +58,10 @@ pub struct Totals {
     /// which still has them (see `UploadOptions::rehash`).
     #[serde(default)]
     pub files_unchanged: usize,
+    /// Files read again (`UploadOptions::rehash`) and found to have the content recorded
+    /// at an earlier upload to this CAS, which still has them: nothing else was done.
+    #[serde(default)]
+    pub files_verified: usize,
     /// Wall time of the whole upload.
     #[serde(with = "secs_f64")]
     pub elapsed: Duration,

@@ -8,8 +8,9 @@
 //! restic's parent snapshots use; the change time (which no user tool can set back)
 //! catches `touch -r` style restorations, and, as in git's "racy" check, an entry only
 //! counts when the file had not been modified within [`RACY_WINDOW`] of being recorded
-//! (an edit in that window could keep the same times). `UploadOptions::rehash` turns
-//! this off.
+//! (an edit in that window could keep the same times). With `UploadOptions::rehash`, a
+//! recorded file is chunked and hashed again instead, and skipped only if its file hash
+//! is still the recorded one.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -483,6 +483,65 @@ async fn works_on_a_current_thread_runtime() {
     assert_eq!(again.totals.xorbs_sent, 0);
 }
 
+/// `rehash` does not take a record's word for a file's content: a record whose hash is
+/// not the file's (as after an edit that kept the file's size and times) is caught by
+/// hashing the file again, and the file is uploaded with its real hash and sha256.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rehash_uploads_a_file_whose_record_does_not_match_its_content() {
+    let d = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let a = d.path().join("a");
+    let b = d.path().join("b");
+    let data_a = xet_testdata::generate(xet_testdata::Kind::Random, 3_000_000, 31);
+    // Same size, so the CAS confirms either record at that size.
+    let data_b = xet_testdata::generate(xet_testdata::Kind::Text, 3_000_000, 32);
+    std::fs::write(&a, &data_a).unwrap();
+    std::fs::write(&b, &data_b).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let paths = vec![a.clone(), b.clone()];
+    let store = memory_store().await;
+    let first = run(store.clone(), &paths, &with_cache(cache.path())).await;
+
+    // Swap the recorded hashes: each record now names the other file's content.
+    let record = cache.path().join("unchanged-files.json");
+    let text = std::fs::read_to_string(&record).unwrap();
+    let (ha, hb) = (
+        first.files[0].hash.to_string(),
+        first.files[1].hash.to_string(),
+    );
+    let swapped = text
+        .replace(&ha, "@A@")
+        .replace(&hb, &ha)
+        .replace("@A@", &hb);
+    assert_ne!(swapped, text);
+    std::fs::write(&record, swapped).unwrap();
+
+    // Trusted as recorded without --rehash (that is what the record is for)...
+    let trusting = run(store.clone(), &paths, &with_cache(cache.path())).await;
+    assert_eq!(trusting.totals.files_unchanged, 2);
+    assert_eq!(trusting.files[0].hash, first.files[1].hash);
+
+    // ... and caught with it.
+    let opts = UploadOptions {
+        rehash: true,
+        ..with_cache(cache.path())
+    };
+    let ids = |r: &UploadReport| {
+        r.files
+            .iter()
+            .map(|f| (f.hash, f.size, f.sha256.clone()))
+            .collect::<Vec<_>>()
+    };
+    let checked = run(store.clone(), &paths, &opts).await;
+    assert_eq!(checked.totals.files_verified, 0);
+    assert_eq!(checked.totals.files_unchanged, 0);
+    assert_eq!(ids(&checked), ids(&first), "real hashes, sizes and sha256");
+    // The records are right again.
+    let after = run(store.clone(), &paths, &with_cache(cache.path())).await;
+    assert_eq!(after.totals.files_unchanged, 2);
+    assert_eq!(ids(&after), ids(&first));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unchanged_files_are_not_read_again() {
     let d = tempfile::tempdir().unwrap();
@@ -540,6 +599,11 @@ async fn unchanged_files_are_not_read_again() {
     };
     let fourth = run(store.clone(), &paths, &opts).await;
     assert_eq!(fourth.totals.files_unchanged, 0);
+    assert_eq!(
+        fourth.totals.files_verified,
+        nonempty - 1,
+        "recorded files re-read and found the same (the edited one is too recent to be trusted)"
+    );
     assert_eq!(sizes(&fourth), sizes(&third));
     // What --rehash read is recorded too.
     let fifth = run(store.clone(), &paths, &with_cache(cache.path())).await;

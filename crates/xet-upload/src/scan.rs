@@ -1,4 +1,6 @@
-//! Chunk and hash a file as fast as the machine allows. One thread reads large blocks
+//! Chunk and hash a file as fast as the machine allows, without storing anything: `xet
+//! hash`, `xet chunk`, and the check that a file re-read with `--rehash` still has the
+//! content recorded at its last upload. One thread reads large blocks
 //! into recycled buffers (no page faults or zeroing after the first few blocks); the
 //! boundary scan of block N+1 (parallel segments) overlaps the parallel chunk hashing (and
 //! sha256) of block N. Blocks are never copied together: a match window that straddles two
@@ -127,6 +129,17 @@ fn read_blocks<R: Read>(
 /// Chunk and hash the file at `path`: mapped when it is a large regular file, else read
 /// in blocks.
 pub fn scan_file(path: &Path, want_sha256: bool) -> std::io::Result<Scanned> {
+    scan_file_observed(path, want_sha256, &mut |_| true)
+}
+
+/// [`scan_file`] that reports each block's length to `observe` once it is hashed; when
+/// `observe` returns false the scan stops with an [`std::io::ErrorKind::Interrupted`]
+/// error (a cancelled upload does not wait for a large file to be read to the end).
+pub fn scan_file_observed(
+    path: &Path,
+    want_sha256: bool,
+    observe: &mut (dyn FnMut(u64) -> bool + Send),
+) -> std::io::Result<Scanned> {
     let file = std::fs::File::open(path)?;
     let meta = file.metadata()?;
     if meta.is_file() && meta.len() >= xet_mmap::MAP_THRESHOLD {
@@ -137,12 +150,13 @@ pub fn scan_file(path: &Path, want_sha256: bool) -> std::io::Result<Scanned> {
                 // Hashed blocks leave our resident set (they stay in the page cache).
                 done += b.len();
                 map.release_before(done);
+                observe(b.len() as u64)
             })?;
             map.check_unchanged()?;
             return Ok(s);
         }
     }
-    scan_reader(file, BLOCK, want_sha256)
+    scan_reader_observed(file, BLOCK, want_sha256, observe)
 }
 
 /// Chunk and hash everything `file` yields, reading `block`-byte blocks.
@@ -150,6 +164,15 @@ pub fn scan_reader<R: Read + Send + 'static>(
     file: R,
     block: usize,
     want_sha256: bool,
+) -> std::io::Result<Scanned> {
+    scan_reader_observed(file, block, want_sha256, &mut |_| true)
+}
+
+fn scan_reader_observed<R: Read + Send + 'static>(
+    file: R,
+    block: usize,
+    want_sha256: bool,
+    observe: &mut (dyn FnMut(u64) -> bool + Send),
 ) -> std::io::Result<Scanned> {
     let block_size = block.max(1);
     let (free_tx, free_rx) = sync_channel::<Vec<u8>>(BUFFERS);
@@ -159,7 +182,9 @@ pub fn scan_reader<R: Read + Send + 'static>(
     let (tx, rx) = sync_channel::<std::io::Result<Vec<u8>>>(1);
     let reader = std::thread::spawn(move || read_blocks(file, block_size, free_rx, tx));
     let res = scan_blocks(rx.iter(), want_sha256, |b| {
+        let go_on = observe(b.len() as u64);
         let _ = free_tx.try_send(b);
+        go_on
     });
     drop(free_tx);
     drop(rx);
@@ -168,12 +193,13 @@ pub fn scan_reader<R: Read + Send + 'static>(
 }
 
 /// The scan itself, over the input's consecutive blocks; `recycle` gets each block back
-/// once it has been hashed.
+/// once it has been hashed, and returns false to stop the scan (an `Interrupted` error).
 fn scan_blocks<B: AsRef<[u8]> + Send + Sync>(
     blocks: impl Iterator<Item = std::io::Result<B>>,
     want_sha256: bool,
-    mut recycle: impl FnMut(B) + Send,
+    mut recycle: impl FnMut(B) -> bool + Send,
 ) -> std::io::Result<Scanned> {
+    let stopped = || std::io::Error::new(std::io::ErrorKind::Interrupted, "scan stopped");
     let mut sha = want_sha256.then(sha2::Sha256::new);
     let mut resolver = MatchResolver::new();
     let mut chunks = Vec::new();
@@ -195,13 +221,15 @@ fn scan_blocks<B: AsRef<[u8]> + Send + Sync>(
             || {
                 prev.take().map(|job| {
                     let h = job.run(sha.as_mut());
-                    recycle(job.block);
-                    h
+                    (h, recycle(job.block))
                 })
             },
             || matches(&tail, bytes, base),
         );
-        if let Some(h) = hashed {
+        if let Some((h, go_on)) = hashed {
+            if !go_on {
+                return Err(stopped());
+            }
             chunks.extend(h);
         }
 
@@ -237,6 +265,9 @@ fn scan_blocks<B: AsRef<[u8]> + Send + Sync>(
     }
     if let Some(job) = prev.take() {
         chunks.extend(job.run(sha.as_mut()));
+        if !recycle(job.block) {
+            return Err(stopped());
+        }
     }
     let mut ends = Vec::new();
     let mut start = resolver.open_chunk_start();
