@@ -12,6 +12,7 @@
 //! - A failed write leaves no object that looks complete.
 //! - Missing files and xorbs are [`CasError::NotFound`]; callers branch on the variant.
 
+pub mod buffers;
 pub mod conformance;
 pub mod routes;
 pub mod store;

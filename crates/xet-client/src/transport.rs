@@ -393,14 +393,14 @@ impl Transport {
         p: &Progress,
     ) -> Result<Bytes, Fail> {
         let hint = resp.content_length().unwrap_or(0).min(80 << 20) as usize;
-        if hint >= recv_pool::MIN_POOLED {
+        if hint >= xet_cas::buffers::MIN_POOLED {
             // Large bodies (xorb data) go into recycled buffers: a fresh 64 MiB allocation
             // is a fresh mapping whose every page faults and is zeroed before use.
-            let mut buf = recv_pool::take(hint);
+            let mut buf = xet_cas::buffers::take(hint);
             while let Some(c) = self.chunk(&mut resp, what, p).await? {
                 buf.extend_from_slice(&c);
             }
-            return Ok(recv_pool::freeze(buf));
+            return Ok(xet_cas::buffers::freeze(buf));
         }
         let mut first: Option<Bytes> = None;
         let mut buf = BytesMut::new();
@@ -508,86 +508,5 @@ impl Transport {
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse().ok())
-    }
-}
-
-/// Recycled receive buffers for large response bodies.
-mod recv_pool {
-    use bytes::Bytes;
-    use std::sync::Mutex;
-
-    /// Bodies at least this large are received into pooled buffers.
-    pub(super) const MIN_POOLED: usize = 1 << 20;
-    /// Idle capacity kept for reuse; buffers beyond it are freed.
-    const MAX_IDLE_BYTES: usize = 256 << 20;
-
-    static IDLE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
-
-    fn idle() -> std::sync::MutexGuard<'static, Vec<Vec<u8>>> {
-        IDLE.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// An empty buffer with room for `len` bytes, reused when one is idle.
-    pub(super) fn take(len: usize) -> Vec<u8> {
-        let reused = {
-            let mut idle = idle();
-            match idle.iter().position(|b| b.capacity() >= len) {
-                Some(i) => Some(idle.swap_remove(i)),
-                None => idle.pop(),
-            }
-        };
-        let mut buf = reused.unwrap_or_default();
-        buf.clear();
-        buf.reserve(len);
-        buf
-    }
-
-    /// `buf` as `Bytes`; the buffer returns to the pool once every clone is dropped.
-    pub(super) fn freeze(buf: Vec<u8>) -> Bytes {
-        Bytes::from_owner(Pooled(buf))
-    }
-
-    struct Pooled(Vec<u8>);
-
-    impl AsRef<[u8]> for Pooled {
-        fn as_ref(&self) -> &[u8] {
-            &self.0
-        }
-    }
-
-    impl Drop for Pooled {
-        fn drop(&mut self) {
-            let buf = std::mem::take(&mut self.0);
-            let mut idle = idle();
-            let held: usize = idle.iter().map(Vec::capacity).sum();
-            if held + buf.capacity() <= MAX_IDLE_BYTES {
-                idle.push(buf);
-            }
-        }
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn buffers_come_back_and_bytes_stay_intact() {
-            let mut a = take(MIN_POOLED);
-            a.extend_from_slice(&vec![1u8; MIN_POOLED]);
-            let cap = a.capacity();
-            let ptr = a.as_ptr() as usize;
-            let b = freeze(a);
-            let slice = b.slice(10..20);
-            drop(b);
-            // Still borrowed through `slice`: not recycled yet.
-            assert_eq!(&slice[..], &[1u8; 10]);
-            drop(slice);
-            let again = take(cap);
-            assert!(again.is_empty() && again.capacity() >= cap);
-            // Other tests may race for the pool; only check reuse when we got ours back.
-            if again.as_ptr() as usize == ptr {
-                assert_eq!(again.capacity(), cap);
-            }
-        }
     }
 }

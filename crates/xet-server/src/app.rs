@@ -218,7 +218,14 @@ pub async fn read_body(
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::too_large(what, limit));
     }
-    let mut buf = Vec::with_capacity(declared.unwrap_or(0).min(limit) as usize);
+    let want = declared.unwrap_or(0).min(limit) as usize;
+    // Large (xorb) bodies go into recycled buffers (see `xet_cas::buffers`).
+    let pooled = want >= xet_cas::buffers::MIN_POOLED;
+    let mut buf = if pooled {
+        xet_cas::buffers::take(want)
+    } else {
+        Vec::with_capacity(want)
+    };
     let mut body = body;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| {
@@ -231,7 +238,11 @@ pub async fn read_body(
             buf.extend_from_slice(&data);
         }
     }
-    Ok(Bytes::from(buf))
+    Ok(if pooled {
+        xet_cas::buffers::freeze(buf)
+    } else {
+        Bytes::from(buf)
+    })
 }
 
 fn signature_error(e: SignatureError, what: &str) -> ApiError {
