@@ -2,7 +2,8 @@
 //! client and the server. A fresh 64 MiB allocation is a fresh mapping whose every page
 //! faults and is zeroed before use; on a virtual machine that can cost more than the
 //! copy into it. Buffers return to a small process-wide pool when the last `Bytes`
-//! referring to them is dropped.
+//! referring to them is dropped. Small bodies get plain allocations, so callers use
+//! [`take`] and [`freeze`] whatever the size.
 
 use bytes::Bytes;
 use std::sync::Mutex;
@@ -18,8 +19,12 @@ fn idle() -> std::sync::MutexGuard<'static, Vec<Vec<u8>>> {
     IDLE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// An empty buffer with room for `len` bytes, reused when one is idle.
+/// An empty buffer with room for `len` bytes: reused when one is idle and `len` is at
+/// least [`MIN_POOLED`], a plain allocation below that.
 pub fn take(len: usize) -> Vec<u8> {
+    if len < MIN_POOLED {
+        return Vec::with_capacity(len);
+    }
     let reused = {
         let mut idle = idle();
         match idle.iter().position(|b| b.capacity() >= len) {
@@ -33,8 +38,12 @@ pub fn take(len: usize) -> Vec<u8> {
     buf
 }
 
-/// `buf` as `Bytes`; the buffer returns to the pool once every clone is dropped.
+/// `buf` as `Bytes`; a buffer of at least [`MIN_POOLED`] capacity returns to the pool
+/// once every clone is dropped.
 pub fn freeze(buf: Vec<u8>) -> Bytes {
+    if buf.capacity() < MIN_POOLED {
+        return Bytes::from(buf);
+    }
     Bytes::from_owner(Pooled(buf))
 }
 
@@ -79,5 +88,10 @@ mod tests {
         if again.as_ptr() as usize == ptr {
             assert_eq!(again.capacity(), cap);
         }
+        // A small body neither takes a large idle buffer nor enters the pool.
+        let big = freeze(again);
+        drop(big);
+        let small = take(100);
+        assert!(small.capacity() < MIN_POOLED, "{}", small.capacity());
     }
 }

@@ -218,14 +218,8 @@ pub async fn read_body(
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::too_large(what, limit));
     }
-    let want = declared.unwrap_or(0).min(limit) as usize;
     // Large (xorb) bodies go into recycled buffers (see `xet_cas::buffers`).
-    let pooled = want >= xet_cas::buffers::MIN_POOLED;
-    let mut buf = if pooled {
-        xet_cas::buffers::take(want)
-    } else {
-        Vec::with_capacity(want)
-    };
+    let mut buf = xet_cas::buffers::take(declared.unwrap_or(0).min(limit) as usize);
     let mut body = body;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| {
@@ -238,11 +232,7 @@ pub async fn read_body(
             buf.extend_from_slice(&data);
         }
     }
-    Ok(if pooled {
-        xet_cas::buffers::freeze(buf)
-    } else {
-        Bytes::from(buf)
-    })
+    Ok(xet_cas::buffers::freeze(buf))
 }
 
 fn signature_error(e: SignatureError, what: &str) -> ApiError {

@@ -303,10 +303,7 @@ impl Grants {
         }
         let mut sink = match self.reserve(ticket.length) {
             // Large (xorb) bodies go into recycled buffers (see `xet_cas::buffers`).
-            Some(r) if ticket.length >= xet_cas::buffers::MIN_POOLED as u64 => {
-                Sink::Mem(xet_cas::buffers::take(ticket.length as usize), r)
-            }
-            Some(r) => Sink::Mem(Vec::with_capacity(ticket.length as usize), r),
+            Some(r) => Sink::Mem(xet_cas::buffers::take(ticket.length as usize), r),
             None => {
                 let f = tempfile::tempfile_in(&self.spool_dir).map_err(|e| {
                     ApiError::internal(format!(
@@ -367,11 +364,7 @@ impl Grants {
         }
         Ok(match sink {
             Sink::Mem(v, r) => Spooled::Memory {
-                bytes: if v.capacity() >= xet_cas::buffers::MIN_POOLED {
-                    xet_cas::buffers::freeze(v)
-                } else {
-                    Bytes::from(v)
-                },
+                bytes: xet_cas::buffers::freeze(v),
                 _reservation: r,
             },
             Sink::File(mut f) => {
