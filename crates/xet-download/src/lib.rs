@@ -132,6 +132,7 @@ mod error;
 mod fetch;
 mod fsio;
 mod journal;
+mod part;
 mod pipeline;
 mod plan;
 mod types;
