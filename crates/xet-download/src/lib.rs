@@ -128,6 +128,7 @@
 mod cache;
 mod decode;
 mod diagnose;
+mod direct;
 mod error;
 mod fetch;
 mod fsio;
