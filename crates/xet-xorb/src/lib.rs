@@ -39,7 +39,7 @@ pub use footer::{
 pub use scheme::{
     CompressionScheme, byte_group4, byte_group4_into, byte_ungroup4, byte_ungroup4_into,
     choose_scheme, compress, compress_chunk_into, compress_into, decompress, decompress_into,
-    try_compress_into,
+    popcount_histograms, popcount_histograms_scalar, try_compress_into,
 };
 pub use xorb::{ChunkInfo, Xorb, XorbBuilder, XorbInfo, extract_chunk_range, verify, verify_body};
 

@@ -149,6 +149,67 @@ const POPCOUNT: [u8; 256] = {
     t
 };
 
+/// For each byte position `p` of the 4-byte words of `sample`, how many of its bytes
+/// have each popcount 0..=8 (a trailing partial word counts from position 0).
+///
+/// Written so the compiler vectorises it (even for baseline x86-64): popcounts are
+/// computed 16 bytes at a time with bit arithmetic and counted per value with compares
+/// into byte-wide counters that stay in registers, added up before they can overflow.
+/// The plain way ([`popcount_histograms_scalar`], a lookup and an increment per byte)
+/// is 2-2.5x slower, and took a twentieth of an upload's CPU time on incompressible
+/// data (`cargo test -p xet-xorb --release --test throughput -- --ignored`).
+pub fn popcount_histograms(sample: &[u8]) -> [[u32; 9]; 4] {
+    const BLOCK: usize = 64;
+    const LANES: usize = 16;
+    // Byte-wide counters take at most 255 blocks.
+    const ROUND: usize = 255;
+    let mut hist = [[0u32; 9]; 4];
+    let whole = sample.len() / BLOCK * BLOCK;
+    for round in sample[..whole].chunks(ROUND * BLOCK) {
+        // One 16-byte group of each block at a time: its nine counters fit in
+        // registers.
+        for g in 0..BLOCK / LANES {
+            let mut acc = [[0u8; LANES]; 9];
+            for block in round.chunks_exact(BLOCK) {
+                let lanes: &[u8; LANES] = block[g * LANES..(g + 1) * LANES]
+                    .try_into()
+                    .expect("16 bytes");
+                let mut pc = [0u8; LANES];
+                for (p, &b) in pc.iter_mut().zip(lanes) {
+                    let x = b - ((b >> 1) & 0x55);
+                    let x = (x & 0x33) + ((x >> 2) & 0x33);
+                    *p = (x + (x >> 4)) & 0x0f;
+                }
+                for (v, a) in acc.iter_mut().enumerate() {
+                    for (c, &p) in a.iter_mut().zip(&pc) {
+                        *c += u8::from(p == v as u8);
+                    }
+                }
+            }
+            for (v, a) in acc.iter().enumerate() {
+                for (i, &c) in a.iter().enumerate() {
+                    hist[i % 4][v] += u32::from(c);
+                }
+            }
+        }
+    }
+    // Blocks and groups are multiples of 4 bytes, so the tail's positions start at 0.
+    for (j, &b) in sample[whole..].iter().enumerate() {
+        hist[j % 4][usize::from(POPCOUNT[usize::from(b)])] += 1;
+    }
+    hist
+}
+
+/// [`popcount_histograms`] the plain way (a lookup and an increment per byte), to test
+/// the fast one against.
+pub fn popcount_histograms_scalar(sample: &[u8]) -> [[u32; 9]; 4] {
+    let mut hist = [[0u32; 9]; 4];
+    for (j, &b) in sample.iter().enumerate() {
+        hist[j % 4][usize::from(POPCOUNT[usize::from(b)])] += 1;
+    }
+    hist
+}
+
 /// Pick LZ4 or ByteGrouping4LZ4 for a chunk (never `None`: whether compression pays off
 /// is decided by [`compress_chunk_into`]).
 ///
@@ -164,16 +225,7 @@ const POPCOUNT: [u8; 256] = {
 /// cheap (one pass over at most 16 KiB), unlike trial-compressing both ways.
 pub fn choose_scheme(sample: &[u8]) -> CompressionScheme {
     let sample = &sample[..sample.len().min(PREDICTOR_SAMPLE)];
-    let mut hist = [[0u32; 9]; 4];
-    let mut quads = sample.chunks_exact(4);
-    for q in &mut quads {
-        for (h, &b) in hist.iter_mut().zip(q) {
-            h[usize::from(POPCOUNT[usize::from(b)])] += 1;
-        }
-    }
-    for (h, &b) in hist.iter_mut().zip(quads.remainder()) {
-        h[usize::from(POPCOUNT[usize::from(b)])] += 1;
-    }
+    let hist = popcount_histograms(sample);
     // Pooled histogram with add-one smoothing so no bin has probability zero.
     let mut pooled = [1u32; 9];
     let mut totals = [0u32; 4];

@@ -1,6 +1,7 @@
 //! Build → serialize (both forms) → parse round trips, and per-scheme round trips.
 
 use proptest::prelude::*;
+use xet_testdata::{Kind, generate};
 use xet_xorb::*;
 
 /// Chunk contents with a mix of compressible and incompressible data and edge sizes.
@@ -222,4 +223,58 @@ fn builder_rejects_bad_chunk_sizes_and_empty_xorbs() {
     assert!(b.is_empty());
     assert_eq!(b.finish(), Err(XorbError::Empty));
     assert!(serialize_chunk(&[], None, CompressionScheme::Lz4).is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The vectorised popcount histograms behind `choose_scheme` equal the plain ones,
+    /// for any length (partial blocks and words, several counter rounds) and content.
+    #[test]
+    fn popcount_histograms_equal_the_plain_count(
+        len in prop_oneof![0usize..200, 16_000usize..16_400, 0usize..40_000],
+        seed in any::<u64>(),
+        kind in 0u8..3,
+    ) {
+        let data = match kind {
+            0 => generate(Kind::Random, len, seed),
+            1 => generate(Kind::Float32, len, seed),
+            // One byte value throughout: every count lands in one counter.
+            _ => vec![(seed % 256) as u8; len],
+        };
+        prop_assert_eq!(popcount_histograms(&data), popcount_histograms_scalar(&data));
+    }
+}
+
+#[test]
+fn popcount_histograms_at_block_and_round_edges() {
+    // 64-byte blocks, 255 blocks per round of byte-wide counters.
+    for len in [
+        1,
+        3,
+        4,
+        5,
+        63,
+        64,
+        65,
+        255 * 64 - 1,
+        255 * 64,
+        255 * 64 + 1,
+        510 * 64 + 7,
+    ] {
+        for fill in [0x00u8, 0xff, 0x0f] {
+            let data = vec![fill; len];
+            assert_eq!(
+                popcount_histograms(&data),
+                popcount_histograms_scalar(&data),
+                "{len} {fill}"
+            );
+        }
+        let data = generate(Kind::Random, len, len as u64);
+        assert_eq!(
+            popcount_histograms(&data),
+            popcount_histograms_scalar(&data),
+            "{len}"
+        );
+    }
 }

@@ -65,3 +65,31 @@ fn compression_throughput() {
         );
     }
 }
+
+/// The scheme predictor's histograms over 16 KiB samples of each 64 KiB chunk, the
+/// vectorised way and the plain way.
+#[test]
+#[ignore]
+fn predictor_throughput() {
+    let data = generate(Kind::Random, TOTAL, 7);
+    for (name, f) in [
+        (
+            "popcount_histograms",
+            popcount_histograms as fn(&[u8]) -> [[u32; 9]; 4],
+        ),
+        ("popcount_histograms_scalar", popcount_histograms_scalar),
+    ] {
+        let r = rate(|| {
+            for c in data.chunks(CHUNK) {
+                std::hint::black_box(f(&c[..16 * 1024]));
+            }
+        });
+        println!("{name}: {r:.0} MB/s of chunk data (16 KiB sampled per 64 KiB chunk)");
+    }
+    let r = rate(|| {
+        for c in data.chunks(CHUNK) {
+            std::hint::black_box(choose_scheme(c));
+        }
+    });
+    println!("choose_scheme: {r:.0} MB/s of chunk data");
+}
