@@ -22,6 +22,8 @@ use std::ops::Range;
 
 use xet_hash::MerkleHash;
 
+pub mod scan;
+
 /// Chunks are never shorter than this, except the last chunk of a file.
 pub const MIN_CHUNK_SIZE: usize = 8 * 1024;
 /// Expected average chunk length (one boundary per 2^16 positions on random data).
@@ -223,22 +225,19 @@ pub fn find_matches_after(before: &[u8], data: &[u8], range: Range<usize>) -> Ve
     let need = HASH_WINDOW_SIZE - 1;
     let from_data = range.start.min(need);
     let from_before = (need - from_data).min(before.len());
-    let mut hasher = gearhash::Hasher::default();
     // The (up to) 63 bytes before `range.start` complete the window of the first byte scanned.
-    hasher.update(&before[before.len() - from_before..]);
-    hasher.update(&data[range.start - from_data..range.start]);
+    let mut hash = scan::update(0, &before[before.len() - from_before..]);
+    hash = scan::update(hash, &data[range.start - from_data..range.start]);
     let mut pos = range.start;
     let missing = need - from_data - from_before;
     if missing > 0 {
         // Near the start of the input: fill the window without reporting matches.
         let n = missing.min(range.end - pos);
-        hasher.update(&data[pos..pos + n]);
+        hash = scan::update(hash, &data[pos..pos + n]);
         pos += n;
     }
-    while let Some(k) = hasher.next_match(&data[pos..range.end], MASK) {
-        pos += k;
-        out.push(pos);
-    }
+    // Every match is wanted: the multi-lane scan is faster than `gearhash` at that.
+    scan::matches(hash, &data[pos..range.end], pos, &mut out);
     out
 }
 
