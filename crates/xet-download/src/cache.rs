@@ -7,18 +7,11 @@
 //!
 //! ```text
 //! <cache dir>/chunks/<xorb hash>/<start>-<end>
-//!     data                                 the n chunks' data, concatenated
-//!     n × (hash: [u8; 32], size: u32 LE)   chunk hash and decompressed size
+//!     "XETCC001"                           8-byte magic
 //!     n: u32 LE                            number of chunks (= end - start)
-//!     "XETCC002"                           8-byte magic
+//!     n × (hash: [u8; 32], size: u32 LE)   chunk hash and decompressed size
+//!     data                                 the n chunks' data, concatenated
 //! ```
-//!
-//! The chunk table trails the data because the data is written as it is decoded, in
-//! order, through a small aligned buffer with `O_DIRECT` where the filesystem allows
-//! (the table, known only at the end, then follows it); entries are read from disk
-//! later anyway, and writing them through the page cache costs a download as much
-//! system time as writing the file itself. Entries of the first layout (`XETCC001`: the
-//! table first) are still read.
 //!
 //! Values are *decompressed* (the draft's recommendation, §13.2): a hit costs a read
 //! and a hash, no decompression. A lookup for chunks `a..b` may be served from several
@@ -32,7 +25,7 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,22 +35,11 @@ use rayon::prelude::*;
 use serde::Serialize;
 use xet_hash::MerkleHash;
 
-use crate::direct::{self, AlignedBuf, Pool};
 use crate::fsio;
 
-/// Magic of entries with the chunk table first (read only).
-const MAGIC_V1: &[u8; 8] = b"XETCC001";
-/// Magic of entries with the chunk table last, at the end of the file.
-const MAGIC: &[u8; 8] = b"XETCC002";
+const MAGIC: &[u8; 8] = b"XETCC001";
 const SUBDIR: &str = "chunks";
-/// Bytes per chunk in the chunk table.
 const ENTRY_HEADER: u64 = 36;
-/// Bytes of count and magic.
-const TABLE_FIXED: u64 = 12;
-/// Entries are staged (and written) in blocks of this size.
-const STAGE: usize = 1 << 20;
-/// Stage buffers, 16 kept for reuse.
-static STAGES: Pool = Pool::new(STAGE, 16);
 
 thread_local! {
     /// Per-thread chunk buffer for cache reads.
@@ -264,10 +246,37 @@ impl ChunkCache {
     ) -> io::Result<Vec<(MerkleHash, u32)>> {
         let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
         let path = self.entry_path(xorb, es, ee);
-        let f = File::open(&path)?;
+        let mut f = File::open(&path)?;
         let file_len = f.metadata()?.len();
         let n = (ee - es) as usize;
-        let (chunks, data_start) = read_table(&f, file_len, n).map_err(bad)?;
+        let header_len = 12 + n as u64 * ENTRY_HEADER;
+        if file_len < header_len {
+            return Err(bad(format!("{file_len} bytes is shorter than its header")));
+        }
+        let mut header = vec![0u8; header_len as usize];
+        f.read_exact(&mut header)?;
+        if &header[..8] != MAGIC
+            || u32::from_le_bytes(header[8..12].try_into().expect("4 bytes")) as usize != n
+        {
+            return Err(bad("bad magic or chunk count".into()));
+        }
+        let mut chunks = Vec::with_capacity(n);
+        for i in 0..n {
+            let p = 12 + i * ENTRY_HEADER as usize;
+            let hash = MerkleHash(header[p..p + 32].try_into().expect("32 bytes"));
+            let size = u32::from_le_bytes(header[p + 32..p + 36].try_into().expect("4 bytes"));
+            if size == 0 || size as usize > MAX_CHUNK {
+                return Err(bad(format!("chunk {i} size {size}")));
+            }
+            chunks.push((hash, size));
+        }
+        let total: u64 = chunks.iter().map(|c| u64::from(c.1)).sum();
+        if header_len + total != file_len {
+            return Err(bad(format!(
+                "length {file_len}, header says {}",
+                header_len + total
+            )));
+        }
         // File position and sink offset of each wanted chunk.
         let skip: u64 = chunks[..(from - es) as usize]
             .iter()
@@ -286,7 +295,7 @@ impl ChunkCache {
                 let buf = &mut *b.borrow_mut();
                 buf.clear();
                 buf.resize(size as usize, 0);
-                fsio::read_exact_at(&f, buf, data_start + skip + places[k])?;
+                fsio::read_exact_at(&f, buf, header_len + skip + places[k])?;
                 if xet_hash::chunk_hash(buf) != hash {
                     return Err(bad(format!(
                         "chunk {} does not hash to its recorded hash",
@@ -368,10 +377,10 @@ impl ChunkCache {
     /// or cannot be created. Blocking.
     pub fn begin(&self, xorb: &MerkleHash, start: u32, sizes: &[u32]) -> Option<PendingEntry> {
         let end = start + sizes.len() as u32;
-        let table_len = TABLE_FIXED + sizes.len() as u64 * ENTRY_HEADER;
+        let header_len = 12 + sizes.len() as u64 * ENTRY_HEADER;
         let data_len: u64 = sizes.iter().map(|&s| u64::from(s)).sum();
         if sizes.is_empty()
-            || table_len + data_len > self.max_bytes
+            || header_len + data_len > self.max_bytes
             || self.contains(xorb, start, end)
         {
             return None;
@@ -384,27 +393,22 @@ impl ChunkCache {
                 std::process::id(),
                 self.tmp_counter.fetch_add(1, Ordering::Relaxed)
             ));
-            // Small entries are not worth the aligned writes.
-            let out = match (data_len >= STAGE as u64)
-                .then(|| direct::open(&tmp, true))
-                .flatten()
-            {
-                Some(f) => Staged::new(f, true),
-                None => Staged::new(
-                    fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .open(&tmp)?,
-                    false,
-                ),
-            };
+            let file = File::create(&tmp)?;
+            file.set_len(header_len + data_len)?;
+            let mut offsets = Vec::with_capacity(sizes.len());
+            let mut pos = header_len;
+            for &s in sizes {
+                offsets.push(pos);
+                pos += u64::from(s);
+            }
             Ok(PendingEntry {
                 xorb: *xorb,
                 start,
                 sizes: sizes.to_vec(),
-                out: Mutex::new(out),
+                offsets,
+                file,
                 tmp,
-                file_len: data_len + table_len,
+                file_len: pos,
                 done: false,
             })
         })();
@@ -417,28 +421,23 @@ impl ChunkCache {
         }
     }
 
-    /// Append the chunk table of `p` (with the chunks' `hashes`) and publish it. Errors
-    /// are logged: the cache is an optimisation. Blocking.
+    /// Write the header of `p` (with the chunks' `hashes`) and publish it. Errors are
+    /// logged: the cache is an optimisation. Blocking.
     pub fn commit(&self, mut p: PendingEntry, hashes: &[MerkleHash]) {
         let xorb = p.xorb;
         let (start, end) = (p.start, p.start + p.sizes.len() as u32);
         let res = (|| -> io::Result<()> {
+            let mut header = Vec::with_capacity(12 + hashes.len() * ENTRY_HEADER as usize);
+            header.extend_from_slice(MAGIC);
+            header.extend_from_slice(&(hashes.len() as u32).to_le_bytes());
+            for (h, s) in hashes.iter().zip(&p.sizes) {
+                header.extend_from_slice(&h.0);
+                header.extend_from_slice(&s.to_le_bytes());
+            }
             if hashes.len() != p.sizes.len() {
                 return Err(io::Error::other("hash count differs from chunk count"));
             }
-            let out = p.out.get_mut().unwrap_or_else(|e| e.into_inner());
-            if out.next != p.sizes.len() {
-                return Err(io::Error::other("not every chunk was written"));
-            }
-            let mut table = Vec::with_capacity(hashes.len() * ENTRY_HEADER as usize + 12);
-            for (h, s) in hashes.iter().zip(&p.sizes) {
-                table.extend_from_slice(&h.0);
-                table.extend_from_slice(&s.to_le_bytes());
-            }
-            table.extend_from_slice(&(hashes.len() as u32).to_le_bytes());
-            table.extend_from_slice(MAGIC);
-            out.append(&table, &p.tmp)?;
-            out.finish(&p.tmp, p.file_len)?;
+            fsio::write_all_at(&p.file, &header, 0)?;
             fs::rename(&p.tmp, self.entry_path(&xorb, start, end))
         })();
         p.done = res.is_ok();
@@ -507,29 +506,20 @@ impl ChunkCache {
 
 /// An entry being written; see [`ChunkCache::begin`]. Dropped uncommitted, its
 /// temporary file is removed.
+#[derive(Debug)]
 pub(crate) struct PendingEntry {
     xorb: MerkleHash,
     start: u32,
     sizes: Vec<u32>,
-    out: Mutex<Staged>,
+    offsets: Vec<u64>,
+    file: File,
     tmp: PathBuf,
     file_len: u64,
     done: bool,
 }
 
-impl std::fmt::Debug for PendingEntry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PendingEntry")
-            .field("xorb", &self.xorb)
-            .field("start", &self.start)
-            .field("chunks", &self.sizes.len())
-            .field("tmp", &self.tmp)
-            .finish()
-    }
-}
-
 impl PendingEntry {
-    /// Write chunk `i` (relative to the entry's start). Chunks come in order.
+    /// Write chunk `i` (relative to the entry's start). Any thread, any order.
     pub fn write_chunk(&self, i: usize, data: &[u8]) -> io::Result<()> {
         if data.len() != self.sizes[i] as usize {
             return Err(io::Error::other(format!(
@@ -538,133 +528,8 @@ impl PendingEntry {
                 self.sizes[i]
             )));
         }
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        if i != out.next {
-            return Err(io::Error::other(format!(
-                "chunk {i} written out of order (expected {})",
-                out.next
-            )));
-        }
-        out.append(data, &self.tmp)?;
-        out.next += 1;
-        Ok(())
+        fsio::write_all_at(&self.file, data, self.offsets[i])
     }
-}
-
-/// An entry file written front to back through one aligned stage buffer: direct writes
-/// of whole stages where the filesystem takes them, else plain writes of the same.
-struct Staged {
-    file: File,
-    direct: bool,
-    stage: AlignedBuf,
-    filled: usize,
-    /// File offset of the stage's first byte.
-    pos: u64,
-    /// Chunks written so far.
-    next: usize,
-}
-
-impl Staged {
-    fn new(file: File, direct: bool) -> Staged {
-        Staged {
-            file,
-            direct,
-            stage: STAGES.take(),
-            filled: 0,
-            pos: 0,
-            next: 0,
-        }
-    }
-
-    fn append(&mut self, mut data: &[u8], path: &Path) -> io::Result<()> {
-        while !data.is_empty() {
-            let n = data.len().min(STAGE - self.filled);
-            self.stage[self.filled..self.filled + n].copy_from_slice(&data[..n]);
-            self.filled += n;
-            data = &data[n..];
-            if self.filled == STAGE {
-                self.write_stage(path)?;
-                self.pos += STAGE as u64;
-                self.filled = 0;
-            }
-        }
-        Ok(())
-    }
-
-    /// Write the filled part of the stage (padded to the alignment when direct).
-    fn write_stage(&mut self, path: &Path) -> io::Result<()> {
-        if self.direct {
-            let padded = direct::padded(self.filled);
-            self.stage[self.filled..padded].fill(0);
-            match direct::write_at(&self.file, &self.stage[..padded], self.pos) {
-                Ok(()) => return Ok(()),
-                Err(e) if direct::is_unsupported(&e) => {
-                    // Refused after all: the same file, through the page cache.
-                    self.file = fs::OpenOptions::new().write(true).open(path)?;
-                    self.direct = false;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        fsio::write_all_at(&self.file, &self.stage[..self.filled], self.pos)
-    }
-
-    /// Write what is staged and cut the file to `len` (padding removed).
-    fn finish(&mut self, path: &Path, len: u64) -> io::Result<()> {
-        if self.filled > 0 {
-            self.write_stage(path)?;
-        }
-        self.file.set_len(len)
-    }
-}
-
-/// The chunk table of an entry file of `file_len` bytes holding `n` chunks (either
-/// layout): every chunk's `(hash, size)` and the offset of the data.
-fn read_table(f: &File, file_len: u64, n: usize) -> Result<(Vec<(MerkleHash, u32)>, u64), String> {
-    let table_len = TABLE_FIXED + n as u64 * ENTRY_HEADER;
-    if file_len < table_len {
-        return Err(format!("{file_len} bytes is shorter than its chunk table"));
-    }
-    let io = |e: io::Error| e.to_string();
-    let mut tail = [0u8; 12];
-    fsio::read_exact_at(f, &mut tail, file_len - 12).map_err(io)?;
-    let (table, count, data_start) = if &tail[4..] == MAGIC {
-        let mut t = vec![0u8; table_len as usize - 12];
-        fsio::read_exact_at(f, &mut t, file_len - table_len).map_err(io)?;
-        (
-            t,
-            u32::from_le_bytes(tail[..4].try_into().expect("4 bytes")),
-            0,
-        )
-    } else {
-        let mut t = vec![0u8; table_len as usize];
-        fsio::read_exact_at(f, &mut t, 0).map_err(io)?;
-        if &t[..8] != MAGIC_V1 {
-            return Err("bad magic".into());
-        }
-        let count = u32::from_le_bytes(t[8..12].try_into().expect("4 bytes"));
-        (t.split_off(12), count, table_len)
-    };
-    if count as usize != n {
-        return Err(format!("{count} chunks, the name says {n}"));
-    }
-    let mut chunks = Vec::with_capacity(n);
-    for (i, e) in table.chunks_exact(ENTRY_HEADER as usize).enumerate() {
-        let hash = MerkleHash(e[..32].try_into().expect("32 bytes"));
-        let size = u32::from_le_bytes(e[32..36].try_into().expect("4 bytes"));
-        if size == 0 || size as usize > MAX_CHUNK {
-            return Err(format!("chunk {i} size {size}"));
-        }
-        chunks.push((hash, size));
-    }
-    let total: u64 = chunks.iter().map(|c| u64::from(c.1)).sum();
-    if table_len + total != file_len {
-        return Err(format!(
-            "length {file_len}, chunk table says {}",
-            table_len + total
-        ));
-    }
-    Ok((chunks, data_start))
 }
 
 impl Drop for PendingEntry {
@@ -710,27 +575,13 @@ pub struct CacheStats {
 }
 
 fn entry_chunks(path: &Path) -> u64 {
-    let read = || -> io::Result<u64> {
-        let f = File::open(path)?;
-        let len = f.metadata()?.len();
-        let mut b = [0u8; 12];
-        if len >= 12 {
-            fsio::read_exact_at(&f, &mut b, len - 12)?;
-            if &b[4..] == MAGIC {
-                return Ok(u64::from(u32::from_le_bytes(
-                    b[..4].try_into().expect("4 bytes"),
-                )));
-            }
-            fsio::read_exact_at(&f, &mut b, 0)?;
-            if &b[..8] == MAGIC_V1 {
-                return Ok(u64::from(u32::from_le_bytes(
-                    b[8..].try_into().expect("4 bytes"),
-                )));
-            }
+    let mut head = [0u8; 12];
+    match File::open(path).and_then(|mut f| f.read_exact(&mut head)) {
+        Ok(()) if &head[..8] == MAGIC => {
+            u64::from(u32::from_le_bytes(head[8..12].try_into().expect("4 bytes")))
         }
-        Ok(0)
-    };
-    read().unwrap_or(0)
+        _ => 0,
+    }
 }
 
 /// Statistics of the chunk cache under `dir` (the same directory given as
@@ -828,100 +679,15 @@ mod tests {
         let c = ChunkCache::open(dir.path(), 1 << 20).unwrap();
         let x = xet_hash::chunk_hash(b"x");
         let data = vec![5u8; 200];
-        // A flipped data byte (chunk hash mismatch), a flipped magic byte, a cut table.
-        let flip_data = |b: &mut Vec<u8>| b[10] ^= 1;
-        let flip_magic = |b: &mut Vec<u8>| *b.last_mut().unwrap() ^= 0xff;
-        let cut = |b: &mut Vec<u8>| b.truncate(b.len() - 5);
-        for damage in [&flip_data as &dyn Fn(&mut Vec<u8>), &flip_magic, &cut] {
-            c.insert(&x, 0, &chunks_of(&data, &[200]), &data);
-            let p = c.entry_path(&x, 0, 1);
-            let mut bytes = fs::read(&p).unwrap();
-            damage(&mut bytes);
-            fs::write(&p, bytes).unwrap();
-            assert!(c.get(&x, 0, 1).is_none());
-            assert!(!p.exists());
-            assert!(!c.contains(&x, 0, 1));
-        }
-    }
-
-    #[test]
-    fn large_entries_round_trip_through_aligned_stages() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = ChunkCache::open(dir.path(), 64 << 20).unwrap();
-        let x = xet_hash::chunk_hash(b"x");
-        // Just over two and a half stages, in chunks of every size up to the maximum,
-        // so chunks straddle stage borders and the last stage is partly filled.
-        let mut sizes = Vec::new();
-        let mut total = 0usize;
-        let mut k = 0u32;
-        while total < 5 * STAGE / 2 + 1 {
-            let s = 1 + (k * 7919) % MAX_CHUNK as u32;
-            sizes.push(s);
-            total += s as usize;
-            k += 1;
-        }
-        let data: Vec<u8> = (0..total as u32).map(|i| (i % 253) as u8).collect();
-        let chunks = chunks_of(&data, &sizes);
-        c.insert(&x, 3, &chunks, &data);
-        let end = 3 + sizes.len() as u32;
-        let table = TABLE_FIXED + sizes.len() as u64 * ENTRY_HEADER;
-        assert_eq!(
-            fs::metadata(c.entry_path(&x, 3, end)).unwrap().len(),
-            total as u64 + table,
-            "no padding left behind"
-        );
-        let got = c.get(&x, 3, end).unwrap();
-        assert!(got.data == data);
-        assert_eq!(got.chunks, chunks);
-        assert_eq!(cache_stats(dir.path()).unwrap().chunks, sizes.len() as u64);
-        // A middle slice, served from the same entry.
-        let got = c.get(&x, 5, 9).unwrap();
-        let from: usize = sizes[..2].iter().map(|&s| s as usize).sum();
-        let to: usize = sizes[..6].iter().map(|&s| s as usize).sum();
-        assert!(got.data == data[from..to]);
-    }
-
-    #[test]
-    fn entries_of_the_first_layout_are_still_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = ChunkCache::open(dir.path(), 1 << 20).unwrap();
-        let x = xet_hash::chunk_hash(b"x");
-        let data: Vec<u8> = (0..300u32).map(|i| (i % 251) as u8).collect();
-        let chunks = chunks_of(&data, &[100, 200]);
-        // Table first, then the data.
-        let mut bytes = MAGIC_V1.to_vec();
-        bytes.extend_from_slice(&2u32.to_le_bytes());
-        for (h, s) in &chunks {
-            bytes.extend_from_slice(&h.0);
-            bytes.extend_from_slice(&s.to_le_bytes());
-        }
-        bytes.extend_from_slice(&data);
-        fs::create_dir_all(dir.path().join(SUBDIR).join(x.to_string())).unwrap();
-        fs::write(c.entry_path(&x, 4, 6), bytes).unwrap();
-        drop(c);
-        let c = ChunkCache::open(dir.path(), 1 << 20).unwrap();
-        assert_eq!(c.get(&x, 4, 6).unwrap().data, data);
-        assert_eq!(c.get(&x, 5, 6).unwrap().data, &data[100..]);
-        assert_eq!(cache_stats(dir.path()).unwrap().chunks, 2);
-    }
-
-    #[test]
-    fn chunks_written_out_of_order_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = ChunkCache::open(dir.path(), 1 << 20).unwrap();
-        let x = xet_hash::chunk_hash(b"x");
-        let p = c.begin(&x, 0, &[10, 20]).unwrap();
-        assert!(p.write_chunk(1, &[0; 20]).is_err());
-        p.write_chunk(0, &[0; 10]).unwrap();
-        assert!(p.write_chunk(0, &[0; 10]).is_err());
-        let hashes = [
-            xet_hash::chunk_hash(&[0; 10]),
-            xet_hash::chunk_hash(&[0; 20]),
-        ];
-        // Committing with a chunk missing publishes nothing.
-        c.commit(p, &hashes);
-        assert!(!c.contains(&x, 0, 2));
-        assert_eq!(fs::read_dir(c.root.join(x.to_string())).unwrap().count(), 0);
+        c.insert(&x, 0, &chunks_of(&data, &[200]), &data);
+        let p = c.entry_path(&x, 0, 1);
+        let mut bytes = fs::read(&p).unwrap();
+        let n = bytes.len();
+        bytes[n - 1] ^= 0xff;
+        fs::write(&p, bytes).unwrap();
+        assert!(c.get(&x, 0, 1).is_none());
+        assert!(!p.exists());
+        assert!(!c.contains(&x, 0, 1));
     }
 
     #[test]

@@ -128,7 +128,6 @@
 mod cache;
 mod decode;
 mod diagnose;
-mod direct;
 mod error;
 mod fetch;
 mod fsio;

@@ -36,21 +36,25 @@ use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use crate::direct::{self, AlignedBuf, Pool};
 use crate::fsio;
 use crate::journal::{DoneTerm, Journal};
 
 /// Parts at least this long are written directly.
 pub(crate) const DIRECT_MIN: u64 = 8 << 20;
-/// Stripe length: a multiple of [`direct::ALIGN`], large enough that a direct write costs little
+/// Stripe length: a multiple of [`ALIGN`], large enough that a direct write costs little
 /// per byte, small enough that the stripes being filled at once stay a modest amount of
 /// memory.
 pub(crate) const STRIPE: u64 = 4 << 20;
+/// Alignment of direct writes (buffer address, file offset, length): the largest
+/// logical block size in common use.
+const ALIGN: usize = 4096;
 /// Stripes being filled at once, at most, per file. In-order downloads have a few open
 /// (one per fetch boundary in flight); beyond this, stripes take the buffered path.
 pub(crate) const MAX_OPEN: usize = 24;
-/// Stripe buffers, 8 kept for reuse across files.
-static STRIPES: Pool = Pool::new(STRIPE as usize, 8);
+/// Stripe buffers kept for reuse, across files.
+const IDLE_MAX: usize = 8;
+
+static IDLE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -73,22 +77,33 @@ enum Mode {
 
 /// A stripe being filled.
 struct Stripe {
-    buf: AlignedBuf,
+    buf: Vec<u8>,
+    /// Start of the aligned window in `buf`.
+    at: usize,
     /// Byte ranges of the stripe that have arrived: sorted, disjoint, not adjacent.
     have: Vec<(usize, usize)>,
 }
 
 impl Stripe {
     fn new() -> Stripe {
+        let mut buf = lock(&IDLE).pop().unwrap_or_default();
+        buf.resize(STRIPE as usize + ALIGN, 0);
+        // The aligned window of the buffer (`align_offset` keeps this free of unsafe).
+        let at = buf.as_ptr().align_offset(ALIGN);
         Stripe {
-            buf: STRIPES.take(),
+            buf,
+            at,
             have: Vec::new(),
         }
     }
 
+    fn window(&mut self) -> &mut [u8] {
+        &mut self.buf[self.at..self.at + STRIPE as usize]
+    }
+
     /// Copy `data` to offset `off` of the stripe.
     fn put(&mut self, off: usize, data: &[u8]) {
-        self.buf[off..off + data.len()].copy_from_slice(data);
+        self.window()[off..off + data.len()].copy_from_slice(data);
         let (mut lo, mut hi) = (off, off + data.len());
         // Merge with every range it overlaps or touches.
         self.have.retain(|&(a, b)| {
@@ -106,6 +121,13 @@ impl Stripe {
 
     fn is_full(&self, len: usize) -> bool {
         self.have.first() == Some(&(0, len))
+    }
+
+    fn recycle(self) {
+        let mut idle = lock(&IDLE);
+        if idle.len() < IDLE_MAX {
+            idle.push(self.buf);
+        }
     }
 }
 
@@ -153,7 +175,7 @@ impl PartFile {
         kept: &HashMap<u64, DoneTerm>,
     ) -> PartFile {
         let direct = (durable && len >= DIRECT_MIN)
-            .then(|| direct::open(path, false))
+            .then(|| open_direct(path))
             .flatten()
             .map(|fd| {
                 let n = len.div_ceil(STRIPE) as usize;
@@ -284,9 +306,10 @@ impl PartFile {
         journal: Option<&Journal>,
     ) -> io::Result<()> {
         let slen = self.stripe_len(k);
-        let padded = direct::padded(slen);
-        s.buf[slen..padded].fill(0);
-        let res = direct::write_at(&d.fd, &s.buf[..padded], k as u64 * STRIPE);
+        let padded = slen.div_ceil(ALIGN) * ALIGN;
+        let window = s.window();
+        window[slen..padded].fill(0);
+        let res = write_direct(&d.fd, &window[..padded], k as u64 * STRIPE);
         match res {
             Ok(()) => {
                 let ready = {
@@ -296,22 +319,22 @@ impl PartFile {
                     self.write_late(&mut st, k)?;
                     self.take_ready(&mut st)
                 };
-                drop(s);
+                s.recycle();
                 journal_all(journal, &ready)
             }
-            Err(e) if direct::is_unsupported(&e) => {
+            Err(e) if e.raw_os_error() == Some(libc_einval()) => {
                 // The filesystem refuses direct writes: this stripe, the open ones and
                 // everything after go through the page cache.
                 let ready = {
                     let mut st = lock(&d.state);
                     st.enabled = false;
                     st.modes[k] = Mode::Buffered;
-                    self.write_buffered(&[&s.buf[..slen]], k as u64 * STRIPE)?;
+                    self.write_buffered(&[&s.window()[..slen]], k as u64 * STRIPE)?;
                     self.write_late(&mut st, k)?;
                     self.drain_open(&mut st)?;
                     self.take_ready(&mut st)
                 };
-                drop(s);
+                s.recycle();
                 tracing::debug!("O_DIRECT writes refused here; writing through the page cache");
                 journal_all(journal, &ready)
             }
@@ -323,7 +346,7 @@ impl PartFile {
                     st.modes[k] = Mode::Buffered;
                     st.late.retain(|(at, _)| (*at / STRIPE) as usize != k);
                 }
-                drop(s);
+                s.recycle();
                 Err(e)
             }
         }
@@ -355,9 +378,9 @@ impl PartFile {
         st.modes[k] = Mode::Buffered;
         let have = std::mem::take(&mut s.have);
         let res = have.into_iter().try_for_each(|(a, b)| {
-            self.write_buffered(&[&s.buf[a..b]], k as u64 * STRIPE + a as u64)
+            self.write_buffered(&[&s.window()[a..b]], k as u64 * STRIPE + a as u64)
         });
-        drop(s);
+        s.recycle();
         res
     }
 
@@ -442,6 +465,42 @@ fn stripes_of(off: u64, len: u64, n: usize) -> impl Iterator<Item = usize> {
         ((off + len - 1) / STRIPE) as usize + 1
     };
     first.min(n)..end.min(n)
+}
+
+fn libc_einval() -> i32 {
+    #[cfg(unix)]
+    {
+        rustix::io::Errno::INVAL.raw_os_error()
+    }
+    #[cfg(not(unix))]
+    {
+        22
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn open_direct(path: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+        .open(path)
+        .ok()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_direct(_path: &Path) -> Option<File> {
+    None
+}
+
+#[cfg(unix)]
+fn write_direct(fd: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(fd, buf, offset)
+}
+
+#[cfg(not(unix))]
+fn write_direct(fd: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    fsio::write_all_at(fd, buf, offset)
 }
 
 #[cfg(test)]
