@@ -132,7 +132,6 @@ mod error;
 mod fetch;
 mod fsio;
 mod journal;
-mod part;
 mod pipeline;
 mod plan;
 mod types;

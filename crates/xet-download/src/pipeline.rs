@@ -20,7 +20,6 @@ use crate::error::{DownloadError, Result};
 use crate::fetch;
 use crate::fsio;
 use crate::journal::{self, DoneTerm, Journal, JournalHeader};
-use crate::part::PartFile;
 use crate::plan::{self, Group, Item};
 use crate::types::*;
 
@@ -91,13 +90,18 @@ struct FileCtx {
     out: ByteRange,
     /// Whole-file download: the file hash is checked.
     whole: bool,
-    part: PartFile,
+    part: Arc<File>,
     part_path: PathBuf,
+    /// The part is renamed into place (fsynced first, so written back as it goes); a
+    /// part that is only copied to a writer and deleted never needs the disk.
+    renamed: bool,
     journal: Option<Journal>,
     stats: FileStats,
     /// Cache entries this file used or added (removed if verification fails).
     cache_touched: Mutex<Vec<(MerkleHash, u32, u32)>>,
     candidates: Mutex<Vec<XorbCandidate>>,
+    /// Taken while writing to `part` (see `write_clipped`).
+    write_turn: Mutex<()>,
     /// Set after an error: queued groups give up instead of fetching.
     stop: CancellationToken,
 }
@@ -225,14 +229,7 @@ pub(crate) async fn download_file(
     let do_resume = resumable && shared.opts.resume;
     let (part, journal, done) = {
         let (pp, jp, header) = (part_path.clone(), journal_path.clone(), header.clone());
-        blocking(move || -> Result<_> {
-            let (f, journal, done) = open_part(&pp, &jp, &header, out.len(), do_resume, resumable)?;
-            // A part renamed into place is fsynced, so it goes to the disk as it is
-            // written; one only copied to a writer and deleted never needs the disk.
-            let part = PartFile::new(f, &pp, out.len(), resumable, &done);
-            Ok((part, journal, done))
-        })
-        .await??
+        blocking(move || open_part(&pp, &jp, &header, out.len(), do_resume, resumable)).await??
     };
     let resumed: u64 = done.values().map(|t| t.len).sum();
     shared.emit(ProgressEvent::FileStarted {
@@ -249,12 +246,14 @@ pub(crate) async fn download_file(
         file,
         out,
         whole,
-        part,
+        part: Arc::new(part),
         part_path: part_path.clone(),
+        renamed: resumable,
         journal,
         stats: FileStats::default(),
         cache_touched: Mutex::new(Vec::new()),
         candidates: Mutex::new(Vec::new()),
+        write_turn: Mutex::new(()),
         stop: CancellationToken::new(),
     });
 
@@ -262,16 +261,6 @@ pub(crate) async fn download_file(
     let res = tokio::select! {
         r = run_segments(ctx.clone(), done) => r,
         _ = cancel.cancelled() => Err(DownloadError::Interrupted { file, resumable }),
-    };
-    // Bytes still held for direct writes go to the file, and their terms to the
-    // journal, whether the download succeeded or not (a rerun resumes from them).
-    let closed = {
-        let ctx = ctx.clone();
-        blocking(move || ctx.part.close(ctx.journal.as_ref())).await?
-    };
-    let res = match (res, closed) {
-        (Ok(_), Err(e)) => Err(DownloadError::io("writing", &part_path, e)),
-        (res, _) => res,
     };
     let res = match res {
         Ok(chunks) => verify_and_finish(&ctx, chunks, size, &final_path, writer).await,
@@ -568,8 +557,8 @@ fn report_written(ctx: &FileCtx, done: Written, from_cache: bool) -> GroupResult
 const WRITE_BATCH: u64 = 16 << 20;
 
 /// Write the part of consecutive chunks `pieces` (the first at file offset `at`) that
-/// falls in `item.write` (one vectored positional write, or copies into direct-write
-/// stripes; see [`PartFile`]).
+/// falls in `item.write`, with one vectored positional write. Writers of one file take
+/// turns: concurrent writes to one file only contend on its inode lock in the kernel.
 fn write_clipped<'a>(
     ctx: &FileCtx,
     item: &Item,
@@ -588,8 +577,15 @@ fn write_clipped<'a>(
         at += data.len() as u64;
     }
     if let Some(off) = first_off {
-        ctx.part
-            .write(&bufs, off - ctx.out.start, ctx.journal.as_ref())?;
+        let pos = off - ctx.out.start;
+        {
+            let _turn = lock(&ctx.write_turn);
+            fsio::write_all_vectored_at(&ctx.part, &bufs, pos)?;
+        }
+        if ctx.renamed {
+            let len = bufs.iter().map(|b| b.len() as u64).sum();
+            fsio::start_writeback(&ctx.part, pos, len);
+        }
     }
     Ok(())
 }
@@ -604,8 +600,7 @@ fn finish_item(ctx: &FileCtx, item: &Item, entries: Vec<(MerkleHash, u32)>) -> R
                 len,
                 chunks: entries.clone(),
             };
-            ctx.part
-                .record(j, item.data_start - ctx.out.start, t)
+            j.append(item.data_start - ctx.out.start, &t)
                 .map_err(|e| DownloadError::io("writing", j.path(), e))?;
         }
     }
@@ -837,7 +832,7 @@ async fn verify_and_finish(
             });
         }
     }
-    let part = ctx.part.file().clone();
+    let part = ctx.part.clone();
     let part_path = ctx.part_path.clone();
     let dest = final_path.to_path_buf();
     let journal = ctx.journal.as_ref().map(|j| j.path().to_path_buf());
