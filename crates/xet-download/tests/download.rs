@@ -431,6 +431,50 @@ async fn interrupted_download_resumes_fetching_only_what_is_missing() {
     assert!(!dir.path().join("f.part").exists() && !dir.path().join("f.part.jsonl").exists());
 }
 
+/// A larger file (21 MiB in 15 xorbs): a whole download with fetches in parallel, then
+/// an interrupted one whose rerun fetches only what the first run did not record.
+#[tokio::test]
+async fn larger_file_interrupted_and_resumed() {
+    let c = build(&[random(21 << 20, 24)], 1_500_000);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+
+    let clean = get(
+        w.clone(),
+        vec![req(&c.files[0], &dir.path().join("clean"))],
+        opts(),
+    )
+    .await
+    .unwrap();
+    assert!(std::fs::read(dir.path().join("clean")).unwrap() == c.files[0].data);
+    let total = clean.fetches;
+    assert!(total >= 10, "{total}");
+    w.reset();
+
+    let o = DownloadOptions {
+        max_concurrent_fetches: 1,
+        ..opts()
+    };
+    w.set_fault(Fault::FailAfter(5));
+    get(w.clone(), vec![req(&c.files[0], &p)], o.clone())
+        .await
+        .unwrap_err();
+    let first = w.fetches();
+    assert_eq!(first, 5);
+    w.set_fault(Fault::None);
+    w.reset();
+    let r = get(w.clone(), vec![req(&c.files[0], &p)], o).await.unwrap();
+    assert!(std::fs::read(&p).unwrap() == c.files[0].data);
+    assert_eq!(
+        r.fetches,
+        total - first,
+        "only the missing ranges are fetched"
+    );
+    assert_eq!(r.files[0].verification, Verification::FileHash);
+}
+
 #[tokio::test]
 async fn tampered_part_file_is_refetched_on_resume() {
     let c = build(&[random(2_000_000, 22)], 250_000);
