@@ -1,6 +1,9 @@
 //! Boundary rules, a byte-at-a-time second implementation, streaming equivalence and the
 //! gear table, checked against the fast path.
 
+mod common;
+
+use common::draft_boundaries;
 use proptest::prelude::*;
 use xet_chunk::{
     Chunker, MASK, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, StreamChunker, boundaries_from_matches,
@@ -35,29 +38,6 @@ fn parse_draft_table() -> [u64; 256] {
     let n = vals.len();
     vals.try_into()
         .unwrap_or_else(|_| panic!("expected 256 constants, found {n}"))
-}
-
-/// Draft §5.3 pseudo-code, one byte at a time: returns chunk end offsets.
-fn draft_boundaries(table: &[u64; 256], data: &[u8]) -> Vec<usize> {
-    let mut h: u64 = 0;
-    let mut start = 0;
-    let mut out = Vec::new();
-    for (i, &b) in data.iter().enumerate() {
-        h = (h << 1).wrapping_add(table[b as usize]);
-        let size = i - start + 1;
-        if size < MIN_CHUNK_SIZE {
-            continue;
-        }
-        if size >= MAX_CHUNK_SIZE || h & MASK == 0 {
-            out.push(i + 1);
-            start = i + 1;
-            h = 0;
-        }
-    }
-    if start < data.len() {
-        out.push(data.len());
-    }
-    out
 }
 
 /// The other behaviour older xet-core releases had: hashing starts at `MIN - 65` with the

@@ -3,11 +3,10 @@
 //! streaming `Chunker` against byte-at-a-time references, on inputs with few, many and
 //! deliberately placed matches.
 
+mod common;
+
 use proptest::prelude::*;
-use xet_chunk::{
-    Chunker, MASK, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, chunk_boundaries, find_matches_after,
-    gear_table, scan,
-};
+use xet_chunk::{Chunker, MASK, chunk_boundaries, find_matches_after, gear_table, scan};
 use xet_testdata::Rng;
 
 fn step(h: u64, b: u8) -> u64 {
@@ -197,26 +196,6 @@ fn reference_find_matches_after(
         .collect()
 }
 
-/// Chunk ends, byte at a time (draft-denis-xet §5.3).
-fn reference_boundaries(data: &[u8]) -> Vec<usize> {
-    let mut h = 0u64;
-    let mut start = 0;
-    let mut out = Vec::new();
-    for (i, &b) in data.iter().enumerate() {
-        h = step(h, b);
-        let size = i - start + 1;
-        if size >= MIN_CHUNK_SIZE && (size >= MAX_CHUNK_SIZE || h & MASK == 0) {
-            out.push(i + 1);
-            start = i + 1;
-            h = 0;
-        }
-    }
-    if start < data.len() {
-        out.push(data.len());
-    }
-    out
-}
-
 fn streamed_boundaries(data: &[u8], sizes: &[usize]) -> Vec<usize> {
     let mut chunker = Chunker::new();
     let mut out = Vec::new();
@@ -294,7 +273,7 @@ proptest! {
         sizes in proptest::collection::vec(1usize..200_000, 1..6),
     ) {
         let data = input(kind, len, gap, seed);
-        let want = reference_boundaries(&data);
+        let want = common::draft_boundaries(gear_table(), &data);
         prop_assert_eq!(&chunk_boundaries(&data), &want);
         prop_assert_eq!(&streamed_boundaries(&data, &sizes), &want);
     }
