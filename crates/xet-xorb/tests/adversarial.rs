@@ -88,7 +88,13 @@ proptest! {
         let b = &full[..cut];
         let h = x.hash();
         let (s_ok, b_ok) = run_all_parsers(b, Some(&h));
-        prop_assert!(!s_ok && !b_ok, "accepted a xorb truncated to {} of {} bytes", cut, full.len());
+        if stored && cut == x.body().len() {
+            // The stored form cut right after its chunks is the body form of the same
+            // xorb, which is valid (1 cut in ~6000, so proptest finds it only now and then).
+            prop_assert!(b_ok, "the body form was refused");
+        } else {
+            prop_assert!(!s_ok && !b_ok, "accepted a xorb truncated to {} of {} bytes", cut, full.len());
+        }
     }
 
     /// A single bit flip is detected (with the expected hash, as a server has it from the
