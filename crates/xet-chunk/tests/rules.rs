@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::draft_boundaries;
+use common::{draft_boundaries, streamed};
 use proptest::prelude::*;
 use xet_chunk::{
     Chunker, MASK, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, StreamChunker, boundaries_from_matches,
@@ -172,29 +172,6 @@ fn check_invariants(data: &[u8], ends: &[usize]) {
             assert!(n >= MIN_CHUNK_SIZE, "non-final chunk {i} has {n} bytes");
         }
     }
-}
-
-fn streamed(data: &[u8], sizes: &[usize]) -> Vec<usize> {
-    let mut chunker = Chunker::new();
-    let mut ends = Vec::new();
-    let (mut pos, mut k) = (0, 0);
-    while pos < data.len() {
-        let end = (pos + sizes[k % sizes.len()]).min(data.len());
-        k += 1;
-        let mut rest = &data[pos..end];
-        let mut at = pos;
-        while let Some(n) = chunker.next_boundary(rest) {
-            at += n;
-            ends.push(at);
-            rest = &rest[n..];
-        }
-        pos = end;
-    }
-    if let Some(n) = chunker.finish() {
-        assert_eq!(data.len() - ends.last().copied().unwrap_or(0), n);
-        ends.push(data.len());
-    }
-    ends
 }
 
 #[test]

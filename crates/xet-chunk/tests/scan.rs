@@ -6,7 +6,7 @@
 mod common;
 
 use proptest::prelude::*;
-use xet_chunk::{Chunker, MASK, chunk_boundaries, find_matches_after, gear_table, scan};
+use xet_chunk::{MASK, chunk_boundaries, find_matches_after, gear_table, scan};
 use xet_testdata::Rng;
 
 fn step(h: u64, b: u8) -> u64 {
@@ -196,28 +196,6 @@ fn reference_find_matches_after(
         .collect()
 }
 
-fn streamed_boundaries(data: &[u8], sizes: &[usize]) -> Vec<usize> {
-    let mut chunker = Chunker::new();
-    let mut out = Vec::new();
-    let mut pos = 0;
-    let mut sizes = sizes.iter().cycle();
-    while pos < data.len() {
-        let end = data.len().min(pos + sizes.next().unwrap());
-        let mut rest = &data[pos..end];
-        let mut at = pos;
-        while let Some(n) = chunker.next_boundary(rest) {
-            at += n;
-            out.push(at);
-            rest = &rest[n..];
-        }
-        pos = end;
-    }
-    if chunker.finish().is_some() {
-        out.push(data.len());
-    }
-    out
-}
-
 /// Inputs for the property tests: random, match-dense with a random gap, or low-entropy.
 fn input(kind: u8, len: usize, gap: u64, seed: u64) -> Vec<u8> {
     match kind {
@@ -275,6 +253,6 @@ proptest! {
         let data = input(kind, len, gap, seed);
         let want = common::draft_boundaries(gear_table(), &data);
         prop_assert_eq!(&chunk_boundaries(&data), &want);
-        prop_assert_eq!(&streamed_boundaries(&data, &sizes), &want);
+        prop_assert_eq!(&common::streamed(&data, &sizes), &want);
     }
 }

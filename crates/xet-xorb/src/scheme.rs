@@ -2,9 +2,10 @@
 //!
 //! Compression writes LZ4 frames laid out as `lz4_flex`'s frame encoder with default
 //! settings writes them (the reference uses that encoder), so our payloads are
-//! byte-identical to the reference's for the same chunk and scheme. Decompression uses our own small LZ4 frame reader on top of the
-//! block decoder so that the output buffer is exactly the header's declared size: a
-//! lying payload can never make us produce (or allocate) more than that.
+//! byte-identical to the reference's for the same chunk and scheme. Decompression uses
+//! our own small LZ4 frame reader on top of the block decoder so that the output buffer
+//! is exactly the header's declared size: a lying payload can never make us produce (or
+//! allocate) more than that.
 
 use std::fmt;
 
@@ -201,7 +202,8 @@ pub fn popcount_histograms(sample: &[u8]) -> [[u32; 9]; 4] {
 }
 
 /// [`popcount_histograms`] the plain way (a lookup and an increment per byte), to test
-/// the fast one against.
+/// and time the fast one against.
+#[doc(hidden)]
 pub fn popcount_histograms_scalar(sample: &[u8]) -> [[u32; 9]; 4] {
     let mut hist = [[0u32; 9]; 4];
     for (j, &b) in sample.iter().enumerate() {
