@@ -93,6 +93,12 @@ enum Command {
         /// suffix (powers of 1024); 0 turns the cache off. Default 10G.
         #[arg(long, env = "XET_CHUNK_CACHE_SIZE", value_name = "SIZE", value_parser = transfer::parse_size)]
         chunk_cache_size: Option<u64>,
+        /// Give the chunk cache its own copy of what is downloaded. By default a whole
+        /// file downloaded to the cache's file system is hard-linked into the cache
+        /// (no second write or copy on disk); a file later changed in place then no
+        /// longer serves as a cache entry (chunks are re-hashed on every cache read).
+        #[arg(long, env = "XET_CHUNK_CACHE_COPIES")]
+        chunk_cache_copies: bool,
         #[command(flatten)]
         remote: remote::RemoteArgs,
     },
@@ -273,6 +279,7 @@ pub fn main() -> ExitCode {
             range,
             size,
             chunk_cache_size,
+            chunk_cache_copies,
             remote,
         } => {
             let args = transfer::DownloadArgs {
@@ -282,6 +289,7 @@ pub fn main() -> ExitCode {
                 range,
                 size,
                 chunk_cache_size,
+                chunk_cache_copies,
                 remote,
             };
             runtime().and_then(|rt| rt.block_on(transfer::download(&out, args)))

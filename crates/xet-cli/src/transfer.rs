@@ -91,6 +91,7 @@ pub struct DownloadArgs {
     pub range: Option<String>,
     pub size: Option<u64>,
     pub chunk_cache_size: Option<u64>,
+    pub chunk_cache_copies: bool,
     pub remote: RemoteArgs,
 }
 
@@ -198,7 +199,8 @@ pub async fn download(out: &Out, a: DownloadArgs) -> CliResult {
         // The embedded store is already on this disk: caching its chunks would only write
         // every byte twice.
         cache: (!embedded && a.chunk_cache_size != Some(0)).then(|| {
-            let c = xet_download::CacheConfig::new(remote::cache_dir(&a.remote.cache_dir));
+            let c = xet_download::CacheConfig::new(remote::cache_dir(&a.remote.cache_dir))
+                .with_link_files(!a.chunk_cache_copies);
             match a.chunk_cache_size {
                 Some(max) => c.with_max_bytes(max),
                 None => c,
@@ -274,15 +276,16 @@ pub fn cache(out: &Out, clear: bool, dir: &Option<PathBuf>) -> CliResult {
     .map_err(|e| Failure::new(Code::Failure, e))?;
     let verb = if clear { "cleared" } else { "holds" };
     out.line(format!(
-        "chunk cache {} {verb} {} entries, {} chunks of {} xorbs, {} bytes",
+        "chunk cache {} {verb} {} entries, {} chunks of {} xorbs, {} linked files, {} bytes",
         s.dir.display(),
         s.entries,
         s.chunks,
         s.xorbs,
+        s.linked_files,
         s.bytes
     ));
     out.doc(&json!({ "ok": true, "dir": s.dir.display().to_string(), "cleared": clear, "entries": s.entries,
-                     "chunks": s.chunks, "xorbs": s.xorbs, "bytes": s.bytes }));
+                     "chunks": s.chunks, "xorbs": s.xorbs, "linked_files": s.linked_files, "bytes": s.bytes }));
     Ok(())
 }
 

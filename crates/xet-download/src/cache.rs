@@ -22,6 +22,25 @@
 //! order survives restarts; the in-memory index is rebuilt from a directory scan when
 //! a download starts. Several processes may share a cache directory: a file evicted by
 //! another process is just a miss.
+//!
+//! A whole file downloaded to the cache's file system is not copied: once verified, it
+//! is hard-linked into the cache, and each of its terms is recorded as a *reference*
+//! into that link, so caching it costs no data writes and no second copy on disk:
+//!
+//! ```text
+//! <cache dir>/chunks/files/<file hash>                 the downloaded file (a hard link)
+//! <cache dir>/chunks/<xorb hash>/<start>-<end>@<file hash>
+//!     "XETCR001"                           8-byte magic
+//!     n: u32 LE                            number of chunks (= end - start)
+//!     offset: u64 LE                       where the chunks start in the linked file
+//!     n × (hash: [u8; 32], size: u32 LE)   chunk hash and decompressed size
+//! ```
+//!
+//! The link shares its inode with the user's file, so the cache never writes to it
+//! and never changes its times (recency lives in the reference files). If the user
+//! changes the file in place, the re-hash on read catches it and the reference is a
+//! miss. A linked file counts against the size bound once, and is evicted as a unit
+//! (with all its references) by the most recent use of any of them.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -38,7 +57,10 @@ use xet_hash::MerkleHash;
 use crate::fsio;
 
 const MAGIC: &[u8; 8] = b"XETCC001";
+const REF_MAGIC: &[u8; 8] = b"XETCR001";
 const SUBDIR: &str = "chunks";
+/// Linked files, under `chunks/` (not a hash, so never taken for a xorb directory).
+const FILES: &str = "files";
 const ENTRY_HEADER: u64 = 36;
 
 thread_local! {
@@ -52,14 +74,44 @@ const MAX_CHUNK: usize = 128 * 1024;
 struct Entry {
     start: u32,
     end: u32,
+    /// Bytes of the entry file itself (a reference: its header only).
     file_len: u64,
     last_used: SystemTime,
+    /// A reference: the chunks are in the linked file `files/<this hash>`.
+    linked: Option<MerkleHash>,
+}
+
+/// A linked file: its size and how many references point into it.
+#[derive(Debug, Clone, Copy)]
+struct Linked {
+    len: u64,
+    refs: usize,
 }
 
 #[derive(Debug, Default)]
 struct Index {
     xorbs: HashMap<MerkleHash, Vec<Entry>>,
+    linked: HashMap<MerkleHash, Linked>,
+    /// Entry files plus linked files, in bytes.
     total: u64,
+}
+
+/// What eviction removes: one entry, or a linked file with all its references.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    Entry(MerkleHash, u32, u32),
+    Linked(MerkleHash),
+}
+
+/// One term of a verified, downloaded file, for [`ChunkCache::link_file`].
+#[derive(Debug, Clone)]
+pub(crate) struct FileTerm {
+    pub xorb: MerkleHash,
+    /// First chunk index in the xorb.
+    pub start: u32,
+    /// Where the term's data starts in the file.
+    pub offset: u64,
+    pub chunks: Vec<(MerkleHash, u32)>,
 }
 
 /// Chunks read from the cache (all verified).
@@ -78,14 +130,35 @@ pub(crate) struct ChunkCache {
     tmp_counter: AtomicU64,
 }
 
-fn entry_name(e_start: u32, e_end: u32) -> String {
-    format!("{e_start}-{e_end}")
+fn entry_name(e_start: u32, e_end: u32, linked: Option<&MerkleHash>) -> String {
+    match linked {
+        None => format!("{e_start}-{e_end}"),
+        Some(f) => format!("{e_start}-{e_end}@{f}"),
+    }
 }
 
-fn parse_entry_name(s: &str) -> Option<(u32, u32)> {
-    let (a, b) = s.split_once('-')?;
+/// `(start, end, linked file)` of an entry file name.
+fn parse_entry_name(s: &str) -> Option<(u32, u32, Option<MerkleHash>)> {
+    let (range, linked) = match s.split_once('@') {
+        Some((r, f)) => (r, Some(MerkleHash::from_hex(f).ok()?)),
+        None => (s, None),
+    };
+    let (a, b) = range.split_once('-')?;
     let (a, b) = (a.parse().ok()?, b.parse().ok()?);
-    (a < b).then_some((a, b))
+    (a < b).then_some((a, b, linked))
+}
+
+/// Remove a `.tmp` file left by a crashed writer once it is an hour old.
+fn remove_stale_tmp(f: &fs::DirEntry) {
+    if let Ok(m) = f.metadata() {
+        if m.modified()
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|a| a > Duration::from_secs(3600))
+        {
+            let _ = fs::remove_file(f.path());
+        }
+    }
 }
 
 impl ChunkCache {
@@ -94,6 +167,23 @@ impl ChunkCache {
         let root = dir.join(SUBDIR);
         fs::create_dir_all(&root)?;
         let mut index = Index::default();
+        if let Ok(rd) = fs::read_dir(root.join(FILES)) {
+            for f in rd.flatten() {
+                let name = f.file_name();
+                let name = name.to_string_lossy();
+                if name.starts_with(".tmp") {
+                    remove_stale_tmp(&f);
+                } else if let (Ok(h), Ok(m)) = (MerkleHash::from_hex(&name), f.metadata()) {
+                    index.linked.insert(
+                        h,
+                        Linked {
+                            len: m.len(),
+                            refs: 0,
+                        },
+                    );
+                }
+            }
+        }
         for (xorb, path) in scan_xorb_dirs(&root)? {
             let Ok(rd) = fs::read_dir(&path) else {
                 continue;
@@ -102,21 +192,22 @@ impl ChunkCache {
                 let name = f.file_name();
                 let name = name.to_string_lossy();
                 if name.starts_with(".tmp") {
-                    // Left by a crashed writer; remove if old.
-                    if let Ok(m) = f.metadata() {
-                        if m.modified()
-                            .ok()
-                            .and_then(|t| t.elapsed().ok())
-                            .is_some_and(|a| a > Duration::from_secs(3600))
-                        {
-                            let _ = fs::remove_file(f.path());
-                        }
-                    }
+                    remove_stale_tmp(&f);
                     continue;
                 }
-                let Some((start, end)) = parse_entry_name(&name) else {
+                let Some((start, end, linked)) = parse_entry_name(&name) else {
                     continue;
                 };
+                if let Some(h) = &linked {
+                    match index.linked.get_mut(h) {
+                        Some(l) => l.refs += 1,
+                        None => {
+                            // Its linked file was evicted (by another process).
+                            let _ = fs::remove_file(f.path());
+                            continue;
+                        }
+                    }
+                }
                 let Ok(m) = f.metadata() else { continue };
                 let last_used = m.modified().unwrap_or(SystemTime::UNIX_EPOCH);
                 index.total += m.len();
@@ -125,9 +216,18 @@ impl ChunkCache {
                     end,
                     file_len: m.len(),
                     last_used,
+                    linked,
                 });
             }
         }
+        // Linked files nothing refers to any more are dropped.
+        index.linked.retain(|h, l| {
+            if l.refs == 0 {
+                let _ = fs::remove_file(root.join(FILES).join(h.to_string()));
+            }
+            l.refs > 0
+        });
+        index.total += index.linked.values().map(|l| l.len).sum::<u64>();
         let cache = ChunkCache {
             root,
             max_bytes,
@@ -138,19 +238,53 @@ impl ChunkCache {
         Ok(cache)
     }
 
+    /// The size bound.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// The directory linked files go to (for a same-file-system check).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Index> {
         self.index.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn entry_path(&self, xorb: &MerkleHash, start: u32, end: u32) -> PathBuf {
+    fn entry_path(
+        &self,
+        xorb: &MerkleHash,
+        start: u32,
+        end: u32,
+        linked: Option<&MerkleHash>,
+    ) -> PathBuf {
         self.root
             .join(xorb.to_string())
-            .join(entry_name(start, end))
+            .join(entry_name(start, end, linked))
     }
 
-    /// Entries covering chunks `a..b` of `xorb`, as `(entry start, entry end, from, to)`
-    /// pieces in order, or `None` if the cache does not hold all of them.
-    fn cover(&self, xorb: &MerkleHash, a: u32, b: u32) -> Option<Vec<(u32, u32, u32, u32)>> {
+    fn linked_path(&self, file: &MerkleHash) -> PathBuf {
+        self.root.join(FILES).join(file.to_string())
+    }
+
+    fn tmp_name(&self) -> String {
+        format!(
+            ".tmp-{}-{}",
+            std::process::id(),
+            self.tmp_counter.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// Entries covering chunks `a..b` of `xorb`, as `((entry start, entry end, linked),
+    /// from, to)` pieces in order, or `None` if the cache does not hold all of them.
+    #[allow(clippy::type_complexity)]
+    fn cover(
+        &self,
+        xorb: &MerkleHash,
+        a: u32,
+        b: u32,
+    ) -> Option<Vec<((u32, u32, Option<MerkleHash>), u32, u32)>> {
         let idx = self.lock();
         let entries = idx.xorbs.get(xorb)?;
         let mut pos = a;
@@ -161,7 +295,7 @@ impl ChunkCache {
                 .filter(|e| e.start <= pos && pos < e.end)
                 .max_by_key(|e| e.end)?;
             let to = best.end.min(b);
-            pieces.push((best.start, best.end, pos, to));
+            pieces.push(((best.start, best.end, best.linked), pos, to));
             pos = to;
         }
         Some(pieces)
@@ -190,21 +324,23 @@ impl ChunkCache {
         };
         let mut out = Vec::with_capacity((b - a) as usize);
         let mut base = 0u64;
-        for (es, ee, from, to) in pieces {
+        for (key, from, to) in pieces {
+            let (es, ee, linked) = key;
             let sink_failed = AtomicBool::new(false);
-            let res = self.read_piece(xorb, (es, ee), (from, to), base, &|off, d| {
+            let res = self.read_piece(xorb, key, (from, to), base, &|off, d| {
                 sink(off, d).inspect_err(|_| sink_failed.store(true, Ordering::Relaxed))
             });
             match res {
                 Ok(chunks) => {
                     base += chunks.iter().map(|c| u64::from(c.1)).sum::<u64>();
                     out.extend(chunks);
-                    self.touch(xorb, es, ee);
+                    self.touch(xorb, es, ee, linked.as_ref());
                 }
                 Err(e) if sink_failed.into_inner() => return Err(e),
                 Err(e) => {
                     tracing::warn!(
-                        "chunk cache entry {xorb}/{es}-{ee} unusable ({e}); removing it"
+                        "chunk cache entry {xorb}/{} unusable ({e}); removing it",
+                        entry_name(es, ee, linked.as_ref())
                     );
                     self.remove(xorb, es, ee);
                     return Ok(None);
@@ -239,30 +375,34 @@ impl ChunkCache {
     fn read_piece(
         &self,
         xorb: &MerkleHash,
-        (es, ee): (u32, u32),
+        (es, ee, linked): (u32, u32, Option<MerkleHash>),
         (from, to): (u32, u32),
         base: u64,
         sink: &(dyn Fn(u64, &[u8]) -> io::Result<()> + Sync),
     ) -> io::Result<Vec<(MerkleHash, u32)>> {
         let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
-        let path = self.entry_path(xorb, es, ee);
+        let path = self.entry_path(xorb, es, ee, linked.as_ref());
         let mut f = File::open(&path)?;
         let file_len = f.metadata()?.len();
         let n = (ee - es) as usize;
-        let header_len = 12 + n as u64 * ENTRY_HEADER;
+        let (magic, prefix) = match linked {
+            None => (MAGIC, 12),
+            Some(_) => (REF_MAGIC, 20),
+        };
+        let header_len = prefix + n as u64 * ENTRY_HEADER;
         if file_len < header_len {
             return Err(bad(format!("{file_len} bytes is shorter than its header")));
         }
         let mut header = vec![0u8; header_len as usize];
         f.read_exact(&mut header)?;
-        if &header[..8] != MAGIC
+        if &header[..8] != magic
             || u32::from_le_bytes(header[8..12].try_into().expect("4 bytes")) as usize != n
         {
             return Err(bad("bad magic or chunk count".into()));
         }
         let mut chunks = Vec::with_capacity(n);
         for i in 0..n {
-            let p = 12 + i * ENTRY_HEADER as usize;
+            let p = prefix as usize + i * ENTRY_HEADER as usize;
             let hash = MerkleHash(header[p..p + 32].try_into().expect("32 bytes"));
             let size = u32::from_le_bytes(header[p + 32..p + 36].try_into().expect("4 bytes"));
             if size == 0 || size as usize > MAX_CHUNK {
@@ -271,12 +411,35 @@ impl ChunkCache {
             chunks.push((hash, size));
         }
         let total: u64 = chunks.iter().map(|c| u64::from(c.1)).sum();
-        if header_len + total != file_len {
-            return Err(bad(format!(
-                "length {file_len}, header says {}",
-                header_len + total
-            )));
-        }
+        // Where the chunks are: after the header, or at the recorded offset of the
+        // linked file.
+        let (data, data_start) = match &linked {
+            None => {
+                if header_len + total != file_len {
+                    return Err(bad(format!(
+                        "length {file_len}, header says {}",
+                        header_len + total
+                    )));
+                }
+                (f, header_len)
+            }
+            Some(h) => {
+                if file_len != header_len {
+                    return Err(bad(format!(
+                        "reference is {file_len} bytes, not {header_len}"
+                    )));
+                }
+                let offset = u64::from_le_bytes(header[12..20].try_into().expect("8 bytes"));
+                let data = File::open(self.linked_path(h))?;
+                let len = data.metadata()?.len();
+                if offset.checked_add(total).is_none_or(|e| e > len) {
+                    return Err(bad(format!(
+                        "linked file {h} is {len} bytes, the reference needs {total} at {offset}"
+                    )));
+                }
+                (data, offset)
+            }
+        };
         // File position and sink offset of each wanted chunk.
         let skip: u64 = chunks[..(from - es) as usize]
             .iter()
@@ -295,7 +458,7 @@ impl ChunkCache {
                 let buf = &mut *b.borrow_mut();
                 buf.clear();
                 buf.resize(size as usize, 0);
-                fsio::read_exact_at(&f, buf, header_len + skip + places[k])?;
+                fsio::read_exact_at(&data, buf, data_start + skip + places[k])?;
                 if xet_hash::chunk_hash(buf) != hash {
                     return Err(bad(format!(
                         "chunk {} does not hash to its recorded hash",
@@ -308,7 +471,9 @@ impl ChunkCache {
         Ok(want.to_vec())
     }
 
-    fn touch(&self, xorb: &MerkleHash, es: u32, ee: u32) {
+    /// Mark an entry used. For a reference this sets the reference file's time, never
+    /// the linked file's: that inode is the user's file too.
+    fn touch(&self, xorb: &MerkleHash, es: u32, ee: u32, linked: Option<&MerkleHash>) {
         let now = SystemTime::now();
         if let Some(e) = self
             .lock()
@@ -320,22 +485,71 @@ impl ChunkCache {
         }
         if let Ok(f) = File::options()
             .write(true)
-            .open(self.entry_path(xorb, es, ee))
+            .open(self.entry_path(xorb, es, ee, linked))
         {
             let _ = f.set_modified(now);
         }
     }
 
+    /// Take an entry out of the index only (its file is left alone). The caller holds
+    /// the lock.
+    fn unindex(idx: &mut Index, xorb: &MerkleHash, es: u32, ee: u32) -> Option<Entry> {
+        let v = idx.xorbs.get_mut(xorb)?;
+        let e = v.remove(v.iter().position(|e| e.start == es && e.end == ee)?);
+        if v.is_empty() {
+            idx.xorbs.remove(xorb);
+        }
+        idx.total = idx.total.saturating_sub(e.file_len);
+        if let Some(l) = e.linked.as_ref().and_then(|h| idx.linked.get_mut(h)) {
+            l.refs = l.refs.saturating_sub(1);
+        }
+        Some(e)
+    }
+
+    /// Drop an entry from the index whose file has been replaced under the same name.
+    fn forget(&self, xorb: &MerkleHash, es: u32, ee: u32) {
+        Self::unindex(&mut self.lock(), xorb, es, ee);
+    }
+
+    /// Remove one entry; a linked file goes with its last reference.
     fn remove(&self, xorb: &MerkleHash, es: u32, ee: u32) {
         let mut idx = self.lock();
-        if let Some(v) = idx.xorbs.get_mut(xorb) {
-            if let Some(p) = v.iter().position(|e| e.start == es && e.end == ee) {
-                let e = v.remove(p);
-                idx.total = idx.total.saturating_sub(e.file_len);
+        let Some(e) = Self::unindex(&mut idx, xorb, es, ee) else {
+            return;
+        };
+        let mut drop_linked = None;
+        if let Some(h) = e.linked {
+            if let Some(l) = idx.linked.get(&h) {
+                if l.refs == 0 {
+                    let len = l.len;
+                    idx.linked.remove(&h);
+                    idx.total = idx.total.saturating_sub(len);
+                    drop_linked = Some(h);
+                }
             }
         }
         drop(idx);
-        let _ = fs::remove_file(self.entry_path(xorb, es, ee));
+        let _ = fs::remove_file(self.entry_path(xorb, es, ee, e.linked.as_ref()));
+        if let Some(h) = drop_linked {
+            let _ = fs::remove_file(self.linked_path(&h));
+        }
+    }
+
+    /// Remove a linked file and every reference into it.
+    fn remove_linked(&self, file: &MerkleHash) {
+        let refs: Vec<(MerkleHash, u32, u32)> = self
+            .lock()
+            .xorbs
+            .iter()
+            .flat_map(|(x, v)| {
+                v.iter()
+                    .filter(|e| e.linked.as_ref() == Some(file))
+                    .map(move |e| (*x, e.start, e.end))
+            })
+            .collect();
+        for (x, s, e) in refs {
+            self.remove(&x, s, e);
+        }
     }
 
     /// Remove every entry overlapping chunks `a..b` of `xorb` (used when a download
@@ -388,11 +602,7 @@ impl ChunkCache {
         let res = (|| -> io::Result<PendingEntry> {
             let dir = self.root.join(xorb.to_string());
             fs::create_dir_all(&dir)?;
-            let tmp = dir.join(format!(
-                ".tmp-{}-{}",
-                std::process::id(),
-                self.tmp_counter.fetch_add(1, Ordering::Relaxed)
-            ));
+            let tmp = dir.join(self.tmp_name());
             let file = File::create(&tmp)?;
             file.set_len(header_len + data_len)?;
             let mut offsets = Vec::with_capacity(sizes.len());
@@ -438,61 +648,213 @@ impl ChunkCache {
                 return Err(io::Error::other("hash count differs from chunk count"));
             }
             fsio::write_all_at(&p.file, &header, 0)?;
-            fs::rename(&p.tmp, self.entry_path(&xorb, start, end))
+            fs::rename(&p.tmp, self.entry_path(&xorb, start, end, None))
         })();
         p.done = res.is_ok();
         if let Err(e) = res {
             tracing::warn!("could not write chunk cache entry for xorb {xorb}: {e}");
             return;
         }
-        let file_len = p.file_len;
-        // Entries inside the new one are now redundant.
-        let redundant: Vec<(u32, u32)> = {
-            let mut idx = self.lock();
-            let v = idx.xorbs.entry(xorb).or_default();
-            let redundant = v
-                .iter()
-                .filter(|e| start <= e.start && e.end <= end && (e.start, e.end) != (start, end))
-                .map(|e| (e.start, e.end))
-                .collect();
-            let replaced: u64 = v
-                .iter()
-                .filter(|e| (e.start, e.end) == (start, end))
-                .map(|e| e.file_len)
-                .sum();
-            v.retain(|e| (e.start, e.end) != (start, end));
-            v.push(Entry {
+        self.publish(
+            &xorb,
+            Entry {
                 start,
                 end,
-                file_len,
+                file_len: p.file_len,
                 last_used: SystemTime::now(),
-            });
-            idx.total = idx.total.saturating_sub(replaced) + file_len;
-            redundant
-        };
-        for (s, e) in redundant {
-            self.remove(&xorb, s, e);
-        }
-        self.evict(Some((xorb, start, end)));
+                linked: None,
+            },
+        );
+        self.evict(Some(Unit::Entry(xorb, start, end)));
     }
 
-    /// Evict least recently used entries until the cache fits (never `keep`).
-    fn evict(&self, keep: Option<(MerkleHash, u32, u32)>) {
+    /// Add a written entry to the index; entries inside it become redundant and go.
+    fn publish(&self, xorb: &MerkleHash, new: Entry) {
+        let (start, end) = (new.start, new.end);
+        let inside: Vec<(u32, u32, Option<MerkleHash>)> = self
+            .lock()
+            .xorbs
+            .get(xorb)
+            .map(|v| {
+                v.iter()
+                    .filter(|e| start <= e.start && e.end <= end)
+                    .map(|e| (e.start, e.end, e.linked))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (s, e, linked) in inside {
+            if (s, e, linked) == (start, end, new.linked) {
+                // Same name: the new file has already replaced it on disk.
+                self.forget(xorb, s, e);
+            } else {
+                self.remove(xorb, s, e);
+            }
+        }
+        let mut idx = self.lock();
+        if let Some(l) = new.linked.as_ref().and_then(|h| idx.linked.get_mut(h)) {
+            l.refs += 1;
+        }
+        idx.total += new.file_len;
+        idx.xorbs.entry(*xorb).or_default().push(new);
+    }
+
+    /// Share a downloaded file's data instead of copying it: hard-link `src` (already
+    /// verified against `file`, `len` bytes) as `files/<file>` and record a reference
+    /// for each of `terms` not already cached. `Ok(false)` if there was nothing to
+    /// record or the file exceeds the bound; an error if the link could not be made
+    /// (the caller may copy the terms instead). Blocking.
+    pub fn link_file(
+        &self,
+        file: &MerkleHash,
+        src: &Path,
+        len: u64,
+        terms: &[FileTerm],
+    ) -> io::Result<bool> {
+        let end_of = |t: &FileTerm| t.start + t.chunks.len() as u32;
+        if len > self.max_bytes
+            || terms
+                .iter()
+                .all(|t| t.chunks.is_empty() || self.contains(&t.xorb, t.start, end_of(t)))
+        {
+            return Ok(false);
+        }
+        let dir = self.root.join(FILES);
+        fs::create_dir_all(&dir)?;
+        let tmp = dir.join(self.tmp_name());
+        fs::hard_link(src, &tmp)?;
+        if let Err(e) = fs::rename(&tmp, self.linked_path(file)) {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        {
+            // A link already there was replaced: its references now read the new
+            // inode, which holds the same verified bytes.
+            let mut idx = self.lock();
+            let old = idx.linked.insert(*file, Linked { len, refs: 0 });
+            let old_refs = old.map_or(0, |o| o.refs);
+            idx.total = idx.total.saturating_sub(old.map_or(0, |o| o.len)) + len;
+            idx.linked.get_mut(file).expect("just inserted").refs = old_refs;
+        }
+        for t in terms {
+            let (start, end) = (t.start, end_of(t));
+            if t.chunks.is_empty() || self.contains(&t.xorb, start, end) {
+                continue;
+            }
+            let mut body = Vec::with_capacity(20 + t.chunks.len() * ENTRY_HEADER as usize);
+            body.extend_from_slice(REF_MAGIC);
+            body.extend_from_slice(&(t.chunks.len() as u32).to_le_bytes());
+            body.extend_from_slice(&t.offset.to_le_bytes());
+            for (h, s) in &t.chunks {
+                body.extend_from_slice(&h.0);
+                body.extend_from_slice(&s.to_le_bytes());
+            }
+            let res = (|| -> io::Result<()> {
+                let d = self.root.join(t.xorb.to_string());
+                fs::create_dir_all(&d)?;
+                let tmp = d.join(self.tmp_name());
+                if let Err(e) = fs::write(&tmp, &body).and_then(|()| {
+                    fs::rename(&tmp, self.entry_path(&t.xorb, start, end, Some(file)))
+                }) {
+                    let _ = fs::remove_file(&tmp);
+                    return Err(e);
+                }
+                Ok(())
+            })();
+            match res {
+                Ok(()) => self.publish(
+                    &t.xorb,
+                    Entry {
+                        start,
+                        end,
+                        file_len: body.len() as u64,
+                        last_used: SystemTime::now(),
+                        linked: Some(*file),
+                    },
+                ),
+                Err(e) => tracing::warn!(
+                    "could not record chunks {start}..{end} of xorb {} in the chunk cache: {e}",
+                    t.xorb
+                ),
+            }
+        }
+        let unused = self.lock().linked.get(file).is_some_and(|l| l.refs == 0);
+        if unused {
+            let mut idx = self.lock();
+            if let Some(l) = idx.linked.remove(file) {
+                idx.total = idx.total.saturating_sub(l.len);
+            }
+            drop(idx);
+            let _ = fs::remove_file(self.linked_path(file));
+            return Ok(false);
+        }
+        self.evict(Some(Unit::Linked(*file)));
+        Ok(true)
+    }
+
+    /// Copy `terms` of a downloaded file into ordinary entries, reading their data
+    /// back from `src` (when it could not be linked). Errors are logged. Blocking.
+    pub fn copy_from_file(&self, src: &File, terms: &[FileTerm]) {
+        for t in terms {
+            let sizes: Vec<u32> = t.chunks.iter().map(|c| c.1).collect();
+            let Some(p) = self.begin(&t.xorb, t.start, &sizes) else {
+                continue;
+            };
+            let mut buf = Vec::new();
+            let mut off = t.offset;
+            let res = sizes.iter().enumerate().try_for_each(|(i, &s)| {
+                buf.resize(s as usize, 0);
+                fsio::read_exact_at(src, &mut buf, off)?;
+                off += u64::from(s);
+                p.write_chunk(i, &buf)
+            });
+            match res {
+                Ok(()) => {
+                    let hashes: Vec<MerkleHash> = t.chunks.iter().map(|c| c.0).collect();
+                    self.commit(p, &hashes);
+                }
+                Err(e) => tracing::warn!(
+                    "could not copy chunks of xorb {} into the chunk cache: {e}",
+                    t.xorb
+                ),
+            }
+        }
+    }
+
+    /// Evict least recently used entries and linked files until the cache fits
+    /// (never `keep`). A linked file is as recent as its most recent reference.
+    fn evict(&self, keep: Option<Unit>) {
         loop {
             let victim = {
                 let idx = self.lock();
                 if idx.total <= self.max_bytes {
                     return;
                 }
-                idx.xorbs
-                    .iter()
-                    .flat_map(|(x, v)| v.iter().map(move |e| (*x, e)))
-                    .filter(|(x, e)| keep != Some((*x, e.start, e.end)))
-                    .min_by_key(|(_, e)| e.last_used)
-                    .map(|(x, e)| (x, e.start, e.end))
+                let mut linked_used: HashMap<MerkleHash, SystemTime> = HashMap::new();
+                let mut best: Option<(SystemTime, Unit)> = None;
+                let mut consider = |t: SystemTime, u: Unit| {
+                    if Some(u) != keep && best.is_none_or(|(bt, _)| t < bt) {
+                        best = Some((t, u));
+                    }
+                };
+                for (x, v) in &idx.xorbs {
+                    for e in v {
+                        match e.linked {
+                            None => consider(e.last_used, Unit::Entry(*x, e.start, e.end)),
+                            Some(h) => {
+                                let t = linked_used.entry(h).or_insert(e.last_used);
+                                *t = (*t).max(e.last_used);
+                            }
+                        }
+                    }
+                }
+                for (h, t) in linked_used {
+                    consider(t, Unit::Linked(h));
+                }
+                best.map(|(_, u)| u)
             };
             match victim {
-                Some((x, s, e)) => self.remove(&x, s, e),
+                Some(Unit::Entry(x, s, e)) => self.remove(&x, s, e),
+                Some(Unit::Linked(h)) => self.remove_linked(&h),
                 None => return,
             }
         }
@@ -570,14 +932,17 @@ pub struct CacheStats {
     pub xorbs: u64,
     /// Decompressed chunks held.
     pub chunks: u64,
-    /// Bytes on disk.
+    /// Downloaded files whose data the cache shares by hard link (their bytes count
+    /// in `bytes`, although the disk holds them once).
+    pub linked_files: u64,
+    /// Bytes held: entry files plus linked files.
     pub bytes: u64,
 }
 
 fn entry_chunks(path: &Path) -> u64 {
     let mut head = [0u8; 12];
     match File::open(path).and_then(|mut f| f.read_exact(&mut head)) {
-        Ok(()) if &head[..8] == MAGIC => {
+        Ok(()) if &head[..8] == MAGIC || &head[..8] == REF_MAGIC => {
             u64::from(u32::from_le_bytes(head[8..12].try_into().expect("4 bytes")))
         }
         _ => 0,
@@ -604,6 +969,14 @@ pub fn cache_stats(dir: &Path) -> io::Result<CacheStats> {
             s.chunks += entry_chunks(&f.path());
         }
         s.xorbs += u64::from(any);
+    }
+    if let Ok(rd) = fs::read_dir(dir.join(SUBDIR).join(FILES)) {
+        for f in rd.flatten() {
+            if MerkleHash::from_hex(&f.file_name().to_string_lossy()).is_ok() {
+                s.linked_files += 1;
+                s.bytes += f.metadata().map(|m| m.len()).unwrap_or(0);
+            }
+        }
     }
     Ok(s)
 }
@@ -680,7 +1053,7 @@ mod tests {
         let x = xet_hash::chunk_hash(b"x");
         let data = vec![5u8; 200];
         c.insert(&x, 0, &chunks_of(&data, &[200]), &data);
-        let p = c.entry_path(&x, 0, 1);
+        let p = c.entry_path(&x, 0, 1, None);
         let mut bytes = fs::read(&p).unwrap();
         let n = bytes.len();
         bytes[n - 1] ^= 0xff;
@@ -716,5 +1089,188 @@ mod tests {
         assert!(!c.contains(&xs[2], 0, 1));
         assert!(c.contains(&xs[4], 0, 1));
         assert_eq!(cache_stats(dir.path()).unwrap().entries, 3);
+    }
+
+    /// A file of two terms (xorbs `x`, `y`) written at `path`, and its terms.
+    fn linked_fixture(path: &Path) -> (Vec<u8>, Vec<FileTerm>) {
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 253) as u8).collect();
+        fs::write(path, &data).unwrap();
+        let x = xet_hash::chunk_hash(b"x");
+        let y = xet_hash::chunk_hash(b"y");
+        let terms = vec![
+            FileTerm {
+                xorb: x,
+                start: 3,
+                offset: 0,
+                chunks: chunks_of(&data[..3000], &[1000, 2000]),
+            },
+            FileTerm {
+                xorb: y,
+                start: 0,
+                offset: 3000,
+                chunks: chunks_of(&data[3000..], &[2000]),
+            },
+        ];
+        (data, terms)
+    }
+
+    #[test]
+    fn linked_files_serve_their_terms_without_a_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("downloaded");
+        let (data, terms) = linked_fixture(&src);
+        let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        File::options()
+            .write(true)
+            .open(&src)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let fh = xet_hash::chunk_hash(b"file");
+        let c = ChunkCache::open(&dir.path().join("cache"), 1 << 20).unwrap();
+        assert!(c.link_file(&fh, &src, 5000, &terms).unwrap());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let (a, b) = (
+                fs::metadata(&src).unwrap(),
+                fs::metadata(c.linked_path(&fh)).unwrap(),
+            );
+            assert_eq!(
+                (a.ino(), a.nlink()),
+                (b.ino(), 2),
+                "a hard link, not a copy"
+            );
+        }
+        let (x, y) = (terms[0].xorb, terms[1].xorb);
+        assert_eq!(c.get(&x, 4, 5).unwrap().data, &data[1000..3000]);
+        assert_eq!(c.get(&y, 0, 1).unwrap().data, &data[3000..]);
+        assert!(!c.contains(&x, 2, 4));
+        assert_eq!(
+            fs::metadata(&src).unwrap().modified().unwrap(),
+            old,
+            "hits never touch the user's file"
+        );
+        let s = cache_stats(&dir.path().join("cache")).unwrap();
+        assert_eq!((s.entries, s.xorbs, s.chunks, s.linked_files), (2, 2, 3, 1));
+        assert_eq!(s.bytes, c.total());
+        assert_eq!(s.bytes, 5000 + 2 * 20 + 3 * 36);
+        // Nothing new to record: no second link.
+        assert!(!c.link_file(&fh, &src, 5000, &terms).unwrap());
+
+        // Reopened, the index comes back from the names alone.
+        drop(c);
+        let c = ChunkCache::open(&dir.path().join("cache"), 1 << 20).unwrap();
+        assert_eq!(c.total(), s.bytes);
+        assert_eq!(c.get(&x, 3, 5).unwrap().data, &data[..3000]);
+
+        // The user changes the file in place: that term is a miss and its reference
+        // goes; the other still serves, and the link goes with the last reference.
+        let mut changed = data.clone();
+        changed[4000] ^= 1;
+        fs::write(&src, &changed).unwrap();
+        assert!(c.get(&y, 0, 1).is_none());
+        assert!(!c.contains(&y, 0, 1));
+        assert_eq!(c.get(&x, 3, 4).unwrap().data, &data[..1000]);
+        c.remove(&x, 3, 5);
+        assert!(!c.linked_path(&fh).exists());
+        assert_eq!(c.total(), 0);
+        assert_eq!(fs::read(&src).unwrap(), changed, "the user's file stays");
+    }
+
+    #[test]
+    fn terms_copied_from_a_file_are_ordinary_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("downloaded");
+        let (data, terms) = linked_fixture(&src);
+        let c = ChunkCache::open(&dir.path().join("cache"), 1 << 20).unwrap();
+        c.copy_from_file(&File::open(&src).unwrap(), &terms);
+        fs::remove_file(&src).unwrap();
+        assert_eq!(c.get(&terms[0].xorb, 3, 5).unwrap().data, &data[..3000]);
+        assert_eq!(c.get(&terms[1].xorb, 0, 1).unwrap().data, &data[3000..]);
+        let s = cache_stats(&dir.path().join("cache")).unwrap();
+        assert_eq!((s.entries, s.chunks, s.linked_files), (2, 3, 0));
+        assert_eq!(s.bytes, 5000 + 2 * 12 + 3 * 36);
+    }
+
+    #[test]
+    fn a_linked_file_is_evicted_whole_by_its_most_recent_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("downloaded");
+        let (_, terms) = linked_fixture(&src);
+        let fh = xet_hash::chunk_hash(b"file");
+        let linked = 5000 + 2 * 20 + 3 * 36;
+        let per = 12 + 36 + 1000u64;
+        let c = ChunkCache::open(&dir.path().join("cache"), linked + 2 * per).unwrap();
+        let one = vec![1u8; 1000];
+        let ch = chunks_of(&one, &[1000]);
+        let xs: Vec<MerkleHash> = (0..3u8).map(|i| xet_hash::chunk_hash(&[i])).collect();
+        c.insert(&xs[0], 0, &ch, &one);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(c.link_file(&fh, &src, 5000, &terms).unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+        c.insert(&xs[1], 0, &ch, &one);
+        std::thread::sleep(Duration::from_millis(20));
+        // Using one term of the file makes the whole file recent.
+        assert!(c.get(&terms[1].xorb, 0, 1).is_some());
+        std::thread::sleep(Duration::from_millis(20));
+        c.insert(&xs[2], 0, &ch, &one);
+        assert!(!c.contains(&xs[0], 0, 1), "the oldest entry goes first");
+        assert!(c.contains(&terms[0].xorb, 3, 5) && c.contains(&terms[1].xorb, 0, 1));
+        assert!(c.total() <= linked + 2 * per);
+
+        // Another entry: now the file is least recently used, and goes whole.
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(c.get(&xs[2], 0, 1).is_some());
+        assert!(c.get(&xs[1], 0, 1).is_some());
+        c.insert(&xs[0], 0, &ch, &one);
+        assert!(!c.contains(&terms[0].xorb, 3, 4) && !c.contains(&terms[1].xorb, 0, 1));
+        assert!(!c.linked_path(&fh).exists());
+        assert!(src.exists());
+        assert_eq!(cache_stats(&dir.path().join("cache")).unwrap().entries, 3);
+
+        // A file bigger than the bound is not linked at all.
+        assert!(!c.link_file(&fh, &src, linked + 3 * per, &terms).unwrap());
+        assert!(!c.linked_path(&fh).exists());
+    }
+
+    #[test]
+    fn open_drops_references_without_their_file_and_files_without_references() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("cache");
+        let src = dir.path().join("downloaded");
+        let (_, terms) = linked_fixture(&src);
+        let (f1, f2) = (xet_hash::chunk_hash(b"f1"), xet_hash::chunk_hash(b"f2"));
+        let c = ChunkCache::open(&root, 1 << 20).unwrap();
+        assert!(c.link_file(&f1, &src, 5000, &terms[..1]).unwrap());
+        assert!(c.link_file(&f2, &src, 5000, &terms[1..]).unwrap());
+        let ref2 = c.entry_path(&terms[1].xorb, 0, 1, Some(&f2));
+        let link1 = c.linked_path(&f1);
+        drop(c);
+        // f1 loses its reference file, f2 its linked file.
+        fs::remove_file(c_ref(&root, &terms[0], &f1)).unwrap();
+        fs::remove_file(root.join(SUBDIR).join(FILES).join(f2.to_string())).unwrap();
+        let c = ChunkCache::open(&root, 1 << 20).unwrap();
+        assert!(
+            !link1.exists(),
+            "a linked file no reference uses is removed"
+        );
+        assert!(!ref2.exists(), "a reference to a missing file is removed");
+        assert_eq!(c.total(), 0);
+        assert_eq!(
+            cache_stats(&root).unwrap(),
+            CacheStats {
+                dir: root,
+                ..Default::default()
+            }
+        );
+    }
+
+    fn c_ref(root: &Path, t: &FileTerm, f: &MerkleHash) -> PathBuf {
+        root.join(SUBDIR).join(t.xorb.to_string()).join(entry_name(
+            t.start,
+            t.start + t.chunks.len() as u32,
+            Some(f),
+        ))
     }
 }

@@ -143,6 +143,22 @@ pub(crate) fn remove_if_exists(p: &Path) -> io::Result<()> {
     }
 }
 
+/// Whether `a` and `b` (existing paths) are on one file system, so a hard link from
+/// one to the other can work.
+#[cfg(unix)]
+pub(crate) fn same_file_system(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+pub(crate) fn same_file_system(_a: &Path, _b: &Path) -> bool {
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -114,6 +114,12 @@
 //!     data                                 the n chunks' data, concatenated
 //! ```
 //!
+//! A whole file downloaded to the cache's file system ([`CacheConfig::link_files`], on by
+//! default) is not copied into the cache while it downloads: once verified, it is
+//! hard-linked into `<cache dir>/chunks/files/<file hash>` and each of its terms is
+//! recorded as a small reference into that link (format in the `cache` module). The
+//! re-hash on every read covers a file the user later changes in place.
+//!
 //! # Several files
 //!
 //! Files run concurrently ([`DownloadOptions::max_concurrent_files`]) and share the

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use xet_cas::{ByteRange, Cas, ChunkRange, Term, XorbFetch};
 use xet_hash::MerkleHash;
 
-use crate::cache::ChunkCache;
+use crate::cache::{ChunkCache, FileTerm};
 use crate::decode;
 use crate::error::{DownloadError, Result};
 use crate::fetch;
@@ -90,6 +90,9 @@ struct FileCtx {
     out: ByteRange,
     /// Whole-file download: the file hash is checked.
     whole: bool,
+    /// The verified file is hard-linked into the chunk cache at the end, so fetched
+    /// chunks are not also copied into it.
+    link_cache: bool,
     part: Arc<File>,
     part_path: PathBuf,
     /// The part is renamed into place (fsynced first, so written back as it goes); a
@@ -232,6 +235,17 @@ pub(crate) async fn download_file(
         blocking(move || open_part(&pp, &jp, &header, out.len(), do_resume, resumable)).await??
     };
     let resumed: u64 = done.values().map(|t| t.len).sum();
+    let link_cache = match (&shared.cache, &shared.opts.cache) {
+        (Some(cache), Some(cfg)) if whole && resumable && cfg.link_files => {
+            let (root, pp) = (cache.root().to_path_buf(), part_path.clone());
+            size <= cache.max_bytes()
+                && blocking(move || {
+                    fsio::same_file_system(&root, pp.parent().unwrap_or(Path::new(".")))
+                })
+                .await?
+        }
+        _ => false,
+    };
     shared.emit(ProgressEvent::FileStarted {
         index,
         file,
@@ -246,6 +260,7 @@ pub(crate) async fn download_file(
         file,
         out,
         whole,
+        link_cache,
         part: Arc::new(part),
         part_path: part_path.clone(),
         renamed: resumable,
@@ -681,11 +696,10 @@ fn decode_and_write(
         check_term_len(ctx, item, layout.len_of(a, b))?;
     }
     let sizes: Vec<u32> = (0..layout.num_chunks()).map(|i| layout.size(i)).collect();
-    let pending = ctx
-        .shared
-        .cache
-        .as_ref()
-        .and_then(|c| c.begin(&fetch.xorb, fetch.chunks.start, &sizes));
+    let pending = match &ctx.shared.cache {
+        Some(c) if !ctx.link_cache => c.begin(&fetch.xorb, fetch.chunks.start, &sizes),
+        _ => None,
+    };
     let mut cache_ok = true;
     let hashes = decode::decode_batches(bytes, &layout, WRITE_BATCH, |first, pieces| {
         let last = first + pieces.len();
@@ -832,6 +846,29 @@ async fn verify_and_finish(
             });
         }
     }
+    // Each term's kept chunks, where they sit in the file (kept chunks are a suffix
+    // of the term's), for the chunk cache.
+    let link = match &ctx.shared.cache {
+        Some(cache) if ctx.link_cache => {
+            let mut offset = 0u64;
+            let terms: Vec<FileTerm> = assembled
+                .iter()
+                .map(|(term, kept)| {
+                    let t = FileTerm {
+                        xorb: term.xorb,
+                        start: term.chunks.end - kept.len() as u32,
+                        offset,
+                        chunks: kept.clone(),
+                    };
+                    offset += kept.iter().map(|c| u64::from(c.1)).sum::<u64>();
+                    t
+                })
+                .collect();
+            Some((cache.clone(), terms))
+        }
+        _ => None,
+    };
+    let file = ctx.file;
     let part = ctx.part.clone();
     let part_path = ctx.part_path.clone();
     let dest = final_path.to_path_buf();
@@ -842,6 +879,15 @@ async fn verify_and_finish(
         if writer.is_none() {
             part.sync_all()
                 .map_err(|e| DownloadError::io("syncing", &part_path, e))?;
+        }
+        if let Some((cache, terms)) = link {
+            if let Err(e) = cache.link_file(&file, &part_path, size, &terms) {
+                tracing::debug!(
+                    "linking {} into the chunk cache: {e}; copying",
+                    part_path.display()
+                );
+                cache.copy_from_file(&part, &terms);
+            }
         }
         match writer {
             Some(mut w) => {

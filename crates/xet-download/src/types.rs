@@ -103,6 +103,10 @@ pub struct CacheConfig {
     pub dir: PathBuf,
     /// Size bound; least recently used entries are evicted beyond it.
     pub max_bytes: u64,
+    /// A whole file downloaded to the cache's file system is hard-linked into the
+    /// cache instead of copied (no second write, no second copy on disk). Off: the
+    /// cache keeps its own copies, independent of the downloaded files.
+    pub link_files: bool,
 }
 
 impl CacheConfig {
@@ -113,10 +117,15 @@ impl CacheConfig {
         CacheConfig {
             dir: dir.into(),
             max_bytes: Self::DEFAULT_MAX_BYTES,
+            link_files: true,
         }
     }
     pub fn with_max_bytes(mut self, max: u64) -> Self {
         self.max_bytes = max;
+        self
+    }
+    pub fn with_link_files(mut self, link: bool) -> Self {
+        self.link_files = link;
         self
     }
 }

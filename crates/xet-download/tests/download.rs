@@ -532,6 +532,15 @@ async fn range_downloads_resume_too() {
 
 #[tokio::test]
 async fn chunk_cache_serves_repeat_and_shared_downloads() {
+    chunk_cache_serves_repeat_and_shared_downloads_with(true).await;
+}
+
+#[tokio::test]
+async fn chunk_cache_with_copies_serves_repeat_and_shared_downloads() {
+    chunk_cache_serves_repeat_and_shared_downloads_with(false).await;
+}
+
+async fn chunk_cache_serves_repeat_and_shared_downloads_with(link_files: bool) {
     let a = random(1_200_000, 31);
     let mut b = a[..800_000].to_vec();
     b.extend(random(200_000, 32));
@@ -543,7 +552,7 @@ async fn chunk_cache_serves_repeat_and_shared_downloads() {
     let dir = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
     let o = DownloadOptions {
-        cache: Some(CacheConfig::new(cache.path())),
+        cache: Some(CacheConfig::new(cache.path()).with_link_files(link_files)),
         ..opts()
     };
 
@@ -557,6 +566,13 @@ async fn chunk_cache_serves_repeat_and_shared_downloads() {
     assert!(r1.fetches > 0);
     let stats = cache_stats(cache.path()).unwrap();
     assert!(stats.entries > 0 && stats.bytes > c.files[0].data.len() as u64);
+    assert_eq!(stats.linked_files, u64::from(link_files));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let links = std::fs::metadata(dir.path().join("1")).unwrap().nlink();
+        assert_eq!(links, if link_files { 2 } else { 1 });
+    }
     w.reset();
     let r2 = get(
         w.clone(),
@@ -594,6 +610,53 @@ async fn chunk_cache_serves_repeat_and_shared_downloads() {
         .await
         .unwrap();
     assert!(w.fetches() > 0);
+}
+
+#[tokio::test]
+#[cfg(unix)]
+async fn a_linked_download_changed_in_place_is_refetched_where_it_changed() {
+    let a = random(1_500_000, 35);
+    let c = build(&[a], 400_000);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let o = DownloadOptions {
+        cache: Some(CacheConfig::new(cache.path())),
+        ..opts()
+    };
+    let first = dir.path().join("first");
+    get(w.clone(), vec![req(&c.files[0], &first)], o.clone())
+        .await
+        .unwrap();
+    assert_eq!(cache_stats(cache.path()).unwrap().linked_files, 1);
+    let fetched_first = w.fetched_ranges.lock().unwrap().len();
+    assert!(fetched_first >= 3, "{fetched_first} fetches");
+
+    // Change one byte of the downloaded file in place (the cache shares its inode).
+    let mut bytes = std::fs::read(&first).unwrap();
+    bytes[1_200_000] ^= 0x55;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&first)
+        .and_then(|f| {
+            std::os::unix::fs::FileExt::write_all_at(&f, &bytes[1_200_000..1_200_001], 1_200_000)
+        })
+        .unwrap();
+
+    w.reset();
+    let second = dir.path().join("second");
+    let r = get(w.clone(), vec![req(&c.files[0], &second)], o)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&second).unwrap(), c.files[0].data);
+    let fetched = w.fetched_ranges.lock().unwrap().clone();
+    assert_eq!(
+        fetched.len(),
+        1,
+        "only the changed term is fetched again: {fetched:?}"
+    );
+    assert!(r.bytes_from_cache > 0 && r.bytes_fetched > 0, "{r:?}");
 }
 
 #[tokio::test]
