@@ -278,8 +278,9 @@ pub fn run(
         );
 
         let server = Serve::start(xet, &p("ds"))?;
-        // Ours twice: with the chunk cache (the default, so every fetched byte is also
-        // written to the cache) and without it, which is what the reference does by default.
+        // Ours twice: with the chunk cache (the default: the downloaded file is
+        // hard-linked into it, or, where that cannot be, every fetched byte is written to
+        // it too) and without it, which is what the reference does by default.
         let ours_with = |extra: &[&str]| {
             let mut args = vec!["download"];
             args.extend_from_slice(extra);

@@ -219,7 +219,9 @@ pub async fn read_body(
         return Err(ApiError::too_large(what, limit));
     }
     // Large (xorb) bodies go into recycled buffers (see `xet_cas::buffers`).
-    let mut buf = xet_cas::buffers::take(declared.unwrap_or(0).min(limit) as usize);
+    // Page-aligned, so the store's direct writes need no staging copy.
+    let mut buf =
+        xet_cas::buffers::BodyBuf::with_capacity(declared.unwrap_or(0).min(limit) as usize);
     let mut body = body;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| {
@@ -232,7 +234,7 @@ pub async fn read_body(
             buf.extend_from_slice(&data);
         }
     }
-    Ok(xet_cas::buffers::freeze(buf))
+    Ok(buf.freeze())
 }
 
 fn signature_error(e: SignatureError, what: &str) -> ApiError {

@@ -298,12 +298,16 @@ impl Grants {
     /// Receive `body` for `ticket`, checking its length and CRC as it streams in.
     pub async fn receive(&self, ticket: &Ticket, body: Body) -> ApiResult<Spooled> {
         enum Sink {
-            Mem(Vec<u8>, MemReservation),
+            Mem(xet_cas::buffers::BodyBuf, MemReservation),
             File(tokio::fs::File),
         }
         let mut sink = match self.reserve(ticket.length) {
-            // Large (xorb) bodies go into recycled buffers (see `xet_cas::buffers`).
-            Some(r) => Sink::Mem(xet_cas::buffers::take(ticket.length as usize), r),
+            // Large (xorb) bodies go into recycled, page-aligned buffers (see
+            // `xet_cas::buffers`).
+            Some(r) => Sink::Mem(
+                xet_cas::buffers::BodyBuf::with_capacity(ticket.length as usize),
+                r,
+            ),
             None => {
                 let f = tempfile::tempfile_in(&self.spool_dir).map_err(|e| {
                     ApiError::internal(format!(
@@ -364,7 +368,7 @@ impl Grants {
         }
         Ok(match sink {
             Sink::Mem(v, r) => Spooled::Memory {
-                bytes: xet_cas::buffers::freeze(v),
+                bytes: v.freeze(),
                 _reservation: r,
             },
             Sink::File(mut f) => {

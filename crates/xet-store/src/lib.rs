@@ -245,6 +245,16 @@ mod direct {
             for part in parts {
                 let mut rest = &part[..];
                 while !rest.is_empty() {
+                    // Data already on an aligned address (`xet_cas::buffers::BodyBuf`)
+                    // goes to disk without the staging copy, whole blocks at a time.
+                    let direct = rest.len() / ALIGN * ALIGN;
+                    if filled == 0 && direct > 0 && rest.as_ptr().align_offset(ALIGN) == 0 {
+                        if !write(&rest[..direct], &mut pos)? {
+                            return Ok(Written::Unsupported);
+                        }
+                        rest = &rest[direct..];
+                        continue;
+                    }
                     let n = rest.len().min(STAGE - filled);
                     stage[filled..filled + n].copy_from_slice(&rest[..n]);
                     filled += n;
@@ -511,13 +521,26 @@ mod tests {
             let p = write_tmp(dir.path(), &parts, &ok).unwrap();
             assert_eq!(std::fs::read(&p).unwrap(), want, "size {n}");
 
-            let q = dir.path().join(format!("direct-{i}"));
-            match direct::write_new(&q, &parts, n).unwrap() {
-                direct::Written::Done => {
-                    direct_taken += 1;
-                    assert_eq!(std::fs::read(&q).unwrap(), want, "size {n}, direct");
+            // Unaligned parts go through the staging buffer; parts on aligned
+            // addresses (as received into `BodyBuf`) partly straight from memory.
+            let aligned: Vec<Bytes> = parts
+                .iter()
+                .map(|p| {
+                    let mut b = xet_cas::buffers::BodyBuf::with_capacity(p.len().max(MIN_LEN));
+                    b.extend_from_slice(p);
+                    b.freeze()
+                })
+                .collect();
+            assert!(aligned.iter().all(|p| p.as_ptr().align_offset(ALIGN) == 0));
+            for (k, parts) in [parts, aligned].iter().enumerate() {
+                let q = dir.path().join(format!("direct-{i}-{k}"));
+                match direct::write_new(&q, parts, n).unwrap() {
+                    direct::Written::Done => {
+                        direct_taken += 1;
+                        assert_eq!(std::fs::read(&q).unwrap(), want, "size {n}, direct {k}");
+                    }
+                    direct::Written::Unsupported => {}
                 }
-                direct::Written::Unsupported => {}
             }
         }
         if direct_taken == 0 {
