@@ -7,7 +7,7 @@ use xet_xorb::CompressionScheme;
 use crate::dedup::SealedXorb;
 use crate::error::{Result, UploadError};
 
-/// Serialize a sealed xorb into `body` (cleared first): every chunk compressed in
+/// Serialize a sealed xorb at the end of `body`: every chunk compressed in
 /// parallel with the scheme [`xet_xorb::choose_scheme`] picks, falling back to storing
 /// it when that does not shrink it (as `XorbBuilder::add_chunk` does), appended in
 /// order: the footer-less upload body. Returns the xorb hash. Call on a rayon thread (or
@@ -32,7 +32,6 @@ pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut Vec<u8>) -> Result<Merk
             },
         )
         .collect();
-    body.clear();
     for (i, comp) in compressed.iter().enumerate() {
         let c = chunk(i);
         if c.len() > xet_xorb::MAX_CHUNK_SIZE {

@@ -80,8 +80,11 @@ struct Shared {
 }
 
 impl Shared {
+    /// The largest body, plus room to start it on an aligned address.
     fn body_pool_size(&self) -> usize {
-        self.opts.xorb_max_bytes as usize + xet_xorb::CHUNK_HEADER_LEN * self.opts.xorb_max_chunks
+        self.opts.xorb_max_bytes as usize
+            + xet_xorb::CHUNK_HEADER_LEN * self.opts.xorb_max_chunks
+            + xet_cas::buffers::ALIGN
     }
 }
 
@@ -390,7 +393,9 @@ async fn upload_files(
             (opts.read_ahead_bytes / opts.block_size as u64) as usize + 4,
         ),
         body_pool: BufPool::new(
-            opts.xorb_max_bytes as usize + xet_xorb::CHUNK_HEADER_LEN * opts.xorb_max_chunks,
+            opts.xorb_max_bytes as usize
+                + xet_xorb::CHUNK_HEADER_LEN * opts.xorb_max_chunks
+                + xet_cas::buffers::ALIGN,
             opts.max_xorbs_in_flight + 1,
         ),
     });
@@ -729,6 +734,15 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
     let XorbJob { sealed, _permit } = job;
     let (tx, rx) = tokio::sync::oneshot::channel();
     let mut body = shared.body_pool.get(shared.body_pool_size());
+    // The body starts on a page boundary, so the embedded store's direct writes take
+    // it straight from memory (`align_offset` may decline: then it is only unaligned).
+    let pad = body.as_ptr().align_offset(xet_cas::buffers::ALIGN);
+    let pad = if pad < xet_cas::buffers::ALIGN {
+        pad
+    } else {
+        0
+    };
+    body.resize(pad, 0);
     rayon::spawn(move || {
         let built = crate::build::build_xorb(&sealed, &mut body).map(|h| (h, body, sealed));
         let _ = tx.send(built);
@@ -736,7 +750,7 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
     let (hash, body, sealed) = rx
         .await
         .map_err(|_| UploadError::Internal("xorb build task failed".into()))??;
-    let body_len = body.len() as u64;
+    let body_len = (body.len() - pad) as u64;
     let mut built = BuiltXorb {
         slot: sealed.slot,
         hash,
@@ -745,7 +759,7 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
         sent: false,
         resumed: false,
     };
-    let body = shared.body_pool.to_bytes(body);
+    let body = shared.body_pool.to_bytes(body).slice(pad..);
 
     if shared.journal.get(&hash) == Some(&body_len) {
         // Stored by an interrupted earlier run; trust it only if the CAS confirms.
