@@ -1171,12 +1171,17 @@ fn chunk_cache_serves_repeat_downloads_unless_turned_off() {
             .arg(tmp.path().join(cache))
             .output()
             .unwrap();
-        json_ok("cache stats", &o)["entries"].as_u64().unwrap()
+        json_ok("cache stats", &o)
     };
+    let entries = |cache: &str| stats(cache)["entries"].as_u64().unwrap();
 
     let f = download("on", "a.bin", &[]);
     assert!(fetched(&f) >= size as u64 && from_cache(&f) == 0, "{f}");
-    assert!(stats("on") > 0);
+    let s = stats("on");
+    assert!(s["entries"].as_u64().unwrap() > 0, "{s}");
+    // The downloaded file is shared with the cache, not copied into it.
+    assert_eq!(s["linked_files"], 1, "{s}");
+    assert_eq!(s["linked_bytes"], size as u64, "{s}");
     let gets = proxy.matching("GET", XORB_DATA).len();
     let f = download("on", "b.bin", &[]);
     assert_eq!((fetched(&f), from_cache(&f)), (0, size as u64), "{f}");
@@ -1190,7 +1195,18 @@ fn chunk_cache_serves_repeat_downloads_unless_turned_off() {
         let f = download("off", dest, &["--chunk-cache-size", "0"]);
         assert!(fetched(&f) >= size as u64 && from_cache(&f) == 0, "{f}");
     }
-    assert_eq!(stats("off"), 0);
+    assert_eq!(entries("off"), 0);
+
+    // --chunk-cache-copies: the cache keeps its own copy, which survives the
+    // downloaded file being changed.
+    let f = download("copies", "e.bin", &["--chunk-cache-copies"]);
+    assert!(fetched(&f) >= size as u64, "{f}");
+    let s = stats("copies");
+    assert_eq!(s["linked_files"], 0, "{s}");
+    assert!(s["bytes"].as_u64().unwrap() > size as u64, "{s}");
+    std::fs::write(tmp.path().join("e.bin"), b"changed").unwrap();
+    let f = download("copies", "f.bin", &["--chunk-cache-copies"]);
+    assert_eq!((fetched(&f), from_cache(&f)), (0, size as u64), "{f}");
 
     let o = xet(&["download", "--chunk-cache-size", "10X", &hash])
         .output()

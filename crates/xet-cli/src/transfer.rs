@@ -276,16 +276,17 @@ pub fn cache(out: &Out, clear: bool, dir: &Option<PathBuf>) -> CliResult {
     .map_err(|e| Failure::new(Code::Failure, e))?;
     let verb = if clear { "cleared" } else { "holds" };
     out.line(format!(
-        "chunk cache {} {verb} {} entries, {} chunks of {} xorbs, {} linked files, {} bytes",
+        "chunk cache {} {verb} {} entries, {} chunks of {} xorbs, {} bytes ({} of them in {} downloaded files it shares by hard link)",
         s.dir.display(),
         s.entries,
         s.chunks,
         s.xorbs,
+        s.bytes,
+        s.linked_bytes,
         s.linked_files,
-        s.bytes
     ));
     out.doc(&json!({ "ok": true, "dir": s.dir.display().to_string(), "cleared": clear, "entries": s.entries,
-                     "chunks": s.chunks, "xorbs": s.xorbs, "linked_files": s.linked_files, "bytes": s.bytes }));
+                     "chunks": s.chunks, "xorbs": s.xorbs, "linked_files": s.linked_files, "linked_bytes": s.linked_bytes, "bytes": s.bytes }));
     Ok(())
 }
 

@@ -932,9 +932,11 @@ pub struct CacheStats {
     pub xorbs: u64,
     /// Decompressed chunks held.
     pub chunks: u64,
-    /// Downloaded files whose data the cache shares by hard link (their bytes count
-    /// in `bytes`, although the disk holds them once).
+    /// Downloaded files whose data the cache shares by hard link.
     pub linked_files: u64,
+    /// Their bytes (counted in `bytes` too, although the disk holds them once while
+    /// the downloaded file exists).
+    pub linked_bytes: u64,
     /// Bytes held: entry files plus linked files.
     pub bytes: u64,
 }
@@ -973,8 +975,10 @@ pub fn cache_stats(dir: &Path) -> io::Result<CacheStats> {
     if let Ok(rd) = fs::read_dir(dir.join(SUBDIR).join(FILES)) {
         for f in rd.flatten() {
             if MerkleHash::from_hex(&f.file_name().to_string_lossy()).is_ok() {
+                let len = f.metadata().map(|m| m.len()).unwrap_or(0);
                 s.linked_files += 1;
-                s.bytes += f.metadata().map(|m| m.len()).unwrap_or(0);
+                s.linked_bytes += len;
+                s.bytes += len;
             }
         }
     }
@@ -1153,6 +1157,7 @@ mod tests {
         );
         let s = cache_stats(&dir.path().join("cache")).unwrap();
         assert_eq!((s.entries, s.xorbs, s.chunks, s.linked_files), (2, 2, 3, 1));
+        assert_eq!(s.linked_bytes, 5000);
         assert_eq!(s.bytes, c.total());
         assert_eq!(s.bytes, 5000 + 2 * 20 + 3 * 36);
         // Nothing new to record: no second link.
