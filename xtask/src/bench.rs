@@ -95,22 +95,10 @@ fn measure(cmd: &mut Command) -> Result<Sample> {
 /// Best time of `runs` (the least disturbed), and the largest peak RSS seen.
 fn best(
     runs: usize,
-    mut make: impl FnMut() -> Result<Command>,
-    mut before: impl FnMut() -> Result<()>,
+    make: impl FnMut() -> Result<Command>,
+    before: impl FnMut() -> Result<()>,
 ) -> Result<Sample> {
-    let mut out: Option<Sample> = None;
-    for _ in 0..runs.max(1) {
-        before()?;
-        let s = measure(&mut make()?)?;
-        out = Some(match out {
-            None => s,
-            Some(o) => Sample {
-                secs: o.secs.min(s.secs),
-                peak_rss_kib: o.peak_rss_kib.max(s.peak_rss_kib),
-            },
-        });
-    }
-    Ok(out.expect("at least one run"))
+    Ok(bench_interleaved(runs, vec![Contender::new(make, before)])?.remove(0))
 }
 
 struct Row {
@@ -312,14 +300,21 @@ pub fn run(args: &[String]) -> Result<()> {
     if o.write {
         let doc = format!(
             "# Benchmarks\n\nProduced by `cargo xtask bench --size-mib {}` on {} with the reference `hf_xet {}` in the same run. \
-Input: pseudo-random data (incompressible, worst case for dedup), page-cached. Best of {} runs; peak RSS is the \
+Input: pseudo-random data (incompressible, worst case for dedup), page-cached. Best of {} runs, xet's and the reference's taken in turn; peak RSS is the \
 process's VmHWM. Micro rows are in-process single measurements over 256 MiB.\n\n{table}",
             o.size_mib,
             machine(),
             crate::reference::HF_XET_VERSION,
             o.runs
         );
-        std::fs::write(root.join("docs/BENCHMARKS.md"), doc)?;
+        // Hand-written sections (from the first `## ` heading on) are kept.
+        let path = root.join("docs/BENCHMARKS.md");
+        let old = std::fs::read_to_string(&path).unwrap_or_default();
+        let kept = old.find("\n## ").map_or("", |i| &old[i..]);
+        std::fs::write(
+            &path,
+            format!("{}\n{}", doc.trim_end(), kept.trim_end()) + "\n",
+        )?;
     }
     Ok(())
 }
@@ -333,10 +328,48 @@ fn o_transfer(o: &Opts) -> TransferOpts {
     TransferOpts { runs: o.runs }
 }
 pub use Sample as BenchSample;
-pub fn bench_best(
-    runs: usize,
-    make: impl FnMut() -> Result<Command>,
-    before: impl FnMut() -> Result<()>,
-) -> Result<Sample> {
-    best(runs, make, before)
+/// One side of an interleaved measurement: the command of a run, and what to do before
+/// each run.
+pub struct Contender<'a> {
+    make: Box<dyn FnMut() -> Result<Command> + 'a>,
+    before: Box<dyn FnMut() -> Result<()> + 'a>,
+}
+
+impl<'a> Contender<'a> {
+    pub fn new(
+        make: impl FnMut() -> Result<Command> + 'a,
+        before: impl FnMut() -> Result<()> + 'a,
+    ) -> Self {
+        Contender {
+            make: Box::new(make),
+            before: Box::new(before),
+        }
+    }
+}
+
+/// Best of `runs` for each contender, their runs taken in turn (a, b, a, b, ...): this
+/// VM's speed drifts by the minute, and taking turns lets the drift touch every
+/// contender alike instead of whichever happened to run during a slow spell.
+pub fn bench_interleaved(runs: usize, mut contenders: Vec<Contender<'_>>) -> Result<Vec<Sample>> {
+    let mut out: Vec<Option<Sample>> = vec![None; contenders.len()];
+    for _ in 0..runs.max(1) {
+        for (c, o) in contenders.iter_mut().zip(out.iter_mut()) {
+            (c.before)()?;
+            // Settle what earlier runs left (dirty pages, deleted files' blocks: this
+            // disk is mounted with `discard`) so no run pays for another's writes.
+            let _ = Command::new("sync").status();
+            let s = measure(&mut (c.make)()?)?;
+            *o = Some(match o.take() {
+                None => s,
+                Some(p) => Sample {
+                    secs: p.secs.min(s.secs),
+                    peak_rss_kib: p.peak_rss_kib.max(s.peak_rss_kib),
+                },
+            });
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|o| o.expect("at least one run"))
+        .collect())
 }

@@ -2,7 +2,7 @@
 //! store / `local://`, and over `xet serve` on loopback. Each run gets fresh stores and
 //! caches unless it measures a re-upload.
 
-use crate::bench::{BenchSample, TransferOpts, bench_best};
+use crate::bench::{BenchSample, Contender, TransferOpts, bench_interleaved};
 use anyhow::{Context, Result, bail};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -94,73 +94,87 @@ pub fn run(
 
     if want("upload") {
         // First upload, embedded store vs local://.
-        let ours = bench_best(
+        let [ours, reference] = pair(bench_interleaved(
             o.runs,
-            || {
-                Ok(xetc(
-                    xet,
-                    &["upload", "--store", p("s1").to_str().unwrap(), inp],
-                    &p("c1"),
-                ))
-            },
-            || {
-                fresh(&p("s1"))?;
-                fresh(&p("c1"))
-            },
-        )?;
-        let reference = bench_best(
-            o.runs,
-            || {
-                Ok(py(
-                    pyexe,
-                    REF_UPLOAD,
-                    &[inp, &format!("local://{}", p("r1").display())],
-                    &p("rc1"),
-                ))
-            },
-            || {
-                fresh(&p("r1"))?;
-                fresh(&p("rc1"))
-            },
-        )?;
+            vec![
+                Contender::new(
+                    || {
+                        Ok(xetc(
+                            xet,
+                            &["upload", "--store", p("s1").to_str().unwrap(), inp],
+                            &p("c1"),
+                        ))
+                    },
+                    || {
+                        fresh(&p("s1"))?;
+                        fresh(&p("c1"))
+                    },
+                ),
+                Contender::new(
+                    || {
+                        Ok(py(
+                            pyexe,
+                            REF_UPLOAD,
+                            &[inp, &format!("local://{}", p("r1").display())],
+                            &p("rc1"),
+                        ))
+                    },
+                    || {
+                        fresh(&p("r1"))?;
+                        fresh(&p("rc1"))
+                    },
+                ),
+            ],
+        )?);
         row(
             format!("upload {mib} MiB, embedded store / local://"),
             ours,
             Some(reference),
             ">= 2x",
         );
-        // Re-upload into the same stores and caches (everything deduplicates).
-        let reupload = |extra: &[&str]| {
-            let store = p("s1");
-            let mut args = vec!["upload"];
-            args.extend_from_slice(extra);
-            args.extend(["--store", store.to_str().unwrap(), inp]);
-            bench_best(o.runs, || Ok(xetc(xet, &args, &p("c1"))), || Ok(()))
+        // Re-upload into the same stores and caches (everything deduplicates), ours
+        // plain and with --rehash, the reference's in turn.
+        let store = p("s1");
+        let reupload = |extra: &'static [&'static str]| {
+            let store = store.clone();
+            Contender::new(
+                move || {
+                    let mut args = vec!["upload"];
+                    args.extend_from_slice(extra);
+                    args.extend(["--store", store.to_str().unwrap(), inp]);
+                    Ok(xetc(xet, &args, &p("c1")))
+                },
+                || Ok(()),
+            )
         };
-        let ours = reupload(&[])?;
-        let reference = bench_best(
+        let [ours, rehash, reference] = triple(bench_interleaved(
             o.runs,
-            || {
-                Ok(py(
-                    pyexe,
-                    REF_UPLOAD,
-                    &[inp, &format!("local://{}", p("r1").display())],
-                    &p("rc1"),
-                ))
-            },
-            || Ok(()),
-        )?;
+            vec![
+                reupload(&[]),
+                reupload(&["--rehash"]),
+                Contender::new(
+                    || {
+                        Ok(py(
+                            pyexe,
+                            REF_UPLOAD,
+                            &[inp, &format!("local://{}", p("r1").display())],
+                            &p("rc1"),
+                        ))
+                    },
+                    || Ok(()),
+                ),
+            ],
+        )?);
         row(
             format!("re-upload {mib} MiB, embedded store / local:// (unchanged file, not read)"),
             ours,
-            Some(reference.clone()),
+            Some(reference),
             ">= 2x",
         );
         // The same with --rehash: the file is read, chunked, hashed and deduplicated.
-        let ours = reupload(&["--rehash"])?;
         row(
             format!("re-upload {mib} MiB --rehash, embedded store / local://"),
-            ours,
+            rehash,
             Some(reference),
             ">= 2x",
         );
@@ -181,16 +195,19 @@ pub fn run(
                 .map(|s| s.url.clone())
                 .unwrap_or_default()
         };
-        let ours = bench_best(
+        let [ours, reference] = pair(bench_interleaved(
             o.runs,
-            || Ok(xetc(xet, &["upload", "--endpoint", &url(), inp], &p("c2"))),
-            || restart("c2"),
-        )?;
-        let reference = bench_best(
-            o.runs,
-            || Ok(py(pyexe, REF_UPLOAD, &[inp, &url()], &p("rc2"))),
-            || restart("rc2"),
-        )?;
+            vec![
+                Contender::new(
+                    || Ok(xetc(xet, &["upload", "--endpoint", &url(), inp], &p("c2"))),
+                    || restart("c2"),
+                ),
+                Contender::new(
+                    || Ok(py(pyexe, REF_UPLOAD, &[inp, &url()], &p("rc2"))),
+                    || restart("rc2"),
+                ),
+            ],
+        )?);
         *server.borrow_mut() = None;
         row(
             format!("upload {mib} MiB to xet serve"),
@@ -227,49 +244,49 @@ pub fn run(
         }
         let out = p("out.bin");
         let outs = out.to_str().unwrap().to_string();
-        let ours = bench_best(
+        let clean = |cache: &str| {
+            fresh(&p(cache))?;
+            let _ = std::fs::remove_file(&out);
+            Ok(())
+        };
+        let [ours, reference] = pair(bench_interleaved(
             o.runs,
-            || {
-                Ok(xetc(
-                    xet,
-                    &[
-                        "download",
-                        "--store",
-                        p("ds").to_str().unwrap(),
-                        &file_hash,
-                        "-o",
-                        &outs,
-                    ],
-                    &p("dlc"),
-                ))
-            },
-            || {
-                fresh(&p("dlc"))?;
-                let _ = std::fs::remove_file(&out);
-                Ok(())
-            },
-        )?;
-        let reference = bench_best(
-            o.runs,
-            || {
-                Ok(py(
-                    pyexe,
-                    REF_DOWNLOAD,
-                    &[
-                        &file_hash,
-                        &format!("local://{}", p("dr").display()),
-                        &outs,
-                        &size_s,
-                    ],
-                    &p("rdc"),
-                ))
-            },
-            || {
-                fresh(&p("rdc"))?;
-                let _ = std::fs::remove_file(&out);
-                Ok(())
-            },
-        )?;
+            vec![
+                Contender::new(
+                    || {
+                        Ok(xetc(
+                            xet,
+                            &[
+                                "download",
+                                "--store",
+                                p("ds").to_str().unwrap(),
+                                &file_hash,
+                                "-o",
+                                &outs,
+                            ],
+                            &p("dlc"),
+                        ))
+                    },
+                    || clean("dlc"),
+                ),
+                Contender::new(
+                    || {
+                        Ok(py(
+                            pyexe,
+                            REF_DOWNLOAD,
+                            &[
+                                &file_hash,
+                                &format!("local://{}", p("dr").display()),
+                                &outs,
+                                &size_s,
+                            ],
+                            &p("rdc"),
+                        ))
+                    },
+                    || clean("rdc"),
+                ),
+            ],
+        )?);
         row(
             format!("download {mib} MiB, embedded store / local:// (xet verifies)"),
             ours,
@@ -281,44 +298,42 @@ pub fn run(
         // Ours twice: with the chunk cache (the default: the downloaded file is
         // hard-linked into it, or, where that cannot be, every fetched byte is written to
         // it too) and without it, which is what the reference does by default.
-        let ours_with = |extra: &[&str]| {
-            let mut args = vec!["download"];
-            args.extend_from_slice(extra);
-            args.extend(["--endpoint", &server.url, &file_hash, "-o", &outs]);
-            bench_best(
-                o.runs,
-                || Ok(xetc(xet, &args, &p("dlc"))),
-                || {
-                    fresh(&p("dlc"))?;
-                    let _ = std::fs::remove_file(&out);
-                    Ok(())
+        let ours_with = |extra: &'static [&'static str]| {
+            let (url, hash, outs) = (server.url.clone(), file_hash.clone(), outs.clone());
+            Contender::new(
+                move || {
+                    let mut args = vec!["download"];
+                    args.extend_from_slice(extra);
+                    args.extend(["--endpoint", &url, &hash, "-o", &outs]);
+                    Ok(xetc(xet, &args, &p("dlc")))
                 },
+                || clean("dlc"),
             )
         };
-        let ours_cached = ours_with(&[])?;
-        let ours_uncached = ours_with(&["--chunk-cache-size", "0"])?;
-        let reference = bench_best(
+        let [ours_cached, ours_uncached, reference] = triple(bench_interleaved(
             o.runs,
-            || {
-                Ok(py(
-                    pyexe,
-                    REF_DOWNLOAD,
-                    &[&file_hash, &server.url, &outs, &size_s],
-                    &p("rdc"),
-                ))
-            },
-            || {
-                fresh(&p("rdc"))?;
-                let _ = std::fs::remove_file(&out);
-                Ok(())
-            },
-        )?;
+            vec![
+                ours_with(&[]),
+                ours_with(&["--chunk-cache-size", "0"]),
+                Contender::new(
+                    || {
+                        Ok(py(
+                            pyexe,
+                            REF_DOWNLOAD,
+                            &[&file_hash, &server.url, &outs, &size_s],
+                            &p("rdc"),
+                        ))
+                    },
+                    || clean("rdc"),
+                ),
+            ],
+        )?);
         row(
             format!(
                 "download {mib} MiB from xet serve (xet verifies; chunk cache on, the default)"
             ),
             ours_cached,
-            Some(reference.clone()),
+            Some(reference),
             ">= 2x",
         );
         row(
@@ -332,4 +347,14 @@ pub fn run(
     }
     std::fs::remove_dir_all(&work).ok();
     Ok(())
+}
+
+fn pair(v: Vec<BenchSample>) -> [BenchSample; 2] {
+    v.try_into()
+        .unwrap_or_else(|_| unreachable!("two contenders"))
+}
+
+fn triple(v: Vec<BenchSample>) -> [BenchSample; 3] {
+    v.try_into()
+        .unwrap_or_else(|_| unreachable!("three contenders"))
 }
