@@ -711,11 +711,17 @@ impl ChunkCache {
         terms: &[FileTerm],
     ) -> io::Result<bool> {
         let end_of = |t: &FileTerm| t.start + t.chunks.len() as u32;
-        if len > self.max_bytes
-            || terms
-                .iter()
-                .all(|t| t.chunks.is_empty() || self.contains(&t.xorb, t.start, end_of(t)))
-        {
+        let new: Vec<&FileTerm> = terms
+            .iter()
+            .filter(|t| !t.chunks.is_empty() && !self.contains(&t.xorb, t.start, end_of(t)))
+            .collect();
+        // The file and its references must fit the bound together, or the next open
+        // would evict them at once.
+        let refs_len: u64 = new
+            .iter()
+            .map(|t| 20 + t.chunks.len() as u64 * ENTRY_HEADER)
+            .sum();
+        if new.is_empty() || len.saturating_add(refs_len) > self.max_bytes {
             return Ok(false);
         }
         let dir = self.root.join(FILES);
@@ -735,9 +741,10 @@ impl ChunkCache {
             idx.total = idx.total.saturating_sub(old.map_or(0, |o| o.len)) + len;
             idx.linked.get_mut(file).expect("just inserted").refs = old_refs;
         }
-        for t in terms {
+        for t in new {
             let (start, end) = (t.start, end_of(t));
-            if t.chunks.is_empty() || self.contains(&t.xorb, start, end) {
+            if self.contains(&t.xorb, start, end) {
+                // A term repeated in the file, recorded a moment ago.
                 continue;
             }
             let mut body = Vec::with_capacity(20 + t.chunks.len() * ENTRY_HEADER as usize);
@@ -1234,9 +1241,15 @@ mod tests {
         assert!(src.exists());
         assert_eq!(cache_stats(&dir.path().join("cache")).unwrap().entries, 3);
 
-        // A file bigger than the bound is not linked at all.
-        assert!(!c.link_file(&fh, &src, linked + 3 * per, &terms).unwrap());
-        assert!(!c.linked_path(&fh).exists());
+        // A file that fits the bound only without its references is not linked at all.
+        let tight = ChunkCache::open(&dir.path().join("tight"), linked - 1).unwrap();
+        assert!(!tight.link_file(&fh, &src, 5000, &terms).unwrap());
+        assert_eq!(tight.total(), 0);
+        let exact = ChunkCache::open(&dir.path().join("exact"), linked).unwrap();
+        assert!(exact.link_file(&fh, &src, 5000, &terms).unwrap());
+        drop(exact);
+        let exact = ChunkCache::open(&dir.path().join("exact"), linked).unwrap();
+        assert_eq!(exact.total(), linked, "still there when reopened");
     }
 
     #[test]

@@ -238,7 +238,9 @@ pub(crate) async fn download_file(
     let link_cache = match (&shared.cache, &shared.opts.cache) {
         (Some(cache), Some(cfg)) if whole && resumable && cfg.link_files => {
             let (root, pp) = (cache.root().to_path_buf(), part_path.clone());
-            size <= cache.max_bytes()
+            // Room for the file and its references (36 bytes per chunk of at least
+            // 8 KiB, and 20 per term, far below 1/128 of the file).
+            size.saturating_add(size / 128 + 4096) <= cache.max_bytes()
                 && blocking(move || {
                     fsio::same_file_system(&root, pp.parent().unwrap_or(Path::new(".")))
                 })
