@@ -40,7 +40,10 @@
 //! and never changes its times (recency lives in the reference files). If the user
 //! changes the file in place, the re-hash on read catches it and the reference is a
 //! miss. A linked file counts against the size bound once, and is evicted as a unit
-//! (with all its references) by the most recent use of any of them.
+//! (with all its references) by the most recent use of any of them. A reference whose
+//! linked file is gone is dropped when the cache is opened, and so is a linked file
+//! with no references once its inode is an hour old (younger, another process may be
+//! recording its references).
 
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -148,6 +151,19 @@ fn parse_entry_name(s: &str) -> Option<(u32, u32, Option<MerkleHash>)> {
     (a < b).then_some((a, b, linked))
 }
 
+/// Whether the inode's status last changed over `age` ago (linking a file changes it;
+/// writing to it does too).
+fn changed_before(m: &fs::Metadata, age: Duration) -> bool {
+    #[cfg(unix)]
+    let changed = {
+        use std::os::unix::fs::MetadataExt;
+        SystemTime::UNIX_EPOCH + Duration::from_secs(m.ctime().max(0) as u64)
+    };
+    #[cfg(not(unix))]
+    let changed = m.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+    changed.elapsed().is_ok_and(|a| a >= age)
+}
+
 /// Remove a `.tmp` file left by a crashed writer once it is an hour old.
 fn remove_stale_tmp(f: &fs::DirEntry) {
     if let Ok(m) = f.metadata() {
@@ -164,6 +180,12 @@ fn remove_stale_tmp(f: &fs::DirEntry) {
 impl ChunkCache {
     /// Open (create) the cache under `dir` and index what is there. Blocking.
     pub fn open(dir: &Path, max_bytes: u64) -> io::Result<ChunkCache> {
+        Self::open_with(dir, max_bytes, Duration::from_secs(3600))
+    }
+
+    /// [`ChunkCache::open`], dropping linked files without references once their
+    /// inode changed over `orphan_age` ago.
+    fn open_with(dir: &Path, max_bytes: u64, orphan_age: Duration) -> io::Result<ChunkCache> {
         let root = dir.join(SUBDIR);
         fs::create_dir_all(&root)?;
         let mut index = Index::default();
@@ -220,10 +242,14 @@ impl ChunkCache {
                 });
             }
         }
-        // Linked files nothing refers to any more are dropped.
+        // Linked files nothing refers to any more are dropped, unless just linked:
+        // another process may be writing their references right now.
         index.linked.retain(|h, l| {
             if l.refs == 0 {
-                let _ = fs::remove_file(root.join(FILES).join(h.to_string()));
+                let path = root.join(FILES).join(h.to_string());
+                if fs::metadata(&path).is_ok_and(|m| changed_before(&m, orphan_age)) {
+                    let _ = fs::remove_file(path);
+                }
             }
             l.refs > 0
         });
@@ -1268,7 +1294,10 @@ mod tests {
         // f1 loses its reference file, f2 its linked file.
         fs::remove_file(c_ref(&root, &terms[0], &f1)).unwrap();
         fs::remove_file(root.join(SUBDIR).join(FILES).join(f2.to_string())).unwrap();
-        let c = ChunkCache::open(&root, 1 << 20).unwrap();
+        // Just linked: another process may be about to write its references.
+        drop(ChunkCache::open(&root, 1 << 20).unwrap());
+        assert!(link1.exists(), "a young linked file is left alone");
+        let c = ChunkCache::open_with(&root, 1 << 20, Duration::ZERO).unwrap();
         assert!(
             !link1.exists(),
             "a linked file no reference uses is removed"
