@@ -93,6 +93,15 @@ pub fn run(
     let size_s = size.to_string();
 
     if want("upload") {
+        // The reference's upload to its local:// store.
+        let ref_local_upload = || {
+            Ok(py(
+                pyexe,
+                REF_UPLOAD,
+                &[inp, &format!("local://{}", p("r1").display())],
+                &p("rc1"),
+            ))
+        };
         // First upload, embedded store vs local://.
         let [ours, reference] = pair(bench_interleaved(
             o.runs,
@@ -110,20 +119,10 @@ pub fn run(
                         fresh(&p("c1"))
                     },
                 ),
-                Contender::new(
-                    || {
-                        Ok(py(
-                            pyexe,
-                            REF_UPLOAD,
-                            &[inp, &format!("local://{}", p("r1").display())],
-                            &p("rc1"),
-                        ))
-                    },
-                    || {
-                        fresh(&p("r1"))?;
-                        fresh(&p("rc1"))
-                    },
-                ),
+                Contender::new(ref_local_upload, || {
+                    fresh(&p("r1"))?;
+                    fresh(&p("rc1"))
+                }),
             ],
         )?);
         row(
@@ -152,17 +151,7 @@ pub fn run(
             vec![
                 reupload(&[]),
                 reupload(&["--rehash"]),
-                Contender::new(
-                    || {
-                        Ok(py(
-                            pyexe,
-                            REF_UPLOAD,
-                            &[inp, &format!("local://{}", p("r1").display())],
-                            &p("rc1"),
-                        ))
-                    },
-                    || Ok(()),
-                ),
+                Contender::new(ref_local_upload, || Ok(())),
             ],
         )?);
         row(

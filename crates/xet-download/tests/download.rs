@@ -612,19 +612,31 @@ async fn chunk_cache_serves_repeat_and_shared_downloads_with(link_files: bool) {
     assert!(w.fetches() > 0);
 }
 
-#[tokio::test]
-#[cfg(unix)]
-async fn a_linked_download_changed_in_place_is_refetched_where_it_changed() {
-    let a = random(1_500_000, 35);
-    let c = build(&[a], 400_000);
-    let (store, _) = store(&c).await;
-    let w = Wrapper::new(store);
-    let dir = tempfile::tempdir().unwrap();
+/// A wrapped store holding `c`, an output directory, a cache directory, and options
+/// that use it.
+async fn with_cache(
+    c: &Corpus,
+) -> (
+    Arc<Wrapper>,
+    tempfile::TempDir,
+    tempfile::TempDir,
+    DownloadOptions,
+) {
+    let (store, _) = store(c).await;
     let cache = tempfile::tempdir().unwrap();
     let o = DownloadOptions {
         cache: Some(CacheConfig::new(cache.path())),
         ..opts()
     };
+    (Wrapper::new(store), tempfile::tempdir().unwrap(), cache, o)
+}
+
+#[tokio::test]
+#[cfg(unix)]
+async fn a_linked_download_changed_in_place_is_refetched_where_it_changed() {
+    let a = random(1_500_000, 35);
+    let c = build(&[a], 400_000);
+    let (w, dir, cache, o) = with_cache(&c).await;
     let first = dir.path().join("first");
     get(w.clone(), vec![req(&c.files[0], &first)], o.clone())
         .await
@@ -666,14 +678,7 @@ async fn cache_shared_between_files_using_the_same_xorb() {
     let mut b = a[..700_000].to_vec();
     b.extend(random(100_000, 34));
     let c = build(&[a, b], 400_000);
-    let (store, _) = store(&c).await;
-    let w = Wrapper::new(store);
-    let dir = tempfile::tempdir().unwrap();
-    let cache = tempfile::tempdir().unwrap();
-    let o = DownloadOptions {
-        cache: Some(CacheConfig::new(cache.path())),
-        ..opts()
-    };
+    let (w, dir, cache, o) = with_cache(&c).await;
     get(
         w.clone(),
         vec![req(&c.files[0], &dir.path().join("a"))],
