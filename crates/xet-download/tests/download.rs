@@ -678,7 +678,7 @@ async fn cache_shared_between_files_using_the_same_xorb() {
     let mut b = a[..700_000].to_vec();
     b.extend(random(100_000, 34));
     let c = build(&[a, b], 400_000);
-    let (w, dir, cache, o) = with_cache(&c).await;
+    let (w, dir, _cache, o) = with_cache(&c).await;
     get(
         w.clone(),
         vec![req(&c.files[0], &dir.path().join("a"))],

@@ -277,35 +277,6 @@ pub fn reference_artifacts(sub: &str) -> Vec<PathBuf> {
     v
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn generators_are_deterministic_and_sized() {
-        for c in corpus().into_iter().chain(artifact_corpus()) {
-            let a = c.bytes();
-            let extra = if c.kind == Kind::RandomWithInsertion {
-                INSERT_LEN
-            } else {
-                0
-            };
-            assert_eq!(a.len(), c.size + extra, "{}", c.name);
-            if c.size <= 200_000 {
-                assert_eq!(a, c.bytes());
-            }
-        }
-    }
-
-    #[test]
-    fn insertion_shares_prefix_and_suffix() {
-        let base = generate(Kind::Random, 10_000, 7);
-        let ed = generate(Kind::RandomWithInsertion, 10_000, 7);
-        assert_eq!(&base[..5000], &ed[..5000]);
-        assert_eq!(&base[5000..], &ed[5000 + INSERT_LEN..]);
-    }
-}
-
 /// The reference client version the interop tests and vectors use.
 pub const HF_XET_VERSION: &str = "1.8.0";
 
@@ -365,5 +336,34 @@ pub fn reference_python() -> Result<PathBuf, String> {
             "{} still lacks hf-xet after pip install",
             python.display()
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generators_are_deterministic_and_sized() {
+        for c in corpus().into_iter().chain(artifact_corpus()) {
+            let a = c.bytes();
+            let extra = if c.kind == Kind::RandomWithInsertion {
+                INSERT_LEN
+            } else {
+                0
+            };
+            assert_eq!(a.len(), c.size + extra, "{}", c.name);
+            if c.size <= 200_000 {
+                assert_eq!(a, c.bytes());
+            }
+        }
+    }
+
+    #[test]
+    fn insertion_shares_prefix_and_suffix() {
+        let base = generate(Kind::Random, 10_000, 7);
+        let ed = generate(Kind::RandomWithInsertion, 10_000, 7);
+        assert_eq!(&base[..5000], &ed[..5000]);
+        assert_eq!(&base[5000..], &ed[5000 + INSERT_LEN..]);
     }
 }
