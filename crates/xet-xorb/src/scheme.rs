@@ -320,7 +320,19 @@ pub fn try_compress_into(
         return scheme;
     }
     let start = out.len();
-    if compress_into(scheme, data, out, scratch) < data.len() {
+    let grouped;
+    let input = match scheme {
+        CompressionScheme::None => return scheme,
+        CompressionScheme::Lz4 => data,
+        CompressionScheme::ByteGrouping4Lz4 => {
+            byte_group4_into(data, scratch);
+            grouped = &scratch[..];
+            grouped
+        }
+    };
+    // Gives up as soon as the frame cannot come out smaller than the chunk: an
+    // incompressible block is then never copied into the frame only to be dropped.
+    if lz4_frame_compress_below(input, out, data.len()) {
         return scheme;
     }
     out.truncate(start);
@@ -336,6 +348,15 @@ pub fn try_compress_into(
 /// Each block is compressed straight into `out` with the block compressor; the frame
 /// encoder would copy the input into its own buffer and the output out of another.
 fn lz4_frame_compress(data: &[u8], out: &mut Vec<u8>) {
+    lz4_frame_compress_below(data, out, usize::MAX);
+}
+
+/// [`lz4_frame_compress`], stopping early (returning `false`, `out` holding a partial
+/// frame) once the frame cannot be shorter than `limit` bytes; `true` when it is.
+fn lz4_frame_compress_below(data: &[u8], out: &mut Vec<u8>, limit: usize) -> bool {
+    let start = out.len();
+    // The frame still needs this much after the current position: the end mark.
+    let end_mark = 4;
     let (block_max, bd) = match data.len() {
         n if n <= 64 << 10 => (64 << 10, 4u8 << 4),
         n if n <= 256 << 10 => (256 << 10, 5u8 << 4),
@@ -365,11 +386,18 @@ fn lz4_frame_compress(data: &[u8], out: &mut Vec<u8>) {
             out[at..at + 4].copy_from_slice(&(n as u32).to_le_bytes());
         } else {
             out.truncate(at);
+            if at - start + 4 + block.len() + end_mark >= limit {
+                return false;
+            }
             out.extend_from_slice(&(block.len() as u32 | BLOCK_UNCOMPRESSED).to_le_bytes());
             out.extend_from_slice(block);
         }
+        if out.len() - start + end_mark >= limit {
+            return false;
+        }
     }
     out.extend_from_slice(&0u32.to_le_bytes());
+    out.len() - start < limit
 }
 
 thread_local! {

@@ -278,3 +278,76 @@ fn popcount_histograms_at_block_and_round_edges() {
         );
     }
 }
+
+/// What `try_compress_into` must equal: the whole payload, kept only if strictly smaller.
+fn try_compress_reference(scheme: CompressionScheme, data: &[u8]) -> Option<Vec<u8>> {
+    let full = compress(scheme, data);
+    (full.len() < data.len()).then_some(full)
+}
+
+fn check_try_compress(scheme: CompressionScheme, data: &[u8]) {
+    let mut out = b"prefix".to_vec();
+    let used = try_compress_into(scheme, data, &mut out, &mut Vec::new());
+    match try_compress_reference(scheme, data) {
+        Some(full) => {
+            assert_eq!(used, scheme, "{} bytes", data.len());
+            assert_eq!(&out[6..], &full[..], "{} bytes", data.len());
+        }
+        None => {
+            assert_eq!(used, CompressionScheme::None, "{} bytes", data.len());
+            assert_eq!(out, b"prefix", "{} bytes", data.len());
+        }
+    }
+}
+
+/// Random bytes with a compressible tail of zeros: `random` of them decide whether the
+/// frame ends up just under, at or just over the chunk's length.
+fn mixed(len: usize, random: usize, seed: u64) -> Vec<u8> {
+    let mut d = generate(Kind::Random, random.min(len), seed);
+    d.resize(len, 0);
+    d
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// `try_compress_into` gives up early on incompressible input; it must still decide
+    /// exactly as compressing the whole chunk and comparing lengths does.
+    #[test]
+    fn try_compress_equals_compress_then_compare(
+        len in prop_oneof![0usize..64, 1usize..=MAX_CHUNK_SIZE],
+        random_share in 0u32..=1000,
+        seed in any::<u64>(),
+        bg4 in any::<bool>(),
+    ) {
+        let data = mixed(len, len * random_share as usize / 1000, seed);
+        let scheme = if bg4 { CompressionScheme::ByteGrouping4Lz4 } else { CompressionScheme::Lz4 };
+        check_try_compress(scheme, &data);
+    }
+}
+
+#[test]
+fn try_compress_at_the_break_even_point_and_over_several_blocks() {
+    for scheme in [CompressionScheme::Lz4, CompressionScheme::ByteGrouping4Lz4] {
+        // Sweep the random share of a 64 KiB chunk through the point where the frame
+        // stops being smaller, one byte at a time around it.
+        let len = 64 << 10;
+        let mut last = None;
+        for random in (len - 600..=len).rev() {
+            let data = mixed(len, random, 9);
+            check_try_compress(scheme, &data);
+            last = Some(try_compress_reference(scheme, &data).is_some());
+        }
+        assert_eq!(last, Some(true), "the sweep reaches compressible data");
+        assert!(try_compress_reference(scheme, &mixed(len, len, 9)).is_none());
+        // Frames of several 4 MiB blocks (inputs over 4 MiB): the first block
+        // incompressible, the second not, and the other way round.
+        let mut a = generate(Kind::Random, 4 << 20, 1);
+        a.extend(vec![0u8; 1 << 20]);
+        check_try_compress(scheme, &a);
+        let mut b = vec![0u8; 4 << 20];
+        b.extend(generate(Kind::Random, 1 << 20, 2));
+        check_try_compress(scheme, &b);
+        check_try_compress(scheme, &generate(Kind::Random, 5 << 20, 3));
+    }
+}
