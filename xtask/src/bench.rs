@@ -347,13 +347,17 @@ impl<'a> Contender<'a> {
     }
 }
 
-/// Best of `runs` for each contender, their runs taken in turn (a, b, a, b, ...): this
-/// VM's speed drifts by the minute, and taking turns lets the drift touch every
-/// contender alike instead of whichever happened to run during a slow spell.
+/// Best of `runs` for each contender, their runs taken in turn: this VM's speed drifts
+/// by the minute, and taking turns lets the drift touch every contender alike instead
+/// of whichever happened to run during a slow spell. The order rotates each round (a b c,
+/// b c a, c a b, ...), since a run is also affected by the one just before it.
 pub fn bench_interleaved(runs: usize, mut contenders: Vec<Contender<'_>>) -> Result<Vec<Sample>> {
-    let mut out: Vec<Option<Sample>> = vec![None; contenders.len()];
-    for _ in 0..runs.max(1) {
-        for (c, o) in contenders.iter_mut().zip(out.iter_mut()) {
+    let n = contenders.len();
+    let mut out: Vec<Option<Sample>> = vec![None; n];
+    for round in 0..runs.max(1) {
+        for k in 0..n {
+            let i = (round + k) % n;
+            let (c, o) = (&mut contenders[i], &mut out[i]);
             (c.before)()?;
             // Settle what earlier runs left (dirty pages, deleted files' blocks: this
             // disk is mounted with `discard`) so no run pays for another's writes.
