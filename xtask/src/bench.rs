@@ -300,7 +300,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if o.write {
         let doc = format!(
             "# Benchmarks\n\nProduced by `cargo xtask bench --size-mib {}` on {} with the reference `hf_xet {}` in the same run. \
-Input: pseudo-random data (incompressible, worst case for dedup), page-cached. Best of {} runs, xet's and the reference's taken in turn; peak RSS is the \
+Input: pseudo-random data (incompressible, worst case for dedup), page-cached. Best of {} runs, xet's and the reference's taken in turn (the order rotating each round, `sync` before each run); peak RSS is the \
 process's VmHWM. Micro rows are in-process single measurements over 256 MiB.\n\n{table}",
             o.size_mib,
             machine(),
