@@ -51,6 +51,18 @@ pub fn freeze(buf: Vec<u8>) -> Bytes {
 /// alignment `O_DIRECT` asks for.
 pub const ALIGN: usize = 4096;
 
+/// Fill empty `buf` with zeros up to the first [`ALIGN`] boundary of its allocation and
+/// return how many, so what is appended next starts aligned (`buf` needs `ALIGN - 1`
+/// bytes of spare room for that). `align_offset` may decline; the data is then just
+/// unaligned and this returns 0.
+pub fn align_start(buf: &mut Vec<u8>) -> usize {
+    debug_assert!(buf.is_empty());
+    let pad = buf.as_ptr().align_offset(ALIGN);
+    let pad = if pad < ALIGN { pad } else { 0 };
+    buf.resize(pad, 0);
+    pad
+}
+
 /// A body being received whose data starts on an [`ALIGN`] boundary when it is large
 /// (pooled), so a store writing it with `O_DIRECT` can write it straight from memory
 /// instead of through a staging copy. Growing past the first capacity may lose the
@@ -72,10 +84,7 @@ impl BodyBuf {
             };
         }
         let mut buf = take(len + ALIGN);
-        // `align_offset` may decline (usize::MAX); the data is then just unaligned.
-        let pad = buf.as_ptr().align_offset(ALIGN);
-        let pad = if pad < ALIGN { pad } else { 0 };
-        buf.resize(pad, 0);
+        let pad = align_start(&mut buf);
         BodyBuf { buf, pad }
     }
 

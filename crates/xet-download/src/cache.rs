@@ -99,6 +99,21 @@ struct Index {
     total: u64,
 }
 
+impl Index {
+    /// Forget linked file `h` if no reference uses it any more; the caller then
+    /// deletes it. Returns whether it was forgotten.
+    fn unlink_if_unused(&mut self, h: &MerkleHash) -> bool {
+        match self.linked.get(h) {
+            Some(l) if l.refs == 0 => {
+                self.total = self.total.saturating_sub(l.len);
+                self.linked.remove(h);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 /// What eviction removes: one entry, or a linked file with all its references.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Unit {
@@ -543,17 +558,7 @@ impl ChunkCache {
         let Some(e) = Self::unindex(&mut idx, xorb, es, ee) else {
             return;
         };
-        let mut drop_linked = None;
-        if let Some(h) = e.linked {
-            if let Some(l) = idx.linked.get(&h) {
-                if l.refs == 0 {
-                    let len = l.len;
-                    idx.linked.remove(&h);
-                    idx.total = idx.total.saturating_sub(len);
-                    drop_linked = Some(h);
-                }
-            }
-        }
+        let drop_linked = e.linked.filter(|h| idx.unlink_if_unused(h));
         drop(idx);
         let _ = fs::remove_file(self.entry_path(xorb, es, ee, e.linked.as_ref()));
         if let Some(h) = drop_linked {
@@ -762,10 +767,12 @@ impl ChunkCache {
             // A link already there was replaced: its references now read the new
             // inode, which holds the same verified bytes.
             let mut idx = self.lock();
-            let old = idx.linked.insert(*file, Linked { len, refs: 0 });
-            let old_refs = old.map_or(0, |o| o.refs);
-            idx.total = idx.total.saturating_sub(old.map_or(0, |o| o.len)) + len;
-            idx.linked.get_mut(file).expect("just inserted").refs = old_refs;
+            let l = idx
+                .linked
+                .entry(*file)
+                .or_insert(Linked { len: 0, refs: 0 });
+            let old_len = std::mem::replace(&mut l.len, len);
+            idx.total = idx.total.saturating_sub(old_len) + len;
         }
         for t in new {
             let (start, end) = (t.start, end_of(t));
@@ -810,13 +817,9 @@ impl ChunkCache {
                 ),
             }
         }
-        let unused = self.lock().linked.get(file).is_some_and(|l| l.refs == 0);
+        // No reference could be written: the link would only take room.
+        let unused = self.lock().unlink_if_unused(file);
         if unused {
-            let mut idx = self.lock();
-            if let Some(l) = idx.linked.remove(file) {
-                idx.total = idx.total.saturating_sub(l.len);
-            }
-            drop(idx);
             let _ = fs::remove_file(self.linked_path(file));
             return Ok(false);
         }

@@ -735,14 +735,8 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let mut body = shared.body_pool.get(shared.body_pool_size());
     // The body starts on a page boundary, so the embedded store's direct writes take
-    // it straight from memory (`align_offset` may decline: then it is only unaligned).
-    let pad = body.as_ptr().align_offset(xet_cas::buffers::ALIGN);
-    let pad = if pad < xet_cas::buffers::ALIGN {
-        pad
-    } else {
-        0
-    };
-    body.resize(pad, 0);
+    // it straight from memory.
+    let pad = xet_cas::buffers::align_start(&mut body);
     rayon::spawn(move || {
         let built = crate::build::build_xorb(&sealed, &mut body).map(|h| (h, body, sealed));
         let _ = tx.send(built);

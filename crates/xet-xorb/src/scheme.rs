@@ -273,15 +273,28 @@ pub fn compress_into(
     scratch: &mut Vec<u8>,
 ) -> usize {
     let start = out.len();
-    match scheme {
-        CompressionScheme::None => out.extend_from_slice(data),
-        CompressionScheme::Lz4 => lz4_frame_compress(data, out),
-        CompressionScheme::ByteGrouping4Lz4 => {
-            byte_group4_into(data, scratch);
-            lz4_frame_compress(scratch, out);
-        }
+    match lz4_input(scheme, data, scratch) {
+        None => out.extend_from_slice(data),
+        Some(input) => lz4_frame_compress(input, out),
     }
     out.len() - start
+}
+
+/// What the LZ4 frame of `scheme` holds: `data` itself, or its byte-grouped copy made in
+/// `scratch`; `None` for a stored chunk.
+fn lz4_input<'a>(
+    scheme: CompressionScheme,
+    data: &'a [u8],
+    scratch: &'a mut Vec<u8>,
+) -> Option<&'a [u8]> {
+    match scheme {
+        CompressionScheme::None => None,
+        CompressionScheme::Lz4 => Some(data),
+        CompressionScheme::ByteGrouping4Lz4 => {
+            byte_group4_into(data, scratch);
+            Some(scratch)
+        }
+    }
 }
 
 /// `data` compressed with `scheme` (payload only).
@@ -316,19 +329,9 @@ pub fn try_compress_into(
     out: &mut Vec<u8>,
     scratch: &mut Vec<u8>,
 ) -> CompressionScheme {
-    if scheme == CompressionScheme::None {
-        return scheme;
-    }
     let start = out.len();
-    let grouped;
-    let input = match scheme {
-        CompressionScheme::None => return scheme,
-        CompressionScheme::Lz4 => data,
-        CompressionScheme::ByteGrouping4Lz4 => {
-            byte_group4_into(data, scratch);
-            grouped = &scratch[..];
-            grouped
-        }
+    let Some(input) = lz4_input(scheme, data, scratch) else {
+        return CompressionScheme::None;
     };
     // Gives up as soon as the frame cannot come out smaller than the chunk: an
     // incompressible block is then never copied into the frame only to be dropped.
