@@ -1,4 +1,4 @@
-//! `cargo xtask bench [--size-mib N] [--runs N] [--only NAME] [--no-write]`
+//! `cargo xtask bench [--size-mib N] [--runs N] [--only GROUP] [--no-write]`
 //!
 //! Throughput and peak RSS of `xet` next to the reference client, same input, same run.
 //! Each case runs as a child process; peak RSS is the child's `VmHWM` from
@@ -9,6 +9,13 @@ use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+pub const USAGE: &str =
+    "usage: cargo xtask bench [--size-mib N] [--runs N] [--only GROUP] [--no-write]
+  --size-mib N   input size for the upload/download cases (default 1024)
+  --runs N       measured runs per contender, best taken (default 2)
+  --only GROUP   only one group of cases: micro, hash, upload or download
+  --no-write     print the table without rewriting docs/BENCHMARKS.md";
 
 struct Opts {
     size_mib: u64,
@@ -36,7 +43,11 @@ fn parse(args: &[String]) -> Result<Opts> {
             "--runs" => o.runs = val()?.parse()?,
             "--only" => o.only = Some(val()?),
             "--no-write" => o.write = false,
-            _ => bail!("unknown bench flag {a}"),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            _ => bail!("unknown bench flag {a}\n{USAGE}"),
         }
     }
     Ok(o)

@@ -23,7 +23,10 @@ fn main() -> Result<()> {
         }
         Some("bench") => bench::run(&args[1..]),
         Some("test") => test(),
-        _ => bail!("usage: cargo xtask <test|vectors|ref-venv|bench [--size-mib N] [--keep]>"),
+        _ => bail!(
+            "usage: cargo xtask <test|vectors|ref-venv|bench>\n{}",
+            bench::USAGE
+        ),
     }
 }
 

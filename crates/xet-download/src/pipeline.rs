@@ -103,8 +103,11 @@ struct FileCtx {
     /// Cache entries this file used or added (removed if verification fails).
     cache_touched: Mutex<Vec<(MerkleHash, u32, u32)>>,
     candidates: Mutex<Vec<XorbCandidate>>,
-    /// Taken while writing to `part` (see `write_clipped`).
-    write_turn: Mutex<()>,
+    /// Taken while writing to `part` (see `write_clipped`); holds the direct writer
+    /// for a large part that is renamed into place.
+    write_turn: Mutex<Option<fsio::DirectWriter>>,
+    /// Waits for the direct writer's queued writes (before terms are journaled).
+    written: Option<fsio::WriteWaiter>,
     /// Set after an error: queued groups give up instead of fetching.
     stop: CancellationToken,
 }
@@ -230,9 +233,19 @@ pub(crate) async fn download_file(
     let journal_path = journal_path(&final_path);
     let header = JournalHeader::new(&file, size, out.start, out.end);
     let do_resume = resumable && shared.opts.resume;
-    let (part, journal, done) = {
+    let (part, journal, done, direct) = {
         let (pp, jp, header) = (part_path.clone(), journal_path.clone(), header.clone());
-        blocking(move || open_part(&pp, &jp, &header, out.len(), do_resume, resumable)).await??
+        blocking(move || {
+            let (part, journal, done) =
+                open_part(&pp, &jp, &header, out.len(), do_resume, resumable)?;
+            let part = Arc::new(part);
+            // Only a part that is fsynced and renamed must reach the disk anyway.
+            let direct = (resumable && out.len() >= DIRECT_MIN)
+                .then(|| fsio::DirectWriter::open(&pp, part.clone()))
+                .flatten();
+            Ok::<_, DownloadError>((part, journal, done, direct))
+        })
+        .await??
     };
     let resumed: u64 = done.values().map(|t| t.len).sum();
     let link_cache = match (&shared.cache, &shared.opts.cache) {
@@ -263,14 +276,15 @@ pub(crate) async fn download_file(
         out,
         whole,
         link_cache,
-        part: Arc::new(part),
+        part,
         part_path: part_path.clone(),
         renamed: resumable,
         journal,
         stats: FileStats::default(),
         cache_touched: Mutex::new(Vec::new()),
         candidates: Mutex::new(Vec::new()),
-        write_turn: Mutex::new(()),
+        written: direct.as_ref().map(fsio::DirectWriter::waiter),
+        write_turn: Mutex::new(direct),
         stop: CancellationToken::new(),
     });
 
@@ -573,6 +587,10 @@ fn report_written(ctx: &FileCtx, done: Written, from_cache: bool) -> GroupResult
 /// Decoded bytes handed to the writer at once: large writes, few of them.
 const WRITE_BATCH: u64 = 16 << 20;
 
+/// Parts at least this large are written with `O_DIRECT` where possible
+/// ([`fsio::DirectWriter`]).
+const DIRECT_MIN: u64 = 8 << 20;
+
 /// Write the part of consecutive chunks `pieces` (the first at file offset `at`) that
 /// falls in `item.write`, with one vectored positional write. Writers of one file take
 /// turns: concurrent writes to one file only contend on its inode lock in the kernel.
@@ -595,16 +613,34 @@ fn write_clipped<'a>(
     }
     if let Some(off) = first_off {
         let pos = off - ctx.out.start;
-        {
-            let _turn = lock(&ctx.write_turn);
-            fsio::write_all_vectored_at(&ctx.part, &bufs, pos)?;
-        }
-        if ctx.renamed {
-            let len = bufs.iter().map(|b| b.len() as u64).sum();
+        let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+        let through_cache = {
+            let mut turn = lock(&ctx.write_turn);
+            match turn.as_mut() {
+                Some(direct) => direct.write(&ctx.part, &bufs, pos)?,
+                None => {
+                    fsio::write_all_vectored_at(&ctx.part, &bufs, pos)?;
+                    len
+                }
+            }
+        };
+        // Only spans written through the page cache in full are worth starting early.
+        if ctx.renamed && through_cache == len {
             fsio::start_writeback(&ctx.part, pos, len);
         }
     }
     Ok(())
+}
+
+/// Before terms are journaled: wait until the bytes written for them are in the part
+/// (direct writes complete on the writer thread).
+fn writes_landed(ctx: &FileCtx) -> Result<()> {
+    match (&ctx.written, &ctx.journal) {
+        (Some(w), Some(_)) => w
+            .wait()
+            .map_err(|e| DownloadError::io("writing", &ctx.part_path, e)),
+        _ => Ok(()),
+    }
 }
 
 /// After an item's chunks are written: check its length, journal it, keep its chunks.
@@ -649,6 +685,7 @@ fn read_cached(ctx: &FileCtx, cache: &ChunkCache, items: &[Item]) -> Result<Opti
             item.term.chunks.end,
         ));
     }
+    writes_landed(ctx)?;
     items
         .iter()
         .zip(entries)
@@ -744,6 +781,7 @@ fn decode_and_write(
             chunks: (0..hashes.len()).map(entry).collect(),
         });
     }
+    writes_landed(ctx)?;
     items
         .iter()
         .zip(&spans)
@@ -875,7 +913,13 @@ async fn verify_and_finish(
     let part_path = ctx.part_path.clone();
     let dest = final_path.to_path_buf();
     let journal = ctx.journal.as_ref().map(|j| j.path().to_path_buf());
+    let c = ctx.clone();
     blocking(move || -> Result<()> {
+        if let Some(direct) = lock(&c.write_turn).as_mut() {
+            direct
+                .finish()
+                .map_err(|e| DownloadError::io("writing", &part_path, e))?;
+        }
         // A file renamed into place must be on disk first; a part copied to a writer
         // is deleted right after.
         if writer.is_none() {
