@@ -49,9 +49,12 @@
 //!    size (no decompression bomb can produce more), **hashes every chunk**
 //!    ([`xet_hash::chunk_hash`]), and writes it straight to its offset(s) in
 //!    `<dest>.part` (positional writes) and into the chunk cache entry. No buffer of a
-//!    fetch's decoded size exists.
-//! 6. Once all of a term's chunks are written, the term is appended to the resume
-//!    journal.
+//!    fetch's decoded size exists. A part of at least 8 MiB that is renamed into place
+//!    (fsynced anyway) gets its page-aligned spans written with `O_DIRECT` by a writer
+//!    thread from recycled staging buffers, not copied into new page-cache pages
+//!    (Linux; a filesystem that refuses gets page-cache writes).
+//! 6. Once all of a term's chunks are written (direct writes included), the term is
+//!    appended to the resume journal.
 //! 7. **Whole-file downloads**: the file hash is recomputed from every chunk's
 //!    `(hash, size)` in file order and must equal the requested hash, and the total
 //!    must equal the size. Only then is the `.part` file fsynced and renamed to the
