@@ -112,9 +112,9 @@ pub(crate) struct DirectWriter {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Alignment of buffer addresses, file offsets and lengths for `O_DIRECT`: the largest
-/// logical block size in common use.
-pub(crate) const ALIGN: u64 = 4096;
+/// Alignment of buffer addresses, file offsets and lengths for `O_DIRECT` (the page size,
+/// shared with the store's direct writes).
+pub(crate) const ALIGN: u64 = xet_cas::buffers::ALIGN as u64;
 /// Bytes staged and written per direct call.
 const STAGE: usize = 8 << 20;
 /// Staging buffers per writer: one being filled, the others being written.
@@ -169,11 +169,13 @@ struct Stage {
 }
 
 impl Stage {
-    fn new() -> Option<Stage> {
-        let buf = vec![0; STAGE + ALIGN as usize];
-        // `align_offset` keeps this free of unsafe; it may decline (then: no direct).
-        let start = buf.as_ptr().align_offset(ALIGN as usize);
-        (start <= ALIGN as usize).then_some(Stage { buf, start })
+    fn new() -> Stage {
+        let mut buf = Vec::with_capacity(STAGE + ALIGN as usize);
+        // If the alignment cannot be had, the direct write answers `EINVAL` and the
+        // writer falls back to the page cache.
+        let start = xet_cas::buffers::align_start(&mut buf);
+        buf.resize(start + STAGE, 0);
+        Stage { buf, start }
     }
 
     fn window(&mut self) -> &mut [u8] {
@@ -260,35 +262,25 @@ impl DirectWriter {
         }
         let head = sub_bufs(bufs, 0..mid_start - offset);
         write_all_vectored_at(buffered, &head, offset)?;
-        let mid = sub_bufs(bufs, mid_start - offset..mid_end - offset);
-        if !self.stage_out(&mid, mid_start)? {
-            write_all_vectored_at(buffered, &mid, mid_start)?;
-        }
+        self.stage_out(
+            &sub_bufs(bufs, mid_start - offset..mid_end - offset),
+            mid_start,
+        )?;
         let tail = sub_bufs(bufs, mid_end - offset..len);
         write_all_vectored_at(buffered, &tail, mid_end)?;
         Ok(len - (mid_end - mid_start))
     }
 
     /// Copy `bufs` (a multiple of `ALIGN` bytes in all) into staging buffers and queue
-    /// them for `offset` on. `false` if nothing was queued because no aligned buffer could
-    /// be had.
-    fn stage_out(&mut self, bufs: &[&[u8]], mut offset: u64) -> io::Result<bool> {
+    /// them for `offset` on.
+    fn stage_out(&mut self, bufs: &[&[u8]], mut offset: u64) -> io::Result<()> {
         let mut cur: Option<(Stage, usize)> = None;
         for b in bufs {
             let mut rest = *b;
             while !rest.is_empty() {
                 let (stage, filled) = match &mut cur {
                     Some(c) => c,
-                    None => match self.take_stage()? {
-                        Some(s) => cur.insert((s, 0)),
-                        None => {
-                            // No aligned buffer: this span, and everything after it,
-                            // through the page cache (rewriting any part already queued
-                            // with the same bytes is harmless).
-                            self.state.refused.store(true, Ordering::Relaxed);
-                            return Ok(false);
-                        }
-                    },
+                    None => cur.insert((self.take_stage()?, 0)),
                 };
                 let n = rest.len().min(STAGE - *filled);
                 stage.window()[*filled..*filled + n].copy_from_slice(&rest[..n]);
@@ -304,23 +296,23 @@ impl DirectWriter {
         if let Some((stage, len)) = cur.take() {
             self.queue(stage, len, offset)?;
         }
-        Ok(true)
+        Ok(())
     }
 
     /// A free staging buffer: a new one while fewer than [`STAGES`] exist, else the next
     /// one the writer thread gives back (waiting for it: the bound on what is in flight).
-    fn take_stage(&mut self) -> io::Result<Option<Stage>> {
+    fn take_stage(&mut self) -> io::Result<Stage> {
         if let Some(s) = self.spare.pop() {
-            return Ok(Some(s));
+            return Ok(s);
         }
         if let Ok(s) = self.free.try_recv() {
-            return Ok(Some(s));
+            return Ok(s);
         }
         if self.stages < STAGES {
             self.stages += 1;
             return Ok(Stage::new());
         }
-        self.free.recv().map(Some).map_err(|_| writer_gone())
+        self.free.recv().map_err(|_| writer_gone())
     }
 
     fn queue(&mut self, stage: Stage, len: usize, offset: u64) -> io::Result<()> {
