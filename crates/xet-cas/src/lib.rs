@@ -130,7 +130,42 @@ pub trait Cas: Send + Sync {
     /// informational. A range past the end is an error, never a short read.
     async fn fetch_xorb_range(&self, fetch: &XorbFetch) -> Result<Bytes>;
 
+    /// The bytes [`Cas::fetch_xorb_range`] returns, handed over in pieces as they
+    /// arrive, so a caller can decode the first chunks while the rest is in transit
+    /// and never holds the whole range. Errors are those of `fetch_xorb_range`, from
+    /// opening or from any later [`RangeStream::next`]. An implementation that retries
+    /// a broken transfer resumes where it broke (the caller sees one seamless stream);
+    /// dropping the stream cancels the transfer.
+    ///
+    /// The default fetches the whole range and hands it over as one piece, which is
+    /// right for stores that read local files or memory.
+    async fn stream_xorb_range(&self, fetch: &XorbFetch) -> Result<Box<dyn RangeStream>> {
+        let bytes = self.fetch_xorb_range(fetch).await?;
+        Ok(Box::new(WholeRange(Some(bytes))))
+    }
+
     /// Global dedup: a full shard (footer, lookup tables, possibly keyed chunk hashes)
     /// listing the xorbs that hold `chunk`, or `None` if the chunk is unknown.
     async fn dedup_shard(&self, chunk: &MerkleHash) -> Result<Option<Bytes>>;
+}
+
+/// A xorb range in transit ([`Cas::stream_xorb_range`]).
+///
+/// Contract: `next` yields non-empty pieces whose concatenation is exactly the
+/// requested range, then `Ok(None)`. A transfer that cannot deliver all of it ends with
+/// an error, never with a short `Ok(None)`, and never yields bytes past the range.
+#[async_trait::async_trait]
+pub trait RangeStream: Send {
+    /// The next piece, `Ok(None)` once the whole range was delivered.
+    async fn next(&mut self) -> Result<Option<Bytes>>;
+}
+
+/// A range already in memory, handed over as one piece.
+struct WholeRange(Option<Bytes>);
+
+#[async_trait::async_trait]
+impl RangeStream for WholeRange {
+    async fn next(&mut self) -> Result<Option<Bytes>> {
+        Ok(self.0.take().filter(|b| !b.is_empty()))
+    }
 }

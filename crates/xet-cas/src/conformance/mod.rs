@@ -76,7 +76,7 @@ macro_rules! cas_conformance_tests {
     ($make:expr) => {
         $crate::cas_conformance_tests!(@cases $make;
             empty_store, xorb_rejections, xorb_uploads, shard_rejections, reconstructions,
-            range_errors, dedup, fetch_errors, concurrent_uploads, xorb_limits);
+            range_errors, dedup, fetch_errors, range_streams, concurrent_uploads, xorb_limits);
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
         $(
@@ -103,6 +103,7 @@ where
     range_errors(&*make().await).await;
     dedup(&*make().await).await;
     fetch_errors(&*make().await).await;
+    range_streams(&*make().await).await;
     concurrent_uploads(&*make().await).await;
     xorb_limits(&*make().await).await;
 }
@@ -870,6 +871,68 @@ pub async fn fetch_errors(cas: &dyn Cas) {
     // The real fetch still works.
     let got = cas.fetch_xorb_range(&fetch).await.expect("fetch");
     assert_eq!(got.len() as u64, fetch.bytes.len());
+}
+
+/// Everything a range stream yields, concatenated; its first error otherwise.
+pub async fn collect_stream(cas: &dyn Cas, fetch: &crate::XorbFetch) -> crate::Result<Vec<u8>> {
+    let mut stream = cas.stream_xorb_range(fetch).await?;
+    let mut out = Vec::new();
+    while let Some(piece) = stream.next().await? {
+        assert!(
+            !piece.is_empty(),
+            "stream of {fetch:?} yielded an empty piece"
+        );
+        out.extend_from_slice(&piece);
+    }
+    Ok(out)
+}
+
+/// Streamed ranges are exactly the fetched bytes, also for ranges that start or end
+/// inside a chunk (a transfer resumed after a break asks for the rest of a range); a
+/// range past the chunk region fails rather than coming out short.
+pub async fn range_streams(cas: &dyn Cas) {
+    let f = fixture();
+    populate(cas).await;
+    for file in &f.files {
+        let Ok(r) = cas.reconstruction(&file.hash, None).await else {
+            continue;
+        };
+        for fetch in &r.fetches {
+            let whole = cas.fetch_xorb_range(fetch).await.expect("fetch");
+            let got = collect_stream(cas, fetch)
+                .await
+                .unwrap_or_else(|e| panic!("{}: streaming {fetch:?}: {e}", file.name));
+            assert!(got == whole, "{}: stream of {fetch:?} differs", file.name);
+            // The rest of the range after an odd number of bytes, and a middle part.
+            let len = fetch.bytes.len();
+            for (a, b) in [(1, len), (len / 3 + 1, len), (len / 3, len - len / 3)] {
+                if a >= b {
+                    continue;
+                }
+                let mut part = fetch.clone();
+                part.bytes = ByteRange::new(fetch.bytes.start + a, fetch.bytes.start + b);
+                let got = collect_stream(cas, &part)
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: streaming {part:?}: {e}", file.name));
+                assert!(
+                    got == whole[a as usize..b as usize],
+                    "{}: stream of {part:?} differs from the same bytes fetched whole",
+                    file.name
+                );
+            }
+            let size = cas
+                .xorb_size(&fetch.xorb)
+                .await
+                .expect("xorb_size")
+                .expect("stored");
+            let mut past = fetch.clone();
+            past.bytes = ByteRange::new(fetch.bytes.start, size + 1);
+            assert!(
+                collect_stream(cas, &past).await.is_err(),
+                "a stream ending past the chunk region must fail"
+            );
+        }
+    }
 }
 
 /// Racing uploads of the same objects: exactly one wins, the others are no-ops.
