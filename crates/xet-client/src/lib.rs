@@ -34,6 +34,7 @@
 
 mod config;
 mod multipart;
+mod stream;
 mod transport;
 mod util;
 
@@ -54,7 +55,9 @@ use transport::{Fail, Progress, Rejection, Transport, network, progress_body};
 use xet_cas::wire::{
     Checksum, Grant, GrantRequest, ReconstructionV1, ReconstructionV2, ShardResultV1, WasInserted,
 };
-use xet_cas::{ByteRange, Cas, CasError, ObjectKind, Reconstruction, Result, XorbFetch, routes};
+use xet_cas::{
+    ByteRange, Cas, CasError, ObjectKind, RangeStream, Reconstruction, Result, XorbFetch, routes,
+};
 use xet_hash::MerkleHash;
 
 /// At most this many grants are requested for one xorb (`client.max_xorb_grant_attempts`).
@@ -928,50 +931,32 @@ impl Cas for HttpCas {
         }
         let url = fetch.url.as_deref().ok_or_else(|| no_url(fetch))?;
         let what = Self::fetch_what(fetch, url);
-        let header = util::range_header(&fetch.bytes).expect("non-empty range");
         let want = fetch.bytes.len();
         self.t
             .retrying(&what, || async {
                 let p = Progress::new();
-                let rb = self.t.external(Method::GET, url).header(RANGE, &header);
-                let resp = self.t.send(rb, &what, &p).await?;
-                let status = resp.status().as_u16();
-                if !resp.status().is_success() {
-                    let rej = self.t.rejection(resp, &p).await;
-                    return Err(Self::fetch_rejection(&fetch.xorb, rej, &what));
-                }
-                let crange = header_str(&resp, CONTENT_RANGE);
-                let body = self.t.read_body(resp, &what, &p).await?;
-                let corrupt = |message: String| Fail::Fatal(CasError::Corrupt { what: what.clone(), message });
-                if status == 206 {
-                    if let Some((a, _, _)) = crange.as_deref().and_then(util::parse_content_range) {
-                        if a != fetch.bytes.start {
-                            return Err(corrupt(format!("asked for bytes from {}, got from {a}", fetch.bytes.start)));
+                match self.open_range(&fetch.xorb, url, fetch.bytes, &what, &p).await? {
+                    stream::RangeAnswer::Whole(b) => Ok(b),
+                    stream::RangeAnswer::Body(resp) => {
+                        let body = self.t.read_body(resp, &what, &p).await?;
+                        if body.len() as u64 != want {
+                            return Err(Fail::Fatal(CasError::Corrupt {
+                                what: what.clone(),
+                                message: format!(
+                                    "asked for {want} bytes, got {}; the range may lie past the end of the xorb",
+                                    body.len()
+                                ),
+                            }));
                         }
+                        Ok(body)
                     }
-                    if body.len() as u64 != want {
-                        return Err(corrupt(format!(
-                            "asked for {want} bytes, got {}; the range may lie past the end of the xorb",
-                            body.len()
-                        )));
-                    }
-                    return Ok(body);
-                }
-                // 200: exactly the range, or the whole object (the server ignored Range).
-                if body.len() as u64 == want {
-                    Ok(body)
-                } else if body.len() as u64 >= fetch.bytes.end {
-                    Ok(body.slice(fetch.bytes.start as usize..fetch.bytes.end as usize))
-                } else {
-                    Err(corrupt(format!(
-                        "asked for bytes {}..{}, got a {status} answer of {} bytes",
-                        fetch.bytes.start,
-                        fetch.bytes.end,
-                        body.len()
-                    )))
                 }
             })
             .await
+    }
+
+    async fn stream_xorb_range(&self, fetch: &XorbFetch) -> Result<Box<dyn RangeStream>> {
+        stream::open(self, fetch).await
     }
 
     async fn dedup_shard(&self, chunk: &MerkleHash) -> Result<Option<Bytes>> {

@@ -472,7 +472,7 @@ impl Transport {
         }
     }
 
-    fn gave_up(&self, err: CasError, n: u32, took: Duration) -> CasError {
+    pub(crate) fn gave_up(&self, err: CasError, n: u32, took: Duration) -> CasError {
         let tries = if n == 1 {
             "1 attempt".to_string()
         } else {
