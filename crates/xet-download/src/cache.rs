@@ -603,31 +603,26 @@ impl ChunkCache {
     /// with [`ChunkCache::begin`]).
     #[cfg(test)]
     pub fn insert(&self, xorb: &MerkleHash, start: u32, chunks: &[(MerkleHash, u32)], data: &[u8]) {
-        let sizes: Vec<u32> = chunks.iter().map(|c| c.1).collect();
-        let Some(p) = self.begin(xorb, start, &sizes) else {
+        let Some(mut p) = self.begin(xorb, start, chunks.len()) else {
             return;
         };
         let mut off = 0usize;
-        for (i, s) in sizes.iter().enumerate() {
-            p.write_chunk(i, &data[off..off + *s as usize]).unwrap();
+        for (_, s) in chunks {
+            p.append(&data[off..off + *s as usize]).unwrap();
             off += *s as usize;
         }
         let hashes: Vec<MerkleHash> = chunks.iter().map(|c| c.0).collect();
         self.commit(p, &hashes);
     }
 
-    /// Start an entry for chunks `start..start + sizes.len()` of `xorb`, whose data is
-    /// then written chunk by chunk (from any thread) with [`PendingEntry::write_chunk`]
-    /// and published by [`ChunkCache::commit`]. `None` if it is already cached, too big,
-    /// or cannot be created. Blocking.
-    pub fn begin(&self, xorb: &MerkleHash, start: u32, sizes: &[u32]) -> Option<PendingEntry> {
-        let end = start + sizes.len() as u32;
-        let header_len = 12 + sizes.len() as u64 * ENTRY_HEADER;
-        let data_len: u64 = sizes.iter().map(|&s| u64::from(s)).sum();
-        if sizes.is_empty()
-            || header_len + data_len > self.max_bytes
-            || self.contains(xorb, start, end)
-        {
+    /// Start an entry for the `n` chunks `start..start + n` of `xorb`, whose data is then
+    /// appended chunk by chunk, in order, with [`PendingEntry::append`] (as a range is
+    /// decoded) and published by [`ChunkCache::commit`]. `None` if it is already cached,
+    /// cannot fit, or cannot be created. Blocking.
+    pub fn begin(&self, xorb: &MerkleHash, start: u32, n: usize) -> Option<PendingEntry> {
+        let end = start + n as u32;
+        let header_len = 12 + n as u64 * ENTRY_HEADER;
+        if n == 0 || header_len > self.max_bytes || self.contains(xorb, start, end) {
             return None;
         }
         let res = (|| -> io::Result<PendingEntry> {
@@ -635,21 +630,15 @@ impl ChunkCache {
             fs::create_dir_all(&dir)?;
             let tmp = dir.join(self.tmp_name());
             let file = File::create(&tmp)?;
-            file.set_len(header_len + data_len)?;
-            let mut offsets = Vec::with_capacity(sizes.len());
-            let mut pos = header_len;
-            for &s in sizes {
-                offsets.push(pos);
-                pos += u64::from(s);
-            }
             Ok(PendingEntry {
                 xorb: *xorb,
                 start,
-                sizes: sizes.to_vec(),
-                offsets,
+                n,
+                sizes: Vec::with_capacity(n),
                 file,
                 tmp,
-                file_len: pos,
+                file_len: header_len,
+                max_len: self.max_bytes,
                 done: false,
             })
         })();
@@ -666,17 +655,21 @@ impl ChunkCache {
     /// logged: the cache is an optimisation. Blocking.
     pub fn commit(&self, mut p: PendingEntry, hashes: &[MerkleHash]) {
         let xorb = p.xorb;
-        let (start, end) = (p.start, p.start + p.sizes.len() as u32);
+        let (start, end) = (p.start, p.start + p.n as u32);
         let res = (|| -> io::Result<()> {
+            if hashes.len() != p.n || p.sizes.len() != p.n {
+                return Err(io::Error::other("hash count differs from chunk count"));
+            }
+            // Sizes are known only once the chunks are in.
+            if p.file_len > self.max_bytes {
+                return Err(io::Error::other("the entry is larger than the whole cache"));
+            }
             let mut header = Vec::with_capacity(12 + hashes.len() * ENTRY_HEADER as usize);
             header.extend_from_slice(MAGIC);
             header.extend_from_slice(&(hashes.len() as u32).to_le_bytes());
             for (h, s) in hashes.iter().zip(&p.sizes) {
                 header.extend_from_slice(&h.0);
                 header.extend_from_slice(&s.to_le_bytes());
-            }
-            if hashes.len() != p.sizes.len() {
-                return Err(io::Error::other("hash count differs from chunk count"));
             }
             fsio::write_all_at(&p.file, &header, 0)?;
             fs::rename(&p.tmp, self.entry_path(&xorb, start, end, None))
@@ -831,17 +824,16 @@ impl ChunkCache {
     /// back from `src` (when it could not be linked). Errors are logged. Blocking.
     pub fn copy_from_file(&self, src: &File, terms: &[FileTerm]) {
         for t in terms {
-            let sizes: Vec<u32> = t.chunks.iter().map(|c| c.1).collect();
-            let Some(p) = self.begin(&t.xorb, t.start, &sizes) else {
+            let Some(mut p) = self.begin(&t.xorb, t.start, t.chunks.len()) else {
                 continue;
             };
             let mut buf = Vec::new();
             let mut off = t.offset;
-            let res = sizes.iter().enumerate().try_for_each(|(i, &s)| {
+            let res = t.chunks.iter().try_for_each(|&(_, s)| {
                 buf.resize(s as usize, 0);
                 fsio::read_exact_at(src, &mut buf, off)?;
                 off += u64::from(s);
-                p.write_chunk(i, &buf)
+                p.append(&buf)
             });
             match res {
                 Ok(()) => {
@@ -908,25 +900,35 @@ impl ChunkCache {
 pub(crate) struct PendingEntry {
     xorb: MerkleHash,
     start: u32,
+    /// Chunks the entry holds once complete.
+    n: usize,
+    /// Sizes of the chunks appended so far.
     sizes: Vec<u32>,
-    offsets: Vec<u64>,
     file: File,
     tmp: PathBuf,
+    /// Header plus the chunks appended so far.
     file_len: u64,
+    /// The cache's bound: an entry growing past it is given up at once.
+    max_len: u64,
     done: bool,
 }
 
 impl PendingEntry {
-    /// Write chunk `i` (relative to the entry's start). Any thread, any order.
-    pub fn write_chunk(&self, i: usize, data: &[u8]) -> io::Result<()> {
-        if data.len() != self.sizes[i] as usize {
+    /// Append the next chunk's data.
+    pub fn append(&mut self, data: &[u8]) -> io::Result<()> {
+        if self.sizes.len() == self.n {
             return Err(io::Error::other(format!(
-                "chunk {i} is {} bytes, expected {}",
-                data.len(),
-                self.sizes[i]
+                "the entry holds {} chunks; no room for another",
+                self.n
             )));
         }
-        fsio::write_all_at(&self.file, data, self.offsets[i])
+        if self.file_len + data.len() as u64 > self.max_len {
+            return Err(io::Error::other("the entry is larger than the whole cache"));
+        }
+        fsio::write_all_at(&self.file, data, self.file_len)?;
+        self.file_len += data.len() as u64;
+        self.sizes.push(data.len() as u32);
+        Ok(())
     }
 }
 

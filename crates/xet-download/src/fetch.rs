@@ -124,27 +124,47 @@ pub(crate) async fn query_file_size(
     }
 }
 
-/// Fetch the serialized chunks of `fetch`. On an expired URL the reconstruction for
-/// `segment` is queried again and the fetch containing `needed` chunks is used; the
-/// fetch actually used is returned with the bytes (its chunk range may differ).
-pub(crate) async fn fetch_range(
+/// How [`pump_range`] ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pumped {
+    /// Every byte of the range went to the decoder.
+    Complete,
+    /// The decoder stopped taking pieces (it failed; its error says why).
+    DecoderGone,
+}
+
+/// Stream the serialized chunks of `fetch` into `tx`, piece by piece, as they arrive.
+///
+/// A transfer that breaks, or is not complete by its deadline (`stall_timeout +
+/// remaining / min_throughput`), is retried with backoff for the bytes not yet
+/// delivered only, so the decoder sees one seamless range. On an
+/// expired URL the reconstruction for `segment` is queried again and the rest comes
+/// from the fresh URL of the fetch there that holds the `needed` chunks (same xorb, so
+/// the same byte offsets). `on_piece` sees each piece before it is handed over.
+pub(crate) async fn pump_range(
     shared: &Shared,
     file: MerkleHash,
     segment: ByteRange,
     mut fetch: XorbFetch,
     needed: ChunkRange,
-) -> Result<(XorbFetch, Bytes), DownloadError> {
+    tx: &tokio::sync::mpsc::Sender<Bytes>,
+    mut on_piece: impl FnMut(&Bytes),
+) -> Result<Pumped, DownloadError> {
     let opts = &shared.opts;
+    let total = fetch.bytes.len();
+    let mut sent = 0u64;
     let mut attempt = 0u32;
     let mut refreshes = 0u32;
     loop {
-        let len = fetch.bytes.len();
+        let mut rest = fetch.clone();
+        rest.bytes = ByteRange::new(fetch.bytes.start + sent, fetch.bytes.end);
         let allowance = if opts.min_throughput == 0 {
             Duration::ZERO
         } else {
-            Duration::from_secs_f64(len as f64 / opts.min_throughput as f64)
+            Duration::from_secs_f64(rest.bytes.len() as f64 / opts.min_throughput as f64)
         };
-        let deadline = opts.stall_timeout + allowance;
+        let limit = opts.stall_timeout + allowance;
+        let deadline = tokio::time::Instant::now() + limit;
         let what = || {
             format!(
                 "fetching xorb {} chunks {}..{}",
@@ -152,14 +172,51 @@ pub(crate) async fn fetch_range(
             )
         };
         let host = fetch.url.as_deref().map(url_host);
-        let res = tokio::time::timeout(deadline, shared.cas.fetch_xorb_range(&fetch)).await;
-        let outcome = match res {
-            Ok(Ok(b)) if b.len() as u64 == len => Outcome::Done(b),
-            Ok(Ok(b)) => Outcome::Retry(
-                format!("got {} bytes for a {len}-byte range", b.len()),
+        // One deadline for the whole attempt, as for a fetch taken whole: a CAS that
+        // watches for stalls itself (the HTTP client) resumes a stalled transfer within
+        // it, and a per-piece limit of the same length would race with that.
+        let res: Result<Pumped, Option<CasError>> = async {
+            let mut stream = tokio::time::timeout_at(deadline, shared.cas.stream_xorb_range(&rest))
+                .await
+                .map_err(|_| None)??;
+            loop {
+                match tokio::time::timeout_at(deadline, stream.next()).await {
+                    Err(_) => return Err(None),
+                    Ok(Err(e)) => return Err(Some(e)),
+                    Ok(Ok(None)) if sent == total => return Ok(Pumped::Complete),
+                    Ok(Ok(None)) => {
+                        return Err(Some(CasError::Network {
+                            what: what(),
+                            message: format!("the range ended after {sent} of its {total} bytes"),
+                        }));
+                    }
+                    Ok(Ok(Some(piece))) if piece.len() as u64 > total - sent => {
+                        return Err(Some(CasError::Network {
+                            what: what(),
+                            message: format!(
+                                "got {} bytes more than the {total}-byte range",
+                                sent + piece.len() as u64 - total
+                            ),
+                        }));
+                    }
+                    Ok(Ok(Some(piece))) => {
+                        sent += piece.len() as u64;
+                        on_piece(&piece);
+                        if tx.send(piece).await.is_err() {
+                            return Ok(Pumped::DecoderGone);
+                        }
+                    }
+                }
+            }
+        }
+        .await;
+        let outcome: Outcome<std::convert::Infallible> = match res {
+            Ok(p) => return Ok(p),
+            Err(None) => Outcome::Retry(
+                format!("no progress for {:.1}s (stalled)", limit.as_secs_f64()),
                 true,
             ),
-            Ok(Err(CasError::UrlExpired { .. })) => {
+            Err(Some(CasError::UrlExpired { .. })) => {
                 if refreshes >= opts.max_url_refreshes {
                     Outcome::Fail(DownloadError::Network {
                         file,
@@ -178,7 +235,7 @@ pub(crate) async fn fetch_range(
                     );
                     let recon = query_reconstruction(shared, file, segment).await?;
                     match find_fetch(&recon, &fetch.xorb, &needed) {
-                        Some(f) => fetch = f.clone(),
+                        Some(f) => fetch.url = f.url.clone(),
                         None => {
                             return Err(DownloadError::BadReconstruction {
                                 file,
@@ -192,12 +249,14 @@ pub(crate) async fn fetch_range(
                     continue;
                 }
             }
-            Ok(Err(e)) if e.is_retryable() => Outcome::Retry(e.to_string(), opts.retry_cas_errors),
-            Ok(Err(CasError::NotFound { .. })) => Outcome::Fail(DownloadError::XorbNotFound {
+            Err(Some(e)) if e.is_retryable() => {
+                Outcome::Retry(e.to_string(), opts.retry_cas_errors)
+            }
+            Err(Some(CasError::NotFound { .. })) => Outcome::Fail(DownloadError::XorbNotFound {
                 file,
                 xorb: fetch.xorb,
             }),
-            Ok(Err(CasError::Corrupt { what: w, message })) => {
+            Err(Some(CasError::Corrupt { what: w, message })) => {
                 Outcome::Fail(DownloadError::Verification {
                     file,
                     detail: format!(
@@ -206,14 +265,10 @@ pub(crate) async fn fetch_range(
                     ),
                 })
             }
-            Ok(Err(e)) => Outcome::Fail(DownloadError::from_cas(file, e)),
-            Err(_) => Outcome::Retry(
-                format!("no progress for {:.1}s (stalled)", deadline.as_secs_f64()),
-                true,
-            ),
+            Err(Some(e)) => Outcome::Fail(DownloadError::from_cas(file, e)),
         };
         match outcome {
-            Outcome::Done(b) => return Ok((fetch, b)),
+            Outcome::Done(never) => match never {},
             Outcome::Fail(e) => return Err(e),
             Outcome::Retry(message, again) if !again || attempt >= opts.max_retries => {
                 return Err(DownloadError::Network {
@@ -225,7 +280,7 @@ pub(crate) async fn fetch_range(
                 });
             }
             Outcome::Retry(message, _) => {
-                tracing::debug!("{}: {message}; retrying", what());
+                tracing::debug!("{}: {message}; retrying from byte {sent}", what());
                 tokio::time::sleep(backoff(opts.retry_base_delay, attempt)).await;
                 attempt += 1;
             }

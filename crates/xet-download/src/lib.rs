@@ -28,31 +28,40 @@
 //! 3. Fetches of one xorb (and URL) whose chunk ranges overlap or touch are merged,
 //!    and terms are grouped by the fetch that covers them: **one fetch serves every
 //!    term it covers** and no byte range is downloaded twice; each fetch is one
-//!    [`Cas::fetch_xorb_range`] call. Fetches run in parallel, limited by
-//!    [`DownloadOptions::max_concurrent_fetches`] (count) and by
-//!    [`DownloadOptions::memory_budget`] (a semaphore over KiB of fetched bytes held in
-//!    memory, across all files of the call; a single fetch larger than the budget
-//!    still runs, alone).
-//! 4. A fetch that does not complete within `stall_timeout + len / min_throughput` is
-//!    cancelled and retried; retryable errors ([`xet_cas::CasError::is_retryable`], short
-//!    bodies) are retried with exponential backoff and jitter, at most
-//!    [`DownloadOptions::max_retries`] times; then the error names the file, the xorb
-//!    and the URL host (never the signed query). An expired presigned URL
-//!    ([`xet_cas::CasError::UrlExpired`]) re-queries the reconstruction for that segment
-//!    and retries with the fresh URL (at most [`DownloadOptions::max_url_refreshes`]
-//!    times). Reconstruction and size queries get the same stall limit and retries.
-//! 5. Decoding runs on blocking threads + rayon. Pass 1 validates every chunk header
-//!    and bounds the chunk count (exactly what the reconstruction lists) and the total
-//!    declared size (≤ 64 MiB) before anything is decompressed; each term's length is
-//!    checked against its `unpacked_length` from the headers. Pass 2 decompresses the
-//!    chunks in parallel, each into a reused per-thread buffer of exactly its declared
-//!    size (no decompression bomb can produce more), **hashes every chunk**
-//!    ([`xet_hash::chunk_hash`]), and writes it straight to its offset(s) in
-//!    `<dest>.part` (positional writes) and into the chunk cache entry. No buffer of a
-//!    fetch's decoded size exists. A part of at least 8 MiB that is renamed into place
-//!    (fsynced anyway) gets its page-aligned spans written with `O_DIRECT` by a writer
-//!    thread from recycled staging buffers, not copied into new page-cache pages
-//!    (Linux; a filesystem that refuses gets page-cache writes).
+//!    [`Cas::stream_xorb_range`] call, whose pieces are decoded as they arrive. Fetches
+//!    run in parallel, limited by [`DownloadOptions::max_concurrent_fetches`] (count)
+//!    and by [`DownloadOptions::memory_budget`] (a semaphore over KiB of fetched bytes
+//!    held in memory, across all files of the call): a fetch first reserves its whole
+//!    range (a local store hands a range over in one piece) and, once its first piece
+//!    shows that it streams, keeps only what a stream holds (its queue of pieces and
+//!    one write batch); a single fetch larger than the budget still runs, alone.
+//! 4. A transfer that delivers nothing for `stall_timeout`, or has not completed
+//!    within `stall_timeout + remaining / min_throughput`, is cancelled and retried;
+//!    retryable errors ([`xet_cas::CasError::is_retryable`], short bodies) are retried
+//!    with exponential backoff and jitter, at most [`DownloadOptions::max_retries`]
+//!    times. **A retry asks only for the bytes not yet delivered**, so the decoder
+//!    sees one seamless range and nothing is fetched twice. Then the error names the
+//!    file, the xorb and the URL host (never the signed query). An expired presigned
+//!    URL ([`xet_cas::CasError::UrlExpired`]) re-queries the reconstruction for that
+//!    segment and goes on with the fresh URL (at most
+//!    [`DownloadOptions::max_url_refreshes`] times). Reconstruction and size queries
+//!    get the same stall limit and retries.
+//! 5. Decoding runs on a blocking thread per fetch (and rayon for a range that arrives
+//!    whole), fed through a bounded queue. Each chunk is decoded once its last byte is
+//!    in: its header is validated first (version, scheme, sizes within the chunk limit
+//!    and within the range), the chunk count may not exceed what the reconstruction
+//!    lists and the total declared size must stay within 64 MiB; it is decompressed
+//!    into a buffer of exactly its declared size (no decompression bomb can produce
+//!    more), **hashed** ([`xet_hash::chunk_hash`]), and written in batches straight
+//!    to its offset(s) in `<dest>.part` (positional writes, clipped to each term's
+//!    part of the output) and into the chunk cache entry. Only a chunk whose bytes
+//!    arrive in more than one piece is copied to make it contiguous; no buffer of a fetch's
+//!    size exists. Once the range is complete, the chunk count must be exactly the
+//!    reconstruction's and each term's length its `unpacked_length`. A part of at
+//!    least 8 MiB that is renamed into place (fsynced anyway) gets its page-aligned
+//!    spans written with `O_DIRECT` by a writer thread from recycled staging buffers,
+//!    not copied into new page-cache pages (Linux; a filesystem that refuses gets
+//!    page-cache writes).
 //! 6. Once all of a term's chunks are written (direct writes included), the term is
 //!    appended to the resume journal.
 //! 7. **Whole-file downloads**: the file hash is recomputed from every chunk's

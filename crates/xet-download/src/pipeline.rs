@@ -65,6 +65,13 @@ impl MemoryBudget {
             .await
             .expect("memory semaphore is never closed")
     }
+    /// Give back all of `permit` above `bytes`.
+    pub fn shrink(&self, permit: &mut OwnedSemaphorePermit, bytes: u64) {
+        let keep = bytes.div_ceil(1024).clamp(1, u64::from(self.units)) as usize;
+        if let Some(extra) = permit.num_permits().checked_sub(keep).filter(|&e| e > 0) {
+            drop(permit.split(extra));
+        }
+    }
 }
 
 #[derive(Default)]
@@ -522,9 +529,7 @@ async fn run_group(ctx: Arc<FileCtx>, segment: ByteRange, group: Group) -> Resul
         }
     }
 
-    // 2. The network. Memory: the serialized bytes (decoding then holds at most one
-    // `WRITE_BATCH` of decompressed chunks per group being decoded, bounded by the
-    // blocking pool, not by this budget).
+    // 2. The network: the range is decoded and written as it arrives.
     let needed = ChunkRange::new(
         items
             .iter()
@@ -537,7 +542,10 @@ async fn run_group(ctx: Arc<FileCtx>, segment: ByteRange, group: Group) -> Resul
             .max()
             .unwrap_or(planned.chunks.end),
     );
-    let Some(mem) = ctx
+    // Memory: the whole serialized range at first (a store that hands it over in one
+    // piece holds all of it); once the first piece shows that it streams, only what a
+    // stream holds (`STREAM_MEMORY`).
+    let Some(mut mem) = ctx
         .unless_stopped(shared.memory.reserve(planned.bytes.len()))
         .await
     else {
@@ -555,16 +563,67 @@ async fn run_group(ctx: Arc<FileCtx>, segment: ByteRange, group: Group) -> Resul
     else {
         return Ok(Vec::new());
     };
-    let (fetch, bytes) = fetch::fetch_range(&shared, ctx.file, segment, planned, needed).await?;
+    let done = stream_and_write(&ctx, segment, planned, needed, items, &mut mem).await?;
     drop(slot);
-    ctx.stats.fetches.fetch_add(1, Ordering::Relaxed);
-    ctx.stats
-        .fetched
-        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-    let c2 = ctx.clone();
-    let done = blocking(move || decode_and_write(&c2, &fetch, &bytes, &items)).await??;
     drop(mem);
+    ctx.stats.fetches.fetch_add(1, Ordering::Relaxed);
     Ok(report_written(&ctx, done, false))
+}
+
+/// Pieces of a range queued between the network and its decoder.
+const PIECES_QUEUED: usize = 16;
+
+/// Memory a streamed range holds: the queued pieces (at most about 400 KiB each from
+/// the HTTP client) and the decoder's unwritten batch (decoded chunks, or the pieces
+/// its stored chunks are slices of).
+const STREAM_MEMORY: u64 = PIECES_QUEUED as u64 * (400 << 10) + WRITE_BATCH + (1 << 20);
+
+/// Fetch one range and decode, verify and write it as it arrives: the network side
+/// ([`fetch::pump_range`]) feeds pieces through a bounded queue to a decoder on a
+/// blocking thread ([`decode_and_write`]).
+async fn stream_and_write(
+    ctx: &Arc<FileCtx>,
+    segment: ByteRange,
+    fetch: XorbFetch,
+    needed: ChunkRange,
+    items: Vec<Item>,
+    mem: &mut OwnedSemaphorePermit,
+) -> Result<Written> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(PIECES_QUEUED);
+    let (c2, f2) = (ctx.clone(), fetch.clone());
+    let decoder = tokio::task::spawn_blocking(move || decode_and_write(&c2, &f2, &items, rx));
+    let shared = &ctx.shared;
+    let total = fetch.bytes.len();
+    let mut first = true;
+    let pumped = fetch::pump_range(shared, ctx.file, segment, fetch, needed, &tx, |piece| {
+        ctx.stats
+            .fetched
+            .fetch_add(piece.len() as u64, Ordering::Relaxed);
+        if std::mem::take(&mut first) && (piece.len() as u64) < total {
+            shared.memory.shrink(mem, STREAM_MEMORY);
+        }
+    })
+    .await;
+    drop(tx);
+    let decoded = decoder
+        .await
+        .map_err(|e| DownloadError::Internal(format!("decoding task failed: {e}")))?;
+    match (pumped, decoded) {
+        (Ok(fetch::Pumped::Complete), Ok(Some(done))) => Ok(done),
+        // The decoder stopped early: its error is the one to report.
+        (Ok(_), Err(e)) => Err(e),
+        // The range did not arrive whole: the network's error says why, unless the
+        // decoder found something wrong in what did arrive.
+        (Err(e), Ok(None)) | (Err(e), Ok(Some(_))) => Err(e),
+        (Err(pe), Err(de)) => Err(if de.kind() == crate::ErrorKind::Verification {
+            de
+        } else {
+            pe
+        }),
+        (Ok(p), Ok(_)) => Err(DownloadError::Internal(format!(
+            "fetching ended {p:?} but the decoder saw the range end early"
+        ))),
+    }
 }
 
 /// `(item idx, kept chunks, bytes written)`.
@@ -584,8 +643,9 @@ fn report_written(ctx: &FileCtx, done: Written, from_cache: bool) -> GroupResult
         .collect()
 }
 
-/// Decoded bytes handed to the writer at once: large writes, few of them.
-const WRITE_BATCH: u64 = 16 << 20;
+/// Decoded bytes handed to the writer at once: large writes, few of them (one staging
+/// buffer of the direct writer; 16 MiB measured no faster and held more memory).
+const WRITE_BATCH: u64 = 8 << 20;
 
 /// Parts at least this large are written with `O_DIRECT` where possible
 /// ([`fsio::DirectWriter`]).
@@ -694,13 +754,15 @@ fn read_cached(ctx: &FileCtx, cache: &ChunkCache, items: &[Item]) -> Result<Opti
         .map(Some)
 }
 
-/// Decode a fetched range and write its chunks where the items want them (blocking).
+/// Decode a range from the pieces arriving on `rx` and write its chunks where the items
+/// want them (blocking). `None` if the pieces stopped before the range was whole (the
+/// sender knows why).
 fn decode_and_write(
     ctx: &FileCtx,
     fetch: &XorbFetch,
-    bytes: &[u8],
     items: &[Item],
-) -> Result<Written> {
+    mut rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+) -> Result<Option<Written>> {
     let bad = |rel: Option<usize>, message: &str| {
         let chunk = rel.map_or(String::new(), |r| {
             format!("chunk {} of ", fetch.chunks.start as usize + r)
@@ -719,9 +781,10 @@ fn decode_and_write(
             ),
         }
     };
-    let layout =
-        decode::layout(bytes, fetch.chunks.len() as usize).map_err(|e| bad(e.chunk, &e.message))?;
-    // Each item's chunks relative to the fetch; lengths are checked before decoding.
+    let n = fetch.chunks.len() as usize;
+    let mut decoder = decode::RangeDecoder::new(fetch.bytes.len(), n, WRITE_BATCH)
+        .map_err(|e| bad(e.chunk, &e.message))?;
+    // Each item's chunks relative to the fetch.
     let spans: Vec<(usize, usize)> = items
         .iter()
         .map(|i| {
@@ -731,50 +794,56 @@ fn decode_and_write(
             )
         })
         .collect();
-    for (item, &(a, b)) in items.iter().zip(&spans) {
-        check_term_len(ctx, item, layout.len_of(a, b))?;
-    }
-    let sizes: Vec<u32> = (0..layout.num_chunks()).map(|i| layout.size(i)).collect();
-    let pending = match &ctx.shared.cache {
-        Some(c) if !ctx.link_cache => c.begin(&fetch.xorb, fetch.chunks.start, &sizes),
+    let mut pending = match &ctx.shared.cache {
+        Some(c) if !ctx.link_cache => c.begin(&fetch.xorb, fetch.chunks.start, n),
         _ => None,
     };
     let mut cache_ok = true;
-    let hashes = decode::decode_batches(bytes, &layout, WRITE_BATCH, |first, pieces| {
+    let mut sink = |first: usize, pieces: &[decode::Piece], ends: &[u64]| {
+        let start_of = |i: usize| if i == 0 { 0 } else { ends[i - 1] };
         let last = first + pieces.len();
         for (item, &(a, b)) in items.iter().zip(&spans) {
             let (lo, hi) = (a.max(first), b.min(last));
             if lo < hi {
+                // Clipped to the item's part of the output, so chunks of a wrong length
+                // (caught below) cannot land outside it.
                 write_clipped(
                     ctx,
                     item,
-                    item.data_start + layout.start_of(lo) - layout.start_of(a),
+                    item.data_start + start_of(lo) - start_of(a),
                     pieces[lo - first..hi - first]
                         .iter()
                         .map(decode::Piece::bytes),
                 )?;
             }
         }
-        if let Some(p) = &pending {
-            for (k, piece) in pieces.iter().enumerate() {
-                if cache_ok && p.write_chunk(first + k, piece.bytes()).is_err() {
-                    cache_ok = false;
-                }
-            }
+        if let Some(p) = pending.as_mut().filter(|_| cache_ok) {
+            cache_ok = pieces.iter().all(|piece| p.append(piece.bytes()).is_ok());
         }
         Ok(())
-    })
-    .map_err(|e| match e {
+    };
+    let failed = |e: decode::EachError<std::io::Error>| match e {
         decode::EachError::Decode(d) => bad(d.chunk, &d.message),
         decode::EachError::Sink(io) => DownloadError::io("writing", &ctx.part_path, io),
-    })?;
+    };
+    while let Some(piece) = rx.blocking_recv() {
+        decoder.feed(piece, &mut sink).map_err(failed)?;
+    }
+    if decoder.fed() < fetch.bytes.len() {
+        return Ok(None);
+    }
+    let (hashes, ends) = decoder.finish(&mut sink).map_err(failed)?;
+    let start_of = |i: usize| if i == 0 { 0 } else { ends[i - 1] };
+    for (item, &(a, b)) in items.iter().zip(&spans) {
+        check_term_len(ctx, item, start_of(b) - start_of(a))?;
+    }
     if let (Some(p), Some(cache)) = (pending, &ctx.shared.cache) {
         if cache_ok {
             cache.commit(p, &hashes);
             lock(&ctx.cache_touched).push((fetch.xorb, fetch.chunks.start, fetch.chunks.end));
         }
     }
-    let entry = |i: usize| (hashes[i], sizes[i]);
+    let entry = |i: usize| (hashes[i], (start_of(i + 1) - start_of(i)) as u32);
     if ctx.whole && fetch.chunks.start == 0 && fetch.bytes.start == 0 {
         lock(&ctx.candidates).push(XorbCandidate {
             fetch: fetch.clone(),
@@ -786,7 +855,8 @@ fn decode_and_write(
         .iter()
         .zip(&spans)
         .map(|(item, &(a, b))| finish_item(ctx, item, (a..b).map(entry).collect()))
-        .collect()
+        .collect::<Result<_>>()
+        .map(Some)
 }
 
 impl FileCtx {

@@ -148,14 +148,17 @@ pub struct DownloadOptions {
     /// Most xorb range fetches in flight, across all files.
     pub max_concurrent_fetches: usize,
     /// Most bytes of fetched (serialized) xorb data held in memory at once, across all
-    /// files. Decoding adds at most one 16 MiB batch of decompressed chunks per fetch
-    /// being decoded, which is not counted.
+    /// files: a range handed over whole counts whole, a streamed one what it can hold at
+    /// once (its queue of pieces and one 8 MiB write batch). Decompressed chunks add at
+    /// most one batch per range handed over whole, which is not counted.
     pub memory_budget: u64,
-    /// A fetch or reconstruction query that has not completed after this long (plus
-    /// the size allowance below) is cancelled and retried.
+    /// A reconstruction query that has not completed after this long, or a fetch that
+    /// delivers nothing for this long or has not completed after this long plus the
+    /// size allowance below, is cancelled and retried (a fetch for the bytes it has
+    /// not delivered yet).
     pub stall_timeout: Duration,
     /// Size allowance for fetches: the deadline is `stall_timeout + len / min_throughput`
-    /// (bytes per second). `0` means no allowance.
+    /// (bytes per second; `len` is what is left to fetch). `0` means no allowance.
     pub min_throughput: u64,
     /// Retries of a retryable failure (network, 5xx, 429, stall), per fetch or query.
     pub max_retries: u32,

@@ -1051,3 +1051,147 @@ mod prop {
         }
     }
 }
+
+/// The serialized bytes of every xorb range the reconstruction of `f` asks for.
+async fn serialized_len(cas: &dyn Cas, f: &TestFile) -> u64 {
+    let r = cas.reconstruction(&f.hash, None).await.unwrap();
+    r.fetches.iter().map(|x| x.bytes.len()).sum()
+}
+
+#[tokio::test]
+async fn ranges_streamed_in_any_pieces_download_identically() {
+    let c = corpus();
+    let (store, _) = store(&c).await;
+    for piece in [1 << 20, 65_536, 4_093, 7] {
+        let w = Wrapper::new(store.clone());
+        w.stream_in(piece, None);
+        let dir = tempfile::tempdir().unwrap();
+        // A tiny piece size on the small files only, to keep the test quick.
+        let files: Vec<&TestFile> = c
+            .files
+            .iter()
+            .filter(|f| piece > 100 || f.data.len() < 10_000)
+            .collect();
+        let reqs = files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| req(f, &dir.path().join(format!("f{i}"))))
+            .collect();
+        let report = get(w.clone(), reqs, opts()).await.unwrap();
+        for (i, f) in files.iter().enumerate() {
+            assert_eq!(
+                std::fs::read(dir.path().join(format!("f{i}"))).unwrap(),
+                f.data,
+                "piece {piece}, file {i}"
+            );
+            let checked = if f.data.is_empty() {
+                Verification::Empty
+            } else {
+                Verification::FileHash
+            };
+            assert_eq!(report.files[i].verification, checked);
+        }
+        if piece > 100 {
+            assert!(!w.streamed_ranges.lock().unwrap().is_empty());
+        }
+    }
+}
+
+/// A stream broken mid-range twice: each retry asks only for the rest, the file is
+/// identical, and no byte is fetched twice.
+#[tokio::test]
+async fn a_broken_stream_resumes_where_it_broke() {
+    let c = build(&[random(900_000, 71)], 1 << 26);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    w.stream_in(10_000, Some((MidStream::Break, 250_000, 2)));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    let o = DownloadOptions {
+        max_retries: 2,
+        ..opts()
+    };
+    let report = get(w.clone(), vec![req(&c.files[0], &p)], o).await.unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), c.files[0].data);
+    let asked = w.streamed_ranges.lock().unwrap().clone();
+    assert_eq!(asked.len(), 3, "{asked:?}");
+    let (first, total) = (asked[0].1, asked[0].1.len());
+    assert!(total > 500_000, "{asked:?}");
+    assert_eq!(
+        asked[1].1,
+        xet_cas::ByteRange::new(first.start + 250_000, first.end)
+    );
+    assert_eq!(
+        asked[2].1,
+        xet_cas::ByteRange::new(first.start + 500_000, first.end)
+    );
+    assert_eq!(report.bytes_fetched, serialized_len(&*w, &c.files[0]).await);
+    assert_eq!(report.fetches, 1);
+}
+
+/// A stream that stops delivering mid-range is cut at the stall limit and the rest
+/// is fetched; one that keeps breaking fails after the retries, naming the file.
+#[tokio::test]
+async fn a_stream_stalled_mid_range_is_cut_and_resumed() {
+    let c = build(&[random(700_000, 72)], 1 << 26);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    w.stream_in(8_192, Some((MidStream::Stall, 300_000, 1)));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    let o = DownloadOptions {
+        stall_timeout: Duration::from_millis(300),
+        min_throughput: 0,
+        max_retries: 1,
+        ..opts()
+    };
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        get(w.clone(), vec![req(&c.files[0], &p)], o.clone()),
+    )
+    .await
+    .expect("the download must not hang")
+    .unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), c.files[0].data);
+    let asked = w.streamed_ranges.lock().unwrap().clone();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert_eq!(asked[1].1.start, asked[0].1.start + 300_000);
+
+    // Breaking on every attempt: a network error after max_retries + 1 attempts, and
+    // the part and journal stay (nothing journaled: no term was complete).
+    w.stream_in(8_192, Some((MidStream::Break, 100_000, 100)));
+    w.streamed_ranges.lock().unwrap().clear();
+    let q = dir.path().join("g");
+    let e = get(w.clone(), vec![req(&c.files[0], &q)], o)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Network, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&c.files[0].hash.to_string()) && msg.contains("2 attempt"),
+        "{msg}"
+    );
+    assert_eq!(w.streamed_ranges.lock().unwrap().len(), 2);
+    assert!(!q.exists());
+}
+
+/// A URL that expires mid-range: the reconstruction is queried again and the rest
+/// comes from the fresh URL.
+#[tokio::test]
+async fn a_url_expiring_mid_range_goes_on_with_a_fresh_one() {
+    let c = build(&[random(600_000, 73)], 1 << 26);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    w.stream_in(16_384, Some((MidStream::Expire, 200_000, 1)));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    let before = w.reconstructions.load(Ordering::SeqCst);
+    get(w.clone(), vec![req(&c.files[0], &p)], opts())
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), c.files[0].data);
+    assert_eq!(w.reconstructions.load(Ordering::SeqCst) - before, 2);
+    let asked = w.streamed_ranges.lock().unwrap().clone();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert_eq!(asked[1].1.start, asked[0].1.start + 200_000);
+}

@@ -10,7 +10,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use sha2::Digest;
 use xet_cas::{
-    ByteRange, Cas, CasError, MemoryBackend, ObjectKey, Reconstruction, StoreCas, XorbFetch,
+    ByteRange, Cas, CasError, MemoryBackend, ObjectKey, RangeStream, Reconstruction, StoreCas,
+    XorbFetch,
 };
 use xet_hash::MerkleHash;
 use xet_shard::{CasInfo, FileInfoBuilder, Shard};
@@ -184,8 +185,26 @@ pub enum Fault {
     Untrimmed(u64),
 }
 
+/// What goes wrong inside a streamed range ([`Wrapper::stream_in`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MidStream {
+    /// A retryable network error.
+    Break,
+    /// Nothing more arrives, ever.
+    Stall,
+    /// The URL expires.
+    Expire,
+}
+
 /// Counts calls and injects faults.
 pub struct Wrapper {
+    /// Hand ranges over in pieces of this many bytes (else in one piece).
+    pub stream_piece: Mutex<Option<usize>>,
+    /// The next `times` streams go wrong after delivering `after` bytes:
+    /// `(what, after, times)`.
+    pub mid_stream: Mutex<Option<(MidStream, usize, u64)>>,
+    /// Every range streamed in pieces, as asked for.
+    pub streamed_ranges: Mutex<Vec<(MerkleHash, ByteRange)>>,
     pub inner: Arc<dyn Cas>,
     pub fault: Mutex<Fault>,
     /// Successful fetches.
@@ -205,6 +224,9 @@ pub struct Wrapper {
 impl Wrapper {
     pub fn new(inner: Arc<dyn Cas>) -> Arc<Self> {
         Arc::new(Wrapper {
+            stream_piece: Mutex::new(None),
+            mid_stream: Mutex::new(None),
+            streamed_ranges: Mutex::new(Vec::new()),
             inner,
             fault: Mutex::new(Fault::None),
             fetches: AtomicU64::new(0),
@@ -229,6 +251,47 @@ impl Wrapper {
     }
     pub fn fetches(&self) -> u64 {
         self.fetches.load(Ordering::SeqCst)
+    }
+    /// Hand ranges over in pieces of `piece` bytes; the next `times` streams go wrong
+    /// after `after` bytes.
+    pub fn stream_in(&self, piece: usize, fault: Option<(MidStream, usize, u64)>) {
+        *self.stream_piece.lock().unwrap() = Some(piece);
+        *self.mid_stream.lock().unwrap() = fault;
+    }
+}
+
+/// A fetched range handed over in pieces, going wrong at `fail_at`.
+struct Pieces {
+    data: Bytes,
+    piece: usize,
+    pos: usize,
+    fail_at: Option<(usize, MidStream)>,
+    xorb: MerkleHash,
+}
+
+#[async_trait::async_trait]
+impl RangeStream for Pieces {
+    async fn next(&mut self) -> xet_cas::Result<Option<Bytes>> {
+        let mut end = (self.pos + self.piece).min(self.data.len());
+        if let Some((at, what)) = self.fail_at {
+            if self.pos >= at {
+                return match what {
+                    MidStream::Break => Err(CasError::Network {
+                        what: "test stream".into(),
+                        message: "connection reset mid-body".into(),
+                    }),
+                    MidStream::Stall => std::future::pending().await,
+                    MidStream::Expire => Err(CasError::UrlExpired { hash: self.xorb }),
+                };
+            }
+            end = end.min(at);
+        }
+        if self.pos == end {
+            return Ok(None);
+        }
+        let b = self.data.slice(self.pos..end);
+        self.pos = end;
+        Ok(Some(b))
     }
 }
 
@@ -313,6 +376,37 @@ impl Cas for Wrapper {
             .unwrap()
             .push((fetch.xorb, fetch.bytes));
         Ok(r)
+    }
+    async fn stream_xorb_range(&self, fetch: &XorbFetch) -> xet_cas::Result<Box<dyn RangeStream>> {
+        let piece = *self.stream_piece.lock().unwrap();
+        let data = self.fetch_xorb_range(fetch).await?;
+        let Some(piece) = piece else {
+            return Ok(Box::new(Pieces {
+                piece: data.len().max(1),
+                data,
+                pos: 0,
+                fail_at: None,
+                xorb: fetch.xorb,
+            }));
+        };
+        self.streamed_ranges
+            .lock()
+            .unwrap()
+            .push((fetch.xorb, fetch.bytes));
+        let fail_at = match &mut *self.mid_stream.lock().unwrap() {
+            Some((what, after, times)) if *times > 0 => {
+                *times -= 1;
+                Some((*after, *what))
+            }
+            _ => None,
+        };
+        Ok(Box::new(Pieces {
+            data,
+            piece: piece.max(1),
+            pos: 0,
+            fail_at,
+            xorb: fetch.xorb,
+        }))
     }
     async fn dedup_shard(&self, chunk: &MerkleHash) -> xet_cas::Result<Option<Bytes>> {
         self.inner.dedup_shard(chunk).await
