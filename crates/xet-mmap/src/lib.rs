@@ -10,6 +10,8 @@
 //! may change under us (as they can between `read` calls) and a truncation makes later
 //! accesses fault. [`MappedFile::check_unchanged`] lets callers detect the first case after
 //! the fact; the second is the same trade-off ripgrep and other mapping tools accept.
+//!
+//! [`IoBuf`] is anonymous memory for direct I/O: aligned and backed by huge pages.
 
 use std::fs::File;
 use std::path::Path;
@@ -111,10 +113,85 @@ fn map(file: &File) -> Option<memmap2::Mmap> {
     unsafe { memmap2::Mmap::map(file) }.ok()
 }
 
+/// Alignment of [`IoBuf`]s: the size of a transparent huge page on x86-64 and arm64.
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// A zeroed, writable buffer in its own anonymous memory, starting on a 2 MiB boundary,
+/// that asks the kernel for transparent huge pages (`MADV_HUGEPAGE`, where the system
+/// allows it; a plain buffer otherwise). For memory that `O_DIRECT` writes come from:
+/// the kernel pins the pages of every such write, and a few 2 MiB pages pin much faster
+/// than thousands of 4 KiB ones (8 MiB direct writes of 1 GiB took 0.30 s from huge
+/// pages against 0.43-0.54 s from ordinary ones on the bench machine). Touching it also
+/// faults in 2 MiB at a time.
+pub struct IoBuf {
+    map: memmap2::MmapMut,
+    start: usize,
+    len: usize,
+}
+
+impl IoBuf {
+    /// A buffer of `len` bytes (at least one).
+    pub fn new(len: usize) -> std::io::Result<IoBuf> {
+        let len = len.max(1);
+        let total = len.checked_add(HUGE_PAGE).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "buffer too large")
+        })?;
+        let map = memmap2::MmapMut::map_anon(total)?;
+        let start = (map.as_ptr() as usize).next_multiple_of(HUGE_PAGE) - map.as_ptr() as usize;
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let _ = map.advise_range(memmap2::Advice::HugePage, start, len);
+        Ok(IoBuf { map, start, len })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl std::ops::Deref for IoBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.map[self.start..self.start + self.len]
+    }
+}
+
+impl std::ops::DerefMut for IoBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.map[self.start..self.start + self.len]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn io_buffers_are_zeroed_aligned_and_writable() {
+        for len in [
+            0usize,
+            1,
+            4095,
+            4096,
+            HUGE_PAGE - 1,
+            HUGE_PAGE,
+            (8 << 20) + 4096,
+        ] {
+            let mut b = IoBuf::new(len).unwrap();
+            assert_eq!(b.len(), len.max(1));
+            assert_eq!(b.as_ptr() as usize % HUGE_PAGE, 0, "len {len}");
+            assert!(b.iter().all(|&x| x == 0), "len {len}");
+            let n = b.len();
+            b[n - 1] = 7;
+            b[0] = 9;
+            assert_eq!((b[0], b[n - 1]), (9, if n == 1 { 9 } else { 7 }));
+        }
+        assert!(IoBuf::new(usize::MAX).is_err());
+    }
 
     #[test]
     fn large_files_are_mapped_small_ones_and_directories_are_not() {
