@@ -300,3 +300,29 @@ fn unchanged_files_are_reported_without_reading_and_rehash_reads_them() {
         String::from_utf8_lossy(&o.stdout).contains("1 files unchanged since their last upload")
     );
 }
+
+/// The store deleted (to free space, say) while the cache directory stays: uploading
+/// the same files again stores them again instead of failing on xorbs the old store
+/// held, and they download.
+#[test]
+fn a_deleted_store_is_filled_again_with_the_same_cache() {
+    let env = Env::new();
+    let corpus = env.path("corpus");
+    let golden = write_corpus(&corpus);
+    let first = env.json(&["upload", corpus.to_str().unwrap()]);
+    std::fs::remove_dir_all(env.path("store")).unwrap();
+    let again = env.json(&["upload", corpus.to_str().unwrap()]);
+    assert_eq!(again["totals"]["new_bytes"], first["totals"]["new_bytes"]);
+    let files = again["files"].as_array().unwrap();
+    assert_eq!(files.len(), golden.len());
+    for f in files {
+        let hash = f["hash"].as_str().unwrap();
+        let name = Path::new(f["path"].as_str().unwrap()).file_name().unwrap();
+        let out = env.path("out").join(name);
+        if f["size"] == 0 {
+            continue;
+        }
+        env.json(&["download", hash, "-o", out.to_str().unwrap()]);
+        assert!(std::fs::read(&out).unwrap() == std::fs::read(corpus.join(name)).unwrap());
+    }
+}

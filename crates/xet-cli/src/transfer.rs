@@ -336,13 +336,19 @@ pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
     let cas = remote::open(&a.remote).await?;
     let identity = match &a.remote.endpoint {
         Some(e) => e.clone(),
-        None => a
-            .remote
-            .store
-            .clone()
-            .unwrap_or_else(remote::default_store_dir)
-            .display()
-            .to_string(),
+        None => {
+            // The store's absolute path: `--store store` run from two directories names
+            // two stores, which must not share a shard cache.
+            let dir = a
+                .remote
+                .store
+                .clone()
+                .unwrap_or_else(remote::default_store_dir);
+            std::fs::canonicalize(&dir)
+                .unwrap_or(dir)
+                .display()
+                .to_string()
+        }
     };
     let cancel = tokio_util::sync::CancellationToken::new();
     cancel_on_signal(cancel.clone());

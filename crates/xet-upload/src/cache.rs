@@ -52,6 +52,26 @@ pub(crate) struct CacheContents {
     pub journal: HashMap<MerkleHash, u64>,
 }
 
+/// Remove every cached shard under the cache directory `dir`: they name xorbs that the
+/// CAS turned out not to hold. Returns how many were removed. Blocking.
+pub(crate) fn drop_shards(dir: &Path) -> Result<usize> {
+    let shard_dir = dir.join(SHARD_DIR);
+    let entries = match fs::read_dir(&shard_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(UploadError::cache(&shard_dir, e)),
+    };
+    let mut n = 0;
+    for e in entries {
+        let path = e.map_err(|err| UploadError::cache(&shard_dir, err))?.path();
+        if path.extension().is_some_and(|x| x == "mdb") {
+            fs::remove_file(&path).map_err(|err| UploadError::cache(&path, err))?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 impl LocalCache {
     /// Open (creating if needed unless `read_only`) `dir`, load its shards and journal,
     /// drop expired and unreadable shards and evict the oldest beyond `max_bytes`

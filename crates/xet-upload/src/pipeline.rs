@@ -10,7 +10,7 @@ use bytes::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use xet_cas::Cas;
+use xet_cas::{Cas, CasError};
 use xet_hash::MerkleHash;
 
 use crate::cache::{LocalCache, now_secs};
@@ -241,7 +241,23 @@ pub async fn upload(
             totals: Totals::default(),
         }
     } else {
-        upload_files(cas, &rest, options, progress_for_rest).await?
+        match upload_files(cas.clone(), &rest, options, progress_for_rest.clone()).await {
+            // The shard named a xorb that dedup against the local shard cache took as
+            // stored, and the CAS lacks it (a store deleted and made anew at the same
+            // place, or emptied by its operator): the cache describes another store.
+            // Drop it and upload again, once; xorbs stored meanwhile are not sent twice.
+            Err(UploadError::Cas(CasError::MissingXorb { hash })) => {
+                let dir = options.cache_dir.clone().unwrap_or_default();
+                let dropped = blocking(move || crate::cache::drop_shards(&dir)).await?;
+                tracing::warn!(
+                    "the CAS does not hold xorb {hash}, which the local shard cache refers to; \
+                     dropped {dropped} cached shards and uploading again"
+                );
+                let progress = Arc::new(CountedProgress::new(progress_for_rest));
+                upload_files(cas, &rest, options, progress).await?
+            }
+            r => r?,
+        }
     };
 
     // Merge in input order; remember what was uploaded for next time.

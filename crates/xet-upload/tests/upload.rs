@@ -613,3 +613,42 @@ async fn unchanged_files_are_not_read_again() {
         "the edited file is too recent"
     );
 }
+
+/// A CAS that no longer holds what the local shard cache says it does (a store deleted
+/// and created anew, or emptied by its operator): the upload still succeeds, sending
+/// what the CAS lacks, and the stale shards leave the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cas_that_lost_cached_xorbs_gets_them_again() {
+    let d = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let golden = write_golden(d.path());
+    let paths: Vec<PathBuf> = golden.iter().map(|g| g.0.clone()).collect();
+    let first = run(
+        Counting::new(memory_store().await),
+        &paths,
+        &with_cache(cache.path()),
+    )
+    .await;
+    assert!(first.totals.xorbs_sent >= 1);
+
+    // A new, empty store behind the same cache directory.
+    let store = memory_store().await;
+    let cas = Counting::new(store.clone());
+    let again = run(cas.clone(), &paths, &with_cache(cache.path())).await;
+    assert_eq!(
+        cas.xorbs(),
+        first.totals.xorbs_sent as usize,
+        "every xorb sent again"
+    );
+    for (f, (_, bytes, _)) in again.files.iter().zip(&golden) {
+        assert!(reassemble(store.as_ref(), &f.hash).await == *bytes);
+    }
+    let h = |r: &UploadReport| r.files.iter().map(|f| f.hash).collect::<Vec<_>>();
+    assert_eq!(h(&first), h(&again));
+
+    // The cache now describes the new store: a third upload sends nothing.
+    let cas = Counting::new(store.clone());
+    let third = run(cas.clone(), &paths, &with_cache(cache.path())).await;
+    assert_eq!(cas.xorbs(), 0);
+    assert_eq!(third.totals.new_bytes, 0);
+}
