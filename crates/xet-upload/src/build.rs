@@ -15,7 +15,7 @@ use crate::error::{Result, UploadError};
 ///
 /// Only compressed payloads are kept per chunk; a stored chunk is copied once, from where
 /// it was read straight into `body` (a recycled buffer, so no fresh pages).
-pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut Vec<u8>) -> Result<MerkleHash> {
+pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Result<MerkleHash> {
     let chunk = |i: usize| &sealed.data[i][..];
     let compressed: Vec<Option<(CompressionScheme, Vec<u8>)>> = (0..sealed.chunks.len())
         .into_par_iter()
@@ -51,8 +51,11 @@ pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut Vec<u8>) -> Result<Merk
             scheme,
             uncompressed_size: c.len() as u32,
         };
-        body.extend_from_slice(&header.to_bytes());
-        body.extend_from_slice(payload);
+        if !(body.put(&header.to_bytes()) && body.put(payload)) {
+            return Err(UploadError::Internal(format!(
+                "xorb body buffer too small at chunk {i}"
+            )));
+        }
     }
     let entries: Vec<(MerkleHash, u64)> = sealed
         .chunks
@@ -60,6 +63,25 @@ pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut Vec<u8>) -> Result<Merk
         .map(|&(h, l)| (h, u64::from(l)))
         .collect();
     Ok(xet_hash::xorb_hash(&entries))
+}
+
+/// Where a xorb body is built.
+pub(crate) trait BodySink {
+    /// Append `data`; `false` if it does not fit.
+    fn put(&mut self, data: &[u8]) -> bool;
+}
+
+impl BodySink for Vec<u8> {
+    fn put(&mut self, data: &[u8]) -> bool {
+        self.extend_from_slice(data);
+        true
+    }
+}
+
+impl BodySink for crate::pool::Body {
+    fn put(&mut self, data: &[u8]) -> bool {
+        self.push(data)
+    }
 }
 
 #[cfg(test)]

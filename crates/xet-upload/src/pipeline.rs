@@ -18,7 +18,7 @@ use crate::dedup::{DedupParams, FileDedup, KnownIndex, SealedXorb, Session, Term
 use crate::error::{Result, UploadError};
 use crate::global::GlobalDedup;
 use crate::options::UploadOptions;
-use crate::pool::BufPool;
+use crate::pool::{BodyPool, BufPool};
 use crate::progress::Progress;
 use crate::read::{BLOCKS_PER_FILE, FileMsg};
 use crate::report::{FileReport, Totals, UploadReport};
@@ -76,16 +76,7 @@ struct Shared {
     handle: tokio::runtime::Handle,
     /// Read blocks, open xorbs' data, xorb bodies.
     read_pool: BufPool,
-    body_pool: BufPool,
-}
-
-impl Shared {
-    /// The largest body, plus room to start it on an aligned address.
-    fn body_pool_size(&self) -> usize {
-        self.opts.xorb_max_bytes as usize
-            + xet_xorb::CHUNK_HEADER_LEN * self.opts.xorb_max_chunks
-            + xet_cas::buffers::ALIGN
-    }
+    body_pool: BodyPool,
 }
 
 struct SessionOutput {
@@ -408,10 +399,10 @@ async fn upload_files(
             opts.block_size,
             (opts.read_ahead_bytes / opts.block_size as u64) as usize + 4,
         ),
-        body_pool: BufPool::new(
-            opts.xorb_max_bytes as usize
-                + xet_xorb::CHUNK_HEADER_LEN * opts.xorb_max_chunks
-                + xet_cas::buffers::ALIGN,
+        // The largest body: every chunk stored as it is (a compressed payload is kept
+        // only when smaller), plus the headers.
+        body_pool: BodyPool::new(
+            opts.xorb_max_bytes as usize + xet_xorb::CHUNK_HEADER_LEN * opts.xorb_max_chunks,
             opts.max_xorbs_in_flight + 1,
         ),
     });
@@ -749,10 +740,12 @@ async fn upload_xorbs(
 async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
     let XorbJob { sealed, _permit } = job;
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let mut body = shared.body_pool.get(shared.body_pool_size());
     // The body starts on a page boundary, so the embedded store's direct writes take
     // it straight from memory.
-    let pad = xet_cas::buffers::align_start(&mut body);
+    let mut body = shared
+        .body_pool
+        .get()
+        .map_err(|e| UploadError::Internal(format!("cannot allocate a xorb body: {e}")))?;
     rayon::spawn(move || {
         let built = crate::build::build_xorb(&sealed, &mut body).map(|h| (h, body, sealed));
         let _ = tx.send(built);
@@ -760,7 +753,7 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
     let (hash, body, sealed) = rx
         .await
         .map_err(|_| UploadError::Internal("xorb build task failed".into()))??;
-    let body_len = (body.len() - pad) as u64;
+    let body_len = body.len() as u64;
     let mut built = BuiltXorb {
         slot: sealed.slot,
         hash,
@@ -769,7 +762,7 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
         sent: false,
         resumed: false,
     };
-    let body = shared.body_pool.to_bytes(body).slice(pad..);
+    let body = shared.body_pool.to_bytes(body);
 
     if shared.journal.get(&hash) == Some(&body_len) {
         // Stored by an interrupted earlier run; trust it only if the CAS confirms.
