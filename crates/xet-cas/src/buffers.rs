@@ -1,128 +1,153 @@
 //! Recycled buffers for large bodies received over HTTP (xorb data), shared by the
 //! client and the server. A fresh 64 MiB allocation is a fresh mapping whose every page
 //! faults and is zeroed before use; on a virtual machine that can cost more than the
-//! copy into it. Buffers return to a small process-wide pool when the last `Bytes`
-//! referring to them is dropped. Small bodies get plain allocations, so callers use
-//! [`take`] and [`freeze`] whatever the size.
+//! copy into it. Large buffers are [`xet_mmap::IoBuf`]s (aligned, in transparent huge
+//! pages), so a store writing a body with `O_DIRECT` takes it straight from memory and
+//! the kernel pins a few 2 MiB pages per write. They return to a small process-wide pool
+//! when the last `Bytes` referring to them is dropped. Small bodies get plain
+//! allocations.
 
 use bytes::Bytes;
 use std::sync::Mutex;
+use xet_mmap::IoBuf;
 
 /// Bodies at least this large are received into pooled buffers.
 pub const MIN_POOLED: usize = 1 << 20;
+/// Pooled buffers hold at least this much: any xorb body (64 MiB of chunk data plus
+/// headers), so one buffer serves every body.
+const POOLED_LEN: usize = 65 << 20;
 /// Idle capacity kept for reuse; buffers beyond it are freed.
-const MAX_IDLE_BYTES: usize = 256 << 20;
+const MAX_IDLE_BYTES: usize = 4 * POOLED_LEN;
 
-static IDLE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+static IDLE: Mutex<Vec<IoBuf>> = Mutex::new(Vec::new());
 
-fn idle() -> std::sync::MutexGuard<'static, Vec<Vec<u8>>> {
+fn idle() -> std::sync::MutexGuard<'static, Vec<IoBuf>> {
     IDLE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// An empty buffer with room for `len` bytes: reused when one is idle and `len` is at
-/// least [`MIN_POOLED`], a plain allocation below that.
-pub fn take(len: usize) -> Vec<u8> {
-    if len < MIN_POOLED {
-        return Vec::with_capacity(len);
-    }
+/// A pooled buffer of at least `len` bytes; `None` if none can be mapped.
+fn take(len: usize) -> Option<IoBuf> {
     let reused = {
         let mut idle = idle();
-        match idle.iter().position(|b| b.capacity() >= len) {
-            Some(i) => Some(idle.swap_remove(i)),
-            None => idle.pop(),
-        }
+        idle.iter()
+            .position(|b| b.len() >= len)
+            .map(|i| idle.swap_remove(i))
     };
-    let mut buf = reused.unwrap_or_default();
-    buf.clear();
-    buf.reserve(len);
-    buf
-}
-
-/// `buf` as `Bytes`; a buffer of at least [`MIN_POOLED`] capacity returns to the pool
-/// once every clone is dropped.
-pub fn freeze(buf: Vec<u8>) -> Bytes {
-    if buf.capacity() < MIN_POOLED {
-        return Bytes::from(buf);
+    match reused {
+        Some(b) => Some(b),
+        None => IoBuf::new(len.max(POOLED_LEN)).ok(),
     }
-    Bytes::from_owner(Pooled(buf))
 }
 
-/// Alignment of [`BodyBuf`] data: the page size, which is also the strictest block
-/// alignment `O_DIRECT` asks for.
+fn give_back(buf: IoBuf) {
+    let mut idle = idle();
+    let held: usize = idle.iter().map(|b| b.len()).sum();
+    if held + buf.len() <= MAX_IDLE_BYTES {
+        idle.push(buf);
+    }
+}
+
+/// Alignment `O_DIRECT` asks of buffer addresses, file offsets and lengths (the page
+/// size; large [`BodyBuf`] data starts on a 2 MiB boundary, which is one too).
 pub const ALIGN: usize = 4096;
 
-/// Fill empty `buf` with zeros up to the first [`ALIGN`] boundary of its allocation and
-/// return how many, so what is appended next starts aligned (`buf` needs `ALIGN - 1`
-/// bytes of spare room for that). `align_offset` may decline; the data is then just
-/// unaligned and this returns 0.
-pub fn align_start(buf: &mut Vec<u8>) -> usize {
-    debug_assert!(buf.is_empty());
-    let pad = buf.as_ptr().align_offset(ALIGN);
-    let pad = if pad < ALIGN { pad } else { 0 };
-    buf.resize(pad, 0);
-    pad
+/// A body being received. A large one ([`MIN_POOLED`] or more expected) goes into a
+/// pooled, aligned huge-page buffer, so a store writing it with `O_DIRECT` needs no
+/// staging copy; a small one into a plain allocation.
+pub struct BodyBuf(Inner);
+
+enum Inner {
+    Plain(Vec<u8>),
+    Pooled { buf: IoBuf, len: usize },
 }
 
-/// A body being received whose data starts on an [`ALIGN`] boundary when it is large
-/// (pooled), so a store writing it with `O_DIRECT` can write it straight from memory
-/// instead of through a staging copy. Growing past the first capacity may lose the
-/// alignment; that only costs the copy again.
-#[derive(Debug)]
-pub struct BodyBuf {
-    buf: Vec<u8>,
-    /// Padding before the data.
-    pad: usize,
+impl std::fmt::Debug for BodyBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BodyBuf").field("len", &self.len()).finish()
+    }
 }
 
 impl BodyBuf {
-    /// Room for about `len` bytes (see [`take`]).
+    /// Room for about `len` bytes.
     pub fn with_capacity(len: usize) -> BodyBuf {
-        if len < MIN_POOLED {
-            return BodyBuf {
-                buf: take(len),
-                pad: 0,
-            };
+        if len >= MIN_POOLED {
+            if let Some(buf) = take(len) {
+                return BodyBuf(Inner::Pooled { buf, len: 0 });
+            }
         }
-        let mut buf = take(len + ALIGN);
-        let pad = align_start(&mut buf);
-        BodyBuf { buf, pad }
+        BodyBuf(Inner::Plain(Vec::with_capacity(len)))
     }
 
     pub fn extend_from_slice(&mut self, data: &[u8]) {
-        self.buf.extend_from_slice(data);
+        match &mut self.0 {
+            Inner::Plain(v) => v.extend_from_slice(data),
+            Inner::Pooled { buf, len } => {
+                let end = *len + data.len();
+                if end > buf.len() {
+                    // More than announced: a larger buffer, aligned as well.
+                    match take(end.max(2 * buf.len())) {
+                        Some(mut bigger) => {
+                            bigger[..*len].copy_from_slice(&buf[..*len]);
+                            give_back(std::mem::replace(buf, bigger));
+                        }
+                        None => {
+                            let mut v = Vec::with_capacity(end);
+                            v.extend_from_slice(&buf[..*len]);
+                            v.extend_from_slice(data);
+                            let old = std::mem::replace(&mut self.0, Inner::Plain(v));
+                            if let Inner::Pooled { buf, .. } = old {
+                                give_back(buf);
+                            }
+                            return;
+                        }
+                    }
+                }
+                buf[*len..end].copy_from_slice(data);
+                *len = end;
+            }
+        }
     }
 
     /// Bytes received so far.
     pub fn len(&self) -> usize {
-        self.buf.len() - self.pad
+        match &self.0 {
+            Inner::Plain(v) => v.len(),
+            Inner::Pooled { len, .. } => *len,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// The data as `Bytes` (see [`freeze`]).
+    /// The data as `Bytes`; a pooled buffer returns to the pool once every clone is
+    /// dropped.
     pub fn freeze(self) -> Bytes {
-        let pad = self.pad;
-        freeze(self.buf).slice(pad..)
+        match self.0 {
+            Inner::Plain(v) => Bytes::from(v),
+            Inner::Pooled { buf, len } => Bytes::from_owner(Pooled {
+                buf: Some(buf),
+                len,
+            }),
+        }
     }
 }
 
-struct Pooled(Vec<u8>);
+struct Pooled {
+    buf: Option<IoBuf>,
+    len: usize,
+}
 
 impl AsRef<[u8]> for Pooled {
     fn as_ref(&self) -> &[u8] {
-        &self.0
+        self.buf.as_ref().map_or(&[], |b| &b[..self.len])
     }
 }
 
 impl Drop for Pooled {
     fn drop(&mut self) {
-        let buf = std::mem::take(&mut self.0);
-        let mut idle = idle();
-        let held: usize = idle.iter().map(Vec::capacity).sum();
-        if held + buf.capacity() <= MAX_IDLE_BYTES {
-            idle.push(buf);
+        if let Some(buf) = self.buf.take() {
+            give_back(buf);
         }
     }
 }
@@ -132,32 +157,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buffers_come_back_and_bytes_stay_intact() {
-        let mut a = take(MIN_POOLED);
-        a.extend_from_slice(&vec![1u8; MIN_POOLED]);
-        let cap = a.capacity();
-        let ptr = a.as_ptr() as usize;
-        let b = freeze(a);
-        let slice = b.slice(10..20);
-        drop(b);
-        // Still borrowed through `slice`: not recycled yet.
-        assert_eq!(&slice[..], &[1u8; 10]);
-        drop(slice);
-        let again = take(cap);
-        assert!(again.is_empty() && again.capacity() >= cap);
-        // Other tests may race for the pool; only check reuse when we got ours back.
-        if again.as_ptr() as usize == ptr {
-            assert_eq!(again.capacity(), cap);
-        }
-        // A small body neither takes a large idle buffer nor enters the pool.
-        let big = freeze(again);
-        drop(big);
-        let small = take(100);
-        assert!(small.capacity() < MIN_POOLED, "{}", small.capacity());
-    }
-
-    #[test]
-    fn large_bodies_start_aligned_and_keep_their_bytes() {
+    fn large_bodies_start_aligned_keep_their_bytes_and_come_back() {
         for len in [MIN_POOLED, 3 * MIN_POOLED + 5] {
             let want: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
             let mut b = BodyBuf::with_capacity(len);
@@ -169,8 +169,40 @@ mod tests {
             let bytes = b.freeze();
             assert_eq!(&bytes[..], &want[..]);
             assert_eq!(bytes.as_ptr().align_offset(ALIGN), 0);
+            let ptr = bytes.as_ptr() as usize;
+            let slice = bytes.slice(10..20);
+            drop(bytes);
+            // Still borrowed through `slice`: not recycled yet.
+            assert_eq!(&slice[..], &want[10..20]);
+            drop(slice);
+            // Other tests may race for the pool; only check reuse when we got ours back.
+            let again = BodyBuf::with_capacity(len);
+            assert!(again.is_empty());
+            if let Inner::Pooled { buf, .. } = &again.0 {
+                if buf.as_ptr() as usize == ptr {
+                    assert!(buf.len() >= len);
+                }
+            }
         }
+    }
+
+    #[test]
+    fn bodies_longer_than_announced_and_small_ones_keep_their_bytes() {
+        let want: Vec<u8> = (0..POOLED_LEN + 3 * MIN_POOLED)
+            .map(|i| (i * 7 % 253) as u8)
+            .collect();
+        let mut b = BodyBuf::with_capacity(MIN_POOLED);
+        for piece in want.chunks(1 << 20) {
+            b.extend_from_slice(piece);
+        }
+        let bytes = b.freeze();
+        assert!(bytes[..] == want[..]);
+        assert_eq!(bytes.as_ptr().align_offset(ALIGN), 0);
         let mut small = BodyBuf::with_capacity(10);
+        assert!(
+            matches!(small.0, Inner::Plain(_)),
+            "small bodies are not pooled"
+        );
         small.extend_from_slice(b"abc");
         assert_eq!(&small.freeze()[..], b"abc");
     }

@@ -396,11 +396,11 @@ impl Transport {
         if hint >= xet_cas::buffers::MIN_POOLED {
             // Large bodies (xorb data) go into recycled buffers: a fresh 64 MiB allocation
             // is a fresh mapping whose every page faults and is zeroed before use.
-            let mut buf = xet_cas::buffers::take(hint);
+            let mut buf = xet_cas::buffers::BodyBuf::with_capacity(hint);
             while let Some(c) = self.chunk(&mut resp, what, p).await? {
                 buf.extend_from_slice(&c);
             }
-            return Ok(xet_cas::buffers::freeze(buf));
+            return Ok(buf.freeze());
         }
         let mut first: Option<Bytes> = None;
         let mut buf = BytesMut::new();
