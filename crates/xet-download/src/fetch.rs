@@ -124,6 +124,15 @@ pub(crate) async fn query_file_size(
     }
 }
 
+/// Why one attempt of [`pump_range`] stopped early.
+enum Broke {
+    /// The attempt's deadline passed.
+    Stalled,
+    /// The stream ended short or ran long.
+    Short(String),
+    Cas(CasError),
+}
+
 /// How [`pump_range`] ended without an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pumped {
@@ -175,29 +184,26 @@ pub(crate) async fn pump_range(
         // One deadline for the whole attempt, as for a fetch taken whole: a CAS that
         // watches for stalls itself (the HTTP client) resumes a stalled transfer within
         // it, and a per-piece limit of the same length would race with that.
-        let res: Result<Pumped, Option<CasError>> = async {
+        let res: Result<Pumped, Broke> = async {
             let mut stream = tokio::time::timeout_at(deadline, shared.cas.stream_xorb_range(&rest))
                 .await
-                .map_err(|_| None)??;
+                .map_err(|_| Broke::Stalled)?
+                .map_err(Broke::Cas)?;
             loop {
                 match tokio::time::timeout_at(deadline, stream.next()).await {
-                    Err(_) => return Err(None),
-                    Ok(Err(e)) => return Err(Some(e)),
+                    Err(_) => return Err(Broke::Stalled),
+                    Ok(Err(e)) => return Err(Broke::Cas(e)),
                     Ok(Ok(None)) if sent == total => return Ok(Pumped::Complete),
                     Ok(Ok(None)) => {
-                        return Err(Some(CasError::Network {
-                            what: what(),
-                            message: format!("the range ended after {sent} of its {total} bytes"),
-                        }));
+                        return Err(Broke::Short(format!(
+                            "the range ended after {sent} of its {total} bytes"
+                        )));
                     }
                     Ok(Ok(Some(piece))) if piece.len() as u64 > total - sent => {
-                        return Err(Some(CasError::Network {
-                            what: what(),
-                            message: format!(
-                                "got {} bytes more than the {total}-byte range",
-                                sent + piece.len() as u64 - total
-                            ),
-                        }));
+                        return Err(Broke::Short(format!(
+                            "got {} bytes more than the {total}-byte range",
+                            sent + piece.len() as u64 - total
+                        )));
                     }
                     Ok(Ok(Some(piece))) => {
                         sent += piece.len() as u64;
@@ -212,11 +218,13 @@ pub(crate) async fn pump_range(
         .await;
         let outcome: Outcome<std::convert::Infallible> = match res {
             Ok(p) => return Ok(p),
-            Err(None) => Outcome::Retry(
+            Err(Broke::Stalled) => Outcome::Retry(
                 format!("no progress for {:.1}s (stalled)", limit.as_secs_f64()),
                 true,
             ),
-            Err(Some(CasError::UrlExpired { .. })) => {
+            // Not what the CAS promised: worth another try whoever retries errors.
+            Err(Broke::Short(message)) => Outcome::Retry(message, true),
+            Err(Broke::Cas(CasError::UrlExpired { .. })) => {
                 if refreshes >= opts.max_url_refreshes {
                     Outcome::Fail(DownloadError::Network {
                         file,
@@ -249,14 +257,16 @@ pub(crate) async fn pump_range(
                     continue;
                 }
             }
-            Err(Some(e)) if e.is_retryable() => {
+            Err(Broke::Cas(e)) if e.is_retryable() => {
                 Outcome::Retry(e.to_string(), opts.retry_cas_errors)
             }
-            Err(Some(CasError::NotFound { .. })) => Outcome::Fail(DownloadError::XorbNotFound {
-                file,
-                xorb: fetch.xorb,
-            }),
-            Err(Some(CasError::Corrupt { what: w, message })) => {
+            Err(Broke::Cas(CasError::NotFound { .. })) => {
+                Outcome::Fail(DownloadError::XorbNotFound {
+                    file,
+                    xorb: fetch.xorb,
+                })
+            }
+            Err(Broke::Cas(CasError::Corrupt { what: w, message })) => {
                 Outcome::Fail(DownloadError::Verification {
                     file,
                     detail: format!(
@@ -265,7 +275,7 @@ pub(crate) async fn pump_range(
                     ),
                 })
             }
-            Err(Some(e)) => Outcome::Fail(DownloadError::from_cas(file, e)),
+            Err(Broke::Cas(e)) => Outcome::Fail(DownloadError::from_cas(file, e)),
         };
         match outcome {
             Outcome::Done(never) => match never {},

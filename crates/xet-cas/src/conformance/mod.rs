@@ -851,13 +851,7 @@ pub async fn fetch_errors(cas: &dyn Cas) {
         .await
         .expect("reconstruction");
     let fetch = r.fetches.last().expect("a fetch").clone();
-    let size = cas
-        .xorb_size(&fetch.xorb)
-        .await
-        .expect("xorb_size")
-        .expect("stored");
-    let mut past = fetch.clone();
-    past.bytes = ByteRange::new(fetch.bytes.start, size + 1);
+    let (past, size) = ending_past_the_region(cas, &fetch).await;
     assert!(
         cas.fetch_xorb_range(&past).await.is_err(),
         "fetch ending past the chunk region must fail"
@@ -871,6 +865,21 @@ pub async fn fetch_errors(cas: &dyn Cas) {
     // The real fetch still works.
     let got = cas.fetch_xorb_range(&fetch).await.expect("fetch");
     assert_eq!(got.len() as u64, fetch.bytes.len());
+}
+
+/// `fetch` extended to one byte past its xorb's chunk region, and the region's size.
+async fn ending_past_the_region(
+    cas: &dyn Cas,
+    fetch: &crate::XorbFetch,
+) -> (crate::XorbFetch, u64) {
+    let size = cas
+        .xorb_size(&fetch.xorb)
+        .await
+        .expect("xorb_size")
+        .expect("stored");
+    let mut past = fetch.clone();
+    past.bytes = ByteRange::new(fetch.bytes.start, size + 1);
+    (past, size)
 }
 
 /// Everything a range stream yields, concatenated; its first error otherwise.
@@ -920,13 +929,7 @@ pub async fn range_streams(cas: &dyn Cas) {
                     file.name
                 );
             }
-            let size = cas
-                .xorb_size(&fetch.xorb)
-                .await
-                .expect("xorb_size")
-                .expect("stored");
-            let mut past = fetch.clone();
-            past.bytes = ByteRange::new(fetch.bytes.start, size + 1);
+            let (past, _) = ending_past_the_region(cas, fetch).await;
             assert!(
                 collect_stream(cas, &past).await.is_err(),
                 "a stream ending past the chunk region must fail"
