@@ -1093,6 +1093,18 @@ async fn ranges_streamed_in_any_pieces_download_identically() {
         }
         if piece > 100 {
             assert!(!w.streamed_ranges.lock().unwrap().is_empty());
+            // Byte ranges cutting terms and chunks, with the pieces cutting them too.
+            let a = &c.files[0];
+            for (start, end) in [(1u64, 7_000u64), (250_001, 900_000), (1_499_000, 1_499_999)] {
+                let p = dir.path().join(format!("r{start}"));
+                let rq = req(a, &p).with_range(FileRange::new(start, Some(end)));
+                get(w.clone(), vec![rq], opts()).await.unwrap();
+                let got = std::fs::read(&p).unwrap();
+                assert!(
+                    got == a.data[start as usize..=end as usize],
+                    "piece {piece}, range {start}-{end}"
+                );
+            }
         }
     }
 }
