@@ -1207,3 +1207,33 @@ async fn a_url_expiring_mid_range_goes_on_with_a_fresh_one() {
     assert_eq!(asked.len(), 2, "{asked:?}");
     assert_eq!(asked[1].1.start, asked[0].1.start + 200_000);
 }
+
+/// One fetch serving several terms of a file, across several write batches: a file
+/// made of the first half of another and then its last three quarters, so the two
+/// overlapping terms are served by one fetch, the second starting 5 MiB into it.
+#[tokio::test]
+async fn a_fetch_serving_several_terms_across_write_batches() {
+    let x = random(20 << 20, 81);
+    let mut y = x[..10 << 20].to_vec();
+    y.extend_from_slice(&x[5 << 20..]);
+    let c = build(&[x, y], 1 << 26);
+    assert_eq!(c.xorbs.len(), 1);
+    let (store, _) = store(&c).await;
+    let f = &c.files[1];
+    let terms = f.term_bounds.len() as u64 + 1;
+    for piece in [None, Some(65_536)] {
+        let w = Wrapper::new(store.clone());
+        if let Some(p) = piece {
+            w.stream_in(p, None);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("y");
+        let report = get(w.clone(), vec![req(f, &p)], opts()).await.unwrap();
+        assert!(std::fs::read(&p).unwrap() == f.data, "pieces {piece:?}");
+        assert_eq!(report.files[0].verification, Verification::FileHash);
+        assert!(
+            w.fetches() < terms,
+            "a fetch serves several of the {terms} terms"
+        );
+    }
+}
