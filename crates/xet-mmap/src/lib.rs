@@ -123,6 +123,12 @@ pub const HUGE_PAGE: usize = 2 << 20;
 /// than thousands of 4 KiB ones (8 MiB direct writes of 1 GiB took 0.30 s from huge
 /// pages against 0.43-0.54 s from ordinary ones on the bench machine). Touching it also
 /// faults in 2 MiB at a time.
+///
+/// Huge pages pay off for buffers reused many times. A fresh huge page can cost far more
+/// to fault in than 512 small ones: on a virtual machine whose host takes back free
+/// guest memory, first touching 256 MiB of huge pages took 0.59 s against 0.09 s for
+/// 4 KiB pages. Large buffers used only a few times per process take
+/// [`IoBuf::new_small_pages`].
 pub struct IoBuf {
     map: memmap2::MmapMut,
     start: usize,
@@ -141,6 +147,17 @@ impl IoBuf {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         let _ = map.advise_range(memmap2::Advice::HugePage, start, len);
         Ok(IoBuf { map, start, len })
+    }
+
+    /// A buffer of `len` bytes (at least one) in ordinary pages: zeroed, writable and
+    /// starting on a page boundary (so still fit for `O_DIRECT`), without asking for huge
+    /// pages (see the type's documentation for when that is cheaper).
+    pub fn new_small_pages(len: usize) -> std::io::Result<IoBuf> {
+        let len = len.max(1);
+        let map = memmap2::MmapMut::map_anon(len)?;
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let _ = map.advise(memmap2::Advice::NoHugePage);
+        Ok(IoBuf { map, start: 0, len })
     }
 
     pub fn len(&self) -> usize {
@@ -191,6 +208,21 @@ mod tests {
             assert_eq!((b[0], b[n - 1]), (9, if n == 1 { 9 } else { 7 }));
         }
         assert!(IoBuf::new(usize::MAX).is_err());
+    }
+
+    #[test]
+    fn small_page_buffers_are_zeroed_page_aligned_and_writable() {
+        for len in [0usize, 1, 4095, 4096, 4097, HUGE_PAGE + 1, (8 << 20) + 4096] {
+            let mut b = IoBuf::new_small_pages(len).unwrap();
+            assert_eq!(b.len(), len.max(1));
+            assert_eq!(b.as_ptr() as usize % 4096, 0, "len {len}");
+            assert!(b.iter().all(|&x| x == 0), "len {len}");
+            let n = b.len();
+            b[n - 1] = 7;
+            b[0] = 9;
+            assert_eq!((b[0], b[n - 1]), (9, if n == 1 { 9 } else { 7 }));
+        }
+        assert!(IoBuf::new_small_pages(usize::MAX).is_err());
     }
 
     #[test]
