@@ -133,6 +133,7 @@ mod progress;
 mod read;
 mod report;
 pub mod scan;
+mod sha;
 mod shards;
 mod unchanged;
 mod walk;

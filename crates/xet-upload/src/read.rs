@@ -93,7 +93,7 @@ fn read_file_inner(
         let sha = s.spawn(move || {
             let mut sha = Sha256::new();
             for b in srx {
-                sha.update(&b);
+                crate::sha::update(&mut sha, &b);
             }
             <[u8; 32]>::from(sha.finalize())
         });
