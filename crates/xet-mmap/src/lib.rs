@@ -189,40 +189,31 @@ mod tests {
 
     #[test]
     fn io_buffers_are_zeroed_aligned_and_writable() {
-        for len in [
-            0usize,
-            1,
-            4095,
-            4096,
-            HUGE_PAGE - 1,
-            HUGE_PAGE,
-            (8 << 20) + 4096,
-        ] {
-            let mut b = IoBuf::new(len).unwrap();
-            assert_eq!(b.len(), len.max(1));
-            assert_eq!(b.as_ptr() as usize % HUGE_PAGE, 0, "len {len}");
-            assert!(b.iter().all(|&x| x == 0), "len {len}");
-            let n = b.len();
-            b[n - 1] = 7;
-            b[0] = 9;
-            assert_eq!((b[0], b[n - 1]), (9, if n == 1 { 9 } else { 7 }));
+        let kinds: [(fn(usize) -> std::io::Result<IoBuf>, usize); 2] =
+            [(IoBuf::new, HUGE_PAGE), (IoBuf::new_small_pages, 4096)];
+        for (make, align) in kinds {
+            for len in [
+                0usize,
+                1,
+                4095,
+                4096,
+                4097,
+                HUGE_PAGE - 1,
+                HUGE_PAGE,
+                HUGE_PAGE + 1,
+                (8 << 20) + 4096,
+            ] {
+                let mut b = make(len).unwrap();
+                assert_eq!(b.len(), len.max(1));
+                assert_eq!(b.as_ptr() as usize % align, 0, "len {len}");
+                assert!(b.iter().all(|&x| x == 0), "len {len}");
+                let n = b.len();
+                b[n - 1] = 7;
+                b[0] = 9;
+                assert_eq!((b[0], b[n - 1]), (9, if n == 1 { 9 } else { 7 }));
+            }
+            assert!(make(usize::MAX).is_err());
         }
-        assert!(IoBuf::new(usize::MAX).is_err());
-    }
-
-    #[test]
-    fn small_page_buffers_are_zeroed_page_aligned_and_writable() {
-        for len in [0usize, 1, 4095, 4096, 4097, HUGE_PAGE + 1, (8 << 20) + 4096] {
-            let mut b = IoBuf::new_small_pages(len).unwrap();
-            assert_eq!(b.len(), len.max(1));
-            assert_eq!(b.as_ptr() as usize % 4096, 0, "len {len}");
-            assert!(b.iter().all(|&x| x == 0), "len {len}");
-            let n = b.len();
-            b[n - 1] = 7;
-            b[0] = 9;
-            assert_eq!((b[0], b[n - 1]), (9, if n == 1 { 9 } else { 7 }));
-        }
-        assert!(IoBuf::new_small_pages(usize::MAX).is_err());
     }
 
     #[test]
