@@ -106,6 +106,20 @@ pub trait Cas: Send + Sync {
     /// footer. Returns `true` if it was newly inserted, `false` if already present.
     async fn put_xorb(&self, hash: &MerkleHash, body: Bytes) -> Result<bool>;
 
+    /// [`Cas::put_xorb`] with the upload body (no footer) in pieces, stored or sent as
+    /// their concatenation. The default joins the pieces into one buffer and calls
+    /// `put_xorb`.
+    async fn put_xorb_pieces(&self, hash: &MerkleHash, body: XorbPieces) -> Result<bool> {
+        self.put_xorb(hash, body.concat()).await
+    }
+
+    /// `true` if [`Cas::put_xorb_pieces`] uses the pieces as they are, without joining
+    /// them: a caller that can produce a body either way (as pieces that borrow its
+    /// chunk data, or written into one buffer) then skips the copy into one buffer.
+    fn takes_xorb_pieces(&self) -> bool {
+        false
+    }
+
     /// Length of a stored xorb's serialized chunk region (no footer), `None` if absent.
     async fn xorb_size(&self, hash: &MerkleHash) -> Result<Option<u64>>;
 

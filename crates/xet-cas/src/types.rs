@@ -87,3 +87,62 @@ impl Reconstruction {
             .find(|f| f.xorb == term.xorb && f.chunks.contains(&term.chunks))
     }
 }
+
+/// A xorb's upload body (chunk headers and payloads, no footer) as pieces whose
+/// concatenation is the body ([`crate::Cas::put_xorb_pieces`]), so that stored chunks can
+/// be sent straight from where they were read rather than first copied into one buffer.
+#[derive(Clone, Debug, Default)]
+pub struct XorbPieces {
+    pieces: Vec<bytes::Bytes>,
+    len: u64,
+}
+
+impl XorbPieces {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Append a piece (empty ones are skipped).
+    pub fn push(&mut self, piece: bytes::Bytes) {
+        if !piece.is_empty() {
+            self.len += piece.len() as u64;
+            self.pieces.push(piece);
+        }
+    }
+
+    /// Length of the whole body.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn pieces(&self) -> &[bytes::Bytes] {
+        &self.pieces
+    }
+
+    /// The whole body in one buffer (no copy when it is one piece).
+    pub fn concat(&self) -> bytes::Bytes {
+        match self.pieces.as_slice() {
+            [] => bytes::Bytes::new(),
+            [one] => one.clone(),
+            many => {
+                let mut v = Vec::with_capacity(self.len as usize);
+                for p in many {
+                    v.extend_from_slice(p);
+                }
+                bytes::Bytes::from(v)
+            }
+        }
+    }
+}
+
+impl From<bytes::Bytes> for XorbPieces {
+    fn from(body: bytes::Bytes) -> Self {
+        let mut p = XorbPieces::new();
+        p.push(body);
+        p
+    }
+}

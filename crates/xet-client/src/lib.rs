@@ -51,12 +51,13 @@ use reqwest::header::{
 use reqwest::{Method, Response};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use transport::{Fail, Progress, Rejection, Transport, network, progress_body};
+use transport::{Fail, Progress, Rejection, Transport, network, progress_body, progress_pieces};
 use xet_cas::wire::{
     Checksum, Grant, GrantRequest, ReconstructionV1, ReconstructionV2, ShardResultV1, WasInserted,
 };
 use xet_cas::{
-    ByteRange, Cas, CasError, ObjectKind, RangeStream, Reconstruction, Result, XorbFetch, routes,
+    ByteRange, Cas, CasError, ObjectKind, RangeStream, Reconstruction, Result, XorbFetch,
+    XorbPieces, routes,
 };
 use xet_hash::MerkleHash;
 
@@ -189,7 +190,7 @@ impl HttpCas {
         &self,
         hash: &MerkleHash,
         grant: &Grant,
-        body: &Bytes,
+        body: &XorbPieces,
     ) -> Result<GrantUpload> {
         let what = format!(
             "{} {} (grant {} for xorb {hash})",
@@ -213,7 +214,7 @@ impl HttpCas {
             };
             let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| bad())?;
             if name == CONTENT_LENGTH {
-                if v.trim().parse::<u64>().ok() != Some(body.len() as u64) {
+                if v.trim().parse::<u64>().ok() != Some(body.len()) {
                     return Err(CasError::Corrupt {
                         what,
                         message: format!(
@@ -235,7 +236,7 @@ impl HttpCas {
                 }
                 let rb = rb
                     .header(CONTENT_LENGTH, body.len())
-                    .body(progress_body(body.clone(), p.clone()));
+                    .body(progress_pieces(body.clone(), p.clone()));
                 let resp = self.t.send(rb, &what, &p).await?;
                 let status = resp.status().as_u16();
                 if resp.status().is_success() {
@@ -286,7 +287,7 @@ impl HttpCas {
             .await
     }
 
-    async fn put_xorb_direct(&self, hash: &MerkleHash, body: Bytes) -> Result<bool> {
+    async fn put_xorb_direct(&self, hash: &MerkleHash, body: XorbPieces) -> Result<bool> {
         let path = routes::xorb(hash);
         let what = format!("POST {path}");
         self.t
@@ -297,7 +298,7 @@ impl HttpCas {
                     .cas(Method::POST, &path)
                     .await?
                     .header(CONTENT_LENGTH, body.len())
-                    .body(progress_body(body.clone(), p.clone()));
+                    .body(progress_pieces(body.clone(), p.clone()));
                 let resp = self.t.send(rb, &what, &p).await?;
                 if resp.status().is_success() {
                     let b = self.t.read_body(resp, &what, &p).await?;
@@ -787,11 +788,26 @@ fn shard_frame(line: &[u8], what: &str) -> Option<std::result::Result<bool, Fail
 #[async_trait::async_trait]
 impl Cas for HttpCas {
     async fn put_xorb(&self, hash: &MerkleHash, body: Bytes) -> Result<bool> {
+        self.put_xorb_pieces(hash, XorbPieces::from(body)).await
+    }
+
+    /// Pieces go out as they are: a body is never joined into one buffer to be sent.
+    fn takes_xorb_pieces(&self) -> bool {
+        true
+    }
+
+    async fn put_xorb_pieces(&self, hash: &MerkleHash, body: XorbPieces) -> Result<bool> {
         if !self.t.cfg.legacy.direct_xorb_upload {
-            let crc = crc64_nvme(&body);
+            let crc = {
+                let mut c = xet_cas::wire::Crc64Nvme::default();
+                for piece in body.pieces() {
+                    c.update(piece);
+                }
+                c.finalize()
+            };
             let mut last = (0u16, String::new());
             for n in 1..=MAX_GRANTS_PER_XORB {
-                let grant = match self.request_grant(hash, body.len() as u64, crc).await? {
+                let grant = match self.request_grant(hash, body.len(), crc).await? {
                     GrantAnswer::Exists => return Ok(false),
                     GrantAnswer::Unsupported => {
                         tracing::debug!(%hash, "no upload grants (404): uploading the xorb directly");

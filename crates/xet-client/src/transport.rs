@@ -91,6 +91,21 @@ pub(crate) fn progress_body(data: Bytes, progress: Arc<Progress>) -> reqwest::Bo
     reqwest::Body::wrap_stream(stream)
 }
 
+/// A request body sending `body`'s pieces as they are (a long piece in slices, so that
+/// progress is seen while it goes out), touching `progress` for each.
+pub(crate) fn progress_pieces(body: xet_cas::XorbPieces, progress: Arc<Progress>) -> reqwest::Body {
+    const PIECE: usize = 256 * 1024;
+    let slices = body.pieces().to_vec().into_iter().flat_map(|p| {
+        let n = p.len().div_ceil(PIECE);
+        (0..n).map(move |i| p.slice(i * PIECE..((i + 1) * PIECE).min(p.len())))
+    });
+    let stream = futures_util::stream::iter(slices.map(move |b| {
+        progress.touch();
+        Ok::<Bytes, std::convert::Infallible>(b)
+    }));
+    reqwest::Body::wrap_stream(stream)
+}
+
 /// The text of an error and its causes, without URLs (presigned ones carry signatures).
 fn reqwest_message(e: reqwest::Error) -> String {
     let e = e.without_url();

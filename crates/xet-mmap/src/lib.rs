@@ -189,8 +189,8 @@ mod tests {
 
     #[test]
     fn io_buffers_are_zeroed_aligned_and_writable() {
-        let kinds: [(fn(usize) -> std::io::Result<IoBuf>, usize); 2] =
-            [(IoBuf::new, HUGE_PAGE), (IoBuf::new_small_pages, 4096)];
+        type Make = fn(usize) -> std::io::Result<IoBuf>;
+        let kinds: [(Make, usize); 2] = [(IoBuf::new, HUGE_PAGE), (IoBuf::new_small_pages, 4096)];
         for (make, align) in kinds {
             for len in [
                 0usize,

@@ -1,6 +1,8 @@
 //! Compressing a sealed xorb on the rayon pool.
 
+use bytes::Bytes;
 use rayon::prelude::*;
+use xet_cas::XorbPieces;
 use xet_hash::MerkleHash;
 use xet_xorb::CompressionScheme;
 
@@ -13,16 +15,16 @@ use crate::error::{Result, UploadError};
 /// order: the footer-less upload body. Returns the xorb hash. Call on a rayon thread (or
 /// from `rayon::spawn`).
 ///
-/// Only compressed payloads are kept per chunk; a stored chunk is copied once, from where
-/// it was read straight into `body` (a recycled buffer, so no fresh pages).
+/// Only compressed payloads are kept per chunk; a stored chunk goes to `body` from where
+/// it was read: copied once into a recycled buffer, or, in pieces ([`PiecesSink`]), not
+/// copied at all.
 pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Result<MerkleHash> {
-    let chunk = |i: usize| &sealed.data[i][..];
     let compressed: Vec<Option<(CompressionScheme, Vec<u8>)>> = (0..sealed.chunks.len())
         .into_par_iter()
         .map_init(
             || (Vec::new(), Vec::new()),
             |(out, scratch), i| {
-                let c = chunk(i);
+                let c = &sealed.data[i][..];
                 out.clear();
                 let scheme = xet_xorb::choose_scheme(c);
                 match xet_xorb::try_compress_into(scheme, c, out, scratch) {
@@ -32,8 +34,8 @@ pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Resul
             },
         )
         .collect();
-    for (i, comp) in compressed.iter().enumerate() {
-        let c = chunk(i);
+    for (i, comp) in compressed.into_iter().enumerate() {
+        let c = &sealed.data[i];
         if c.len() > xet_xorb::MAX_CHUNK_SIZE {
             // The chunker never cuts one this large; a header could not describe it.
             return Err(UploadError::Internal(format!(
@@ -43,15 +45,15 @@ pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Resul
             )));
         }
         let (scheme, payload) = match comp {
-            Some((s, p)) => (*s, p.as_slice()),
-            None => (CompressionScheme::None, c),
+            Some((s, p)) => (s, Some(p)),
+            None => (CompressionScheme::None, None),
         };
         let header = xet_xorb::ChunkHeader {
-            compressed_size: payload.len() as u32,
+            compressed_size: payload.as_ref().map_or(c.len(), Vec::len) as u32,
             scheme,
             uncompressed_size: c.len() as u32,
         };
-        if !(body.put(&header.to_bytes()) && body.put(payload)) {
+        if !body.put_chunk(&header.to_bytes(), c, payload) {
             return Err(UploadError::Internal(format!(
                 "xorb body buffer too small at chunk {i}"
             )));
@@ -65,22 +67,54 @@ pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Resul
     Ok(xet_hash::xorb_hash(&entries))
 }
 
-/// Where a xorb body is built.
+/// Where a xorb body is built, a chunk at a time.
 pub(crate) trait BodySink {
-    /// Append `data`; `false` if it does not fit.
-    fn put(&mut self, data: &[u8]) -> bool;
+    /// Append a chunk's header, then its payload: `compressed` if there is one, else the
+    /// chunk's `data` as it is. `false` if it does not fit.
+    fn put_chunk(&mut self, header: &[u8], data: &Bytes, compressed: Option<Vec<u8>>) -> bool;
 }
 
 impl BodySink for Vec<u8> {
-    fn put(&mut self, data: &[u8]) -> bool {
-        self.extend_from_slice(data);
+    fn put_chunk(&mut self, header: &[u8], data: &Bytes, compressed: Option<Vec<u8>>) -> bool {
+        self.extend_from_slice(header);
+        self.extend_from_slice(compressed.as_deref().unwrap_or(data));
         true
     }
 }
 
 impl BodySink for crate::pool::Body {
-    fn put(&mut self, data: &[u8]) -> bool {
-        self.push(data)
+    fn put_chunk(&mut self, header: &[u8], data: &Bytes, compressed: Option<Vec<u8>>) -> bool {
+        self.push(header) && self.push(compressed.as_deref().unwrap_or(data))
+    }
+}
+
+/// A body as pieces ([`XorbPieces`]): a stored chunk is its data as it was read (a slice
+/// of the mapped input or of a read block), never copied; the headers share one buffer.
+#[derive(Default)]
+pub(crate) struct PiecesSink {
+    headers: Vec<u8>,
+    payloads: Vec<Bytes>,
+}
+
+impl BodySink for PiecesSink {
+    fn put_chunk(&mut self, header: &[u8], data: &Bytes, compressed: Option<Vec<u8>>) -> bool {
+        self.headers.extend_from_slice(header);
+        self.payloads
+            .push(compressed.map_or_else(|| data.clone(), Bytes::from));
+        true
+    }
+}
+
+impl PiecesSink {
+    pub fn finish(self) -> XorbPieces {
+        let headers = Bytes::from(self.headers);
+        let n = xet_xorb::CHUNK_HEADER_LEN;
+        let mut out = XorbPieces::new();
+        for (i, payload) in self.payloads.into_iter().enumerate() {
+            out.push(headers.slice(i * n..(i + 1) * n));
+            out.push(payload);
+        }
+        out
     }
 }
 
@@ -121,5 +155,26 @@ mod tests {
         assert_eq!(body, want.body());
         let info = xet_xorb::verify_body(&body, Some(&got), &xet_xorb::Limits::default()).unwrap();
         assert_eq!(info.num_chunks(), 70);
+        // As pieces: the same bytes, and stored chunks are the data as it was, uncopied.
+        let mut sink = PiecesSink::default();
+        assert_eq!(build_xorb(&sealed, &mut sink).unwrap(), got);
+        let pieces = sink.finish();
+        assert_eq!(pieces.len(), body.len() as u64);
+        assert_eq!(&pieces.concat()[..], &body[..]);
+        let shared = pieces
+            .pieces()
+            .iter()
+            .filter(|p| {
+                sealed
+                    .data
+                    .iter()
+                    .any(|d| d.as_ptr() == p.as_ptr() && d.len() == p.len())
+            })
+            .count();
+        let stored = (0..70).filter(|i| i % 3 == 1).count();
+        assert!(
+            shared >= stored,
+            "{shared} pieces borrowed, {stored} random chunks"
+        );
     }
 }

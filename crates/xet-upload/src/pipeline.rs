@@ -10,7 +10,7 @@ use bytes::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use xet_cas::{Cas, CasError};
+use xet_cas::{Cas, CasError, XorbPieces};
 use xet_hash::MerkleHash;
 
 use crate::cache::{LocalCache, now_secs};
@@ -740,20 +740,32 @@ async fn upload_xorbs(
 async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
     let XorbJob { sealed, _permit } = job;
     let (tx, rx) = tokio::sync::oneshot::channel();
-    // The body starts on a page boundary, so the embedded store's direct writes take
-    // it straight from memory.
-    let mut body = shared
-        .body_pool
-        .get()
-        .map_err(|e| UploadError::Internal(format!("cannot allocate a xorb body: {e}")))?;
-    rayon::spawn(move || {
-        let built = crate::build::build_xorb(&sealed, &mut body).map(|h| (h, body, sealed));
-        let _ = tx.send(built);
-    });
+    if shared.cas.takes_xorb_pieces() {
+        // Sent as pieces: stored chunks go out straight from where they were read.
+        rayon::spawn(move || {
+            let mut sink = crate::build::PiecesSink::default();
+            let built =
+                crate::build::build_xorb(&sealed, &mut sink).map(|h| (h, sink.finish(), sealed));
+            let _ = tx.send(built);
+        });
+    } else {
+        // The body starts on a page boundary, so the embedded store's direct writes take
+        // it straight from memory.
+        let mut body = shared
+            .body_pool
+            .get()
+            .map_err(|e| UploadError::Internal(format!("cannot allocate a xorb body: {e}")))?;
+        let pool = shared.body_pool.clone();
+        rayon::spawn(move || {
+            let built = crate::build::build_xorb(&sealed, &mut body)
+                .map(|h| (h, XorbPieces::from(pool.to_bytes(body)), sealed));
+            let _ = tx.send(built);
+        });
+    }
     let (hash, body, sealed) = rx
         .await
         .map_err(|_| UploadError::Internal("xorb build task failed".into()))??;
-    let body_len = body.len() as u64;
+    let body_len = body.len();
     let mut built = BuiltXorb {
         slot: sealed.slot,
         hash,
@@ -762,7 +774,6 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
         sent: false,
         resumed: false,
     };
-    let body = shared.body_pool.to_bytes(body);
 
     if shared.journal.get(&hash) == Some(&body_len) {
         // Stored by an interrupted earlier run; trust it only if the CAS confirms.
@@ -779,7 +790,7 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
     if shared.opts.dry_run {
         return Ok(built);
     }
-    shared.cas.put_xorb(&hash, body).await?;
+    shared.cas.put_xorb_pieces(&hash, body).await?;
     shared.progress.uploaded(body_len);
     if let Some(c) = &shared.cache {
         let c = c.clone();

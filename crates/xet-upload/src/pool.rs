@@ -75,7 +75,8 @@ impl Drop for Pooled {
     }
 }
 
-/// Recycled buffers for xorb bodies ([`xet_mmap::IoBuf`] in ordinary pages): page-aligned,
+/// Recycled buffers for xorb bodies built in one piece, for a CAS that does not take them
+/// in pieces (the embedded store) ([`xet_mmap::IoBuf`] in ordinary pages): page-aligned,
 /// so the embedded store writes a body with `O_DIRECT` straight from it. Not in huge
 /// pages: an upload uses each 64 MiB body only a few times, and on the bench VM faulting
 /// fresh huge pages in cost more than pinning small ones saves (a 1 GiB upload to `xet
@@ -105,6 +106,7 @@ impl Body {
         true
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len
     }

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use xet_hash::MerkleHash;
 
 use crate::store::format::{self, ShardContent, ShardTerm};
-use crate::{ByteRange, Cas, CasError, ChunkRange, ObjectKind, Reconstruction};
+use crate::{ByteRange, Cas, CasError, ChunkRange, ObjectKind, Reconstruction, XorbPieces};
 use fixture::{Fixture, FixtureFile, fixture};
 
 /// A store under test, plus whatever must outlive it (a temporary directory, a server).
@@ -76,7 +76,8 @@ macro_rules! cas_conformance_tests {
     ($make:expr) => {
         $crate::cas_conformance_tests!(@cases $make;
             empty_store, xorb_rejections, xorb_uploads, shard_rejections, reconstructions,
-            range_errors, dedup, fetch_errors, range_streams, concurrent_uploads, xorb_limits);
+            range_errors, dedup, fetch_errors, range_streams, concurrent_uploads, xorb_limits,
+            xorb_pieces);
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
         $(
@@ -106,6 +107,7 @@ where
     range_streams(&*make().await).await;
     concurrent_uploads(&*make().await).await;
     xorb_limits(&*make().await).await;
+    xorb_pieces(&*make().await).await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -459,6 +461,69 @@ pub async fn xorb_uploads(cas: &dyn Cas) {
         cas.put_xorb(&x2.hash, Bytes::from(x2.body.clone())).await,
         Ok(true)
     );
+    upload_shards(cas, f).await;
+    for file in &f.files {
+        check_file(cas, f, file, None).await;
+    }
+}
+
+/// `body` cut at `cuts` (offsets, in order, within the body).
+fn pieces_of(body: &[u8], cuts: &[usize]) -> XorbPieces {
+    let mut p = XorbPieces::new();
+    let mut at = 0;
+    for &c in cuts.iter().chain(std::iter::once(&body.len())) {
+        p.push(Bytes::copy_from_slice(&body[at..c]));
+        at = c;
+    }
+    p
+}
+
+/// Xorb uploads in pieces: cut anywhere (inside chunk headers too), a body is stored as
+/// its concatenation; a damaged one is refused and nothing is stored.
+pub async fn xorb_pieces(cas: &dyn Cas) {
+    let f = fixture();
+    let (x0, x1) = (&f.xorbs[0], &f.xorbs[1]);
+    let mut corrupt = x0.body.clone();
+    let mid = corrupt.len() / 2;
+    corrupt[mid] ^= 0x55;
+    let n = x0.body.len();
+    for (what, hash, body) in [
+        ("one byte flipped", x0.hash, &corrupt),
+        ("body under another xorb's hash", x1.hash, &x0.body),
+    ] {
+        expect_err(
+            cas.put_xorb_pieces(&hash, pieces_of(body, &[1, 9, n / 3]))
+                .await,
+            &format!("xorb in pieces, {what}"),
+            is_invalid_xorb,
+        );
+        assert_eq!(
+            cas.xorb_size(&hash).await,
+            Ok(None),
+            "after rejecting a xorb in pieces ({what}), xorb_size"
+        );
+    }
+    for (i, cuts) in [vec![], vec![1, 5, 8, 9], (1..n).step_by(997).collect()]
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(
+            cas.put_xorb_pieces(&x0.hash, pieces_of(&x0.body, &cuts))
+                .await,
+            Ok(i == 0),
+            "xorb in {} pieces, upload {i}",
+            cuts.len() + 1
+        );
+    }
+    assert_eq!(cas.xorb_size(&x0.hash).await, Ok(Some(n as u64)));
+    for x in &f.xorbs[1..] {
+        let cuts: Vec<usize> = (7..x.body.len()).step_by(4099).collect();
+        assert_eq!(
+            cas.put_xorb_pieces(&x.hash, pieces_of(&x.body, &cuts))
+                .await,
+            Ok(true)
+        );
+    }
     upload_shards(cas, f).await;
     for file in &f.files {
         check_file(cas, f, file, None).await;

@@ -3,11 +3,11 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use xet_cas::{ByteRange, Cas, CasError, Reconstruction, Result, XorbFetch};
+use xet_cas::{ByteRange, Cas, CasError, Reconstruction, Result, XorbFetch, XorbPieces};
 use xet_hash::MerkleHash;
 
 /// Delegates to a real CAS, counting calls; `put_xorb` fails after `fail_after` calls.
@@ -19,6 +19,10 @@ pub struct Counting {
     pub fail_after: Option<usize>,
     /// Bodies of the shards sent.
     pub shards: Mutex<Vec<Bytes>>,
+    /// Ask for xorb bodies in pieces (`Cas::takes_xorb_pieces`), as the HTTP client does.
+    pub takes_pieces: AtomicBool,
+    /// Most pieces one xorb body came in.
+    pub max_pieces: AtomicUsize,
 }
 
 impl Counting {
@@ -33,6 +37,8 @@ impl Counting {
             dedup_queries: AtomicUsize::new(0),
             fail_after,
             shards: Mutex::new(Vec::new()),
+            takes_pieces: AtomicBool::new(false),
+            max_pieces: AtomicUsize::new(0),
         })
     }
     pub fn xorbs(&self) -> usize {
@@ -54,6 +60,14 @@ impl Cas for Counting {
             });
         }
         self.inner.put_xorb(hash, body).await
+    }
+    fn takes_xorb_pieces(&self) -> bool {
+        self.takes_pieces.load(Ordering::SeqCst)
+    }
+    async fn put_xorb_pieces(&self, hash: &MerkleHash, body: XorbPieces) -> Result<bool> {
+        self.max_pieces
+            .fetch_max(body.pieces().len(), Ordering::SeqCst);
+        self.put_xorb(hash, body.concat()).await
     }
     async fn xorb_size(&self, hash: &MerkleHash) -> Result<Option<u64>> {
         self.inner.xorb_size(hash).await
