@@ -64,6 +64,28 @@ fn py(pyexe: &Path, script: &str, args: &[&str], cache: &Path) -> Command {
     c
 }
 
+/// `py` followed by `sync`, in one timed command: the reference's download until its
+/// file is on the disk, as ours is when it ends (ours fsyncs; the reference leaves its
+/// writes in the page cache).
+fn py_then_sync(pyexe: &Path, script: &str, args: &[&str], cache: &Path) -> Command {
+    let mut c = Command::new("sh");
+    c.args(["-c", "\"$0\" -c \"$XET_BENCH_SCRIPT\" \"$@\" && sync"])
+        .arg(pyexe)
+        .args(args)
+        .env("XET_BENCH_SCRIPT", script)
+        .env("HF_XET_CACHE", cache)
+        .env("HF_XET_TELEMETRY_ENABLED", "false");
+    c
+}
+
+/// A sample without a meaningful peak RSS (that of a shell around the measured command).
+fn without_rss(s: BenchSample) -> BenchSample {
+    BenchSample {
+        peak_rss_kib: 0,
+        ..s
+    }
+}
+
 fn xetc(xet: &Path, args: &[&str], cache: &Path) -> Command {
     let mut c = Command::new(xet);
     c.args(args)
@@ -238,7 +260,24 @@ pub fn run(
             let _ = std::fs::remove_file(&out);
             Ok(())
         };
-        let [ours, reference] = pair(bench_interleaved(
+        let ref_local = |sync: bool| {
+            let (outs, hash, size_s) = (outs.clone(), file_hash.clone(), size_s.clone());
+            let store = format!("local://{}", p("dr").display());
+            move || {
+                let args = [
+                    hash.as_str(),
+                    store.as_str(),
+                    outs.as_str(),
+                    size_s.as_str(),
+                ];
+                Ok(if sync {
+                    py_then_sync(pyexe, REF_DOWNLOAD, &args, &p("rdc"))
+                } else {
+                    py(pyexe, REF_DOWNLOAD, &args, &p("rdc"))
+                })
+            }
+        };
+        let [ours, reference, reference_synced] = triple(bench_interleaved(
             o.runs,
             vec![
                 Contender::new(
@@ -258,22 +297,8 @@ pub fn run(
                     },
                     || clean("dlc"),
                 ),
-                Contender::new(
-                    || {
-                        Ok(py(
-                            pyexe,
-                            REF_DOWNLOAD,
-                            &[
-                                &file_hash,
-                                &format!("local://{}", p("dr").display()),
-                                &outs,
-                                &size_s,
-                            ],
-                            &p("rdc"),
-                        ))
-                    },
-                    || clean("rdc"),
-                ),
+                Contender::new(ref_local(false), || clean("rdc")),
+                Contender::new(ref_local(true), || clean("rdc")),
             ],
         )?);
         row(
@@ -281,6 +306,14 @@ pub fn run(
             ours,
             Some(reference),
             ">= 2x",
+        );
+        row(
+            format!(
+                "download {mib} MiB, embedded store / local://, the reference's followed by sync (both files on disk at the end; for information)"
+            ),
+            ours,
+            Some(without_rss(reference_synced)),
+            "",
         );
 
         let server = Serve::start(xet, &p("ds"))?;
@@ -299,24 +332,34 @@ pub fn run(
                 || clean("dlc"),
             )
         };
-        let [ours_cached, ours_uncached, reference] = triple(bench_interleaved(
+        let ref_serve = |sync: bool| {
+            let (outs, hash, size_s, url) = (
+                outs.clone(),
+                file_hash.clone(),
+                size_s.clone(),
+                server.url.clone(),
+            );
+            move || {
+                let args = [hash.as_str(), url.as_str(), outs.as_str(), size_s.as_str()];
+                Ok(if sync {
+                    py_then_sync(pyexe, REF_DOWNLOAD, &args, &p("rdc"))
+                } else {
+                    py(pyexe, REF_DOWNLOAD, &args, &p("rdc"))
+                })
+            }
+        };
+        let samples = bench_interleaved(
             o.runs,
             vec![
                 ours_with(&[]),
                 ours_with(&["--chunk-cache-size", "0"]),
-                Contender::new(
-                    || {
-                        Ok(py(
-                            pyexe,
-                            REF_DOWNLOAD,
-                            &[&file_hash, &server.url, &outs, &size_s],
-                            &p("rdc"),
-                        ))
-                    },
-                    || clean("rdc"),
-                ),
+                Contender::new(ref_serve(false), || clean("rdc")),
+                Contender::new(ref_serve(true), || clean("rdc")),
             ],
-        )?);
+        )?;
+        let [ours_cached, ours_uncached, reference, reference_synced]: [BenchSample; 4] = samples
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("four contenders"));
         row(
             format!(
                 "download {mib} MiB from xet serve (xet verifies; chunk cache on, the default)"
@@ -332,6 +375,14 @@ pub fn run(
             ours_uncached,
             Some(reference),
             ">= 2x",
+        );
+        row(
+            format!(
+                "download {mib} MiB from xet serve, chunk cache off, the reference's followed by sync (both files on disk at the end; for information)"
+            ),
+            ours_uncached,
+            Some(without_rss(reference_synced)),
+            "",
         );
     }
     std::fs::remove_dir_all(&work).ok();
