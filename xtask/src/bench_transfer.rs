@@ -57,11 +57,8 @@ hf_xet.download_files([hf_xet.PyXetDownloadInfo(sys.argv[3], sys.argv[1], int(sy
 
 fn py(pyexe: &Path, script: &str, args: &[&str], cache: &Path) -> Command {
     let mut c = Command::new(pyexe);
-    c.args(["-c", script])
-        .args(args)
-        .env("HF_XET_CACHE", cache)
-        .env("HF_XET_TELEMETRY_ENABLED", "false");
-    c
+    c.args(["-c", script]).args(args);
+    ref_env(c, cache)
 }
 
 /// `py` followed by `sync`, in one timed command: the reference's download until its
@@ -72,10 +69,37 @@ fn py_then_sync(pyexe: &Path, script: &str, args: &[&str], cache: &Path) -> Comm
     c.args(["-c", "\"$0\" -c \"$XET_BENCH_SCRIPT\" \"$@\" && sync"])
         .arg(pyexe)
         .args(args)
-        .env("XET_BENCH_SCRIPT", script)
-        .env("HF_XET_CACHE", cache)
+        .env("XET_BENCH_SCRIPT", script);
+    ref_env(c, cache)
+}
+
+fn ref_env(mut c: Command, cache: &Path) -> Command {
+    c.env("HF_XET_CACHE", cache)
         .env("HF_XET_TELEMETRY_ENABLED", "false");
     c
+}
+
+/// The reference's download of `hash` (of `size` bytes) from `endpoint` to `out`, with
+/// `sync` after it if asked.
+fn ref_download<'a>(
+    pyexe: &'a Path,
+    [hash, endpoint, out, size]: [String; 4],
+    cache: PathBuf,
+    sync: bool,
+) -> impl FnMut() -> Result<Command> + 'a {
+    move || {
+        let args = [
+            hash.as_str(),
+            endpoint.as_str(),
+            out.as_str(),
+            size.as_str(),
+        ];
+        Ok(if sync {
+            py_then_sync(pyexe, REF_DOWNLOAD, &args, &cache)
+        } else {
+            py(pyexe, REF_DOWNLOAD, &args, &cache)
+        })
+    }
 }
 
 /// A sample without a meaningful peak RSS (that of a shell around the measured command).
@@ -261,21 +285,9 @@ pub fn run(
             Ok(())
         };
         let ref_local = |sync: bool| {
-            let (outs, hash, size_s) = (outs.clone(), file_hash.clone(), size_s.clone());
             let store = format!("local://{}", p("dr").display());
-            move || {
-                let args = [
-                    hash.as_str(),
-                    store.as_str(),
-                    outs.as_str(),
-                    size_s.as_str(),
-                ];
-                Ok(if sync {
-                    py_then_sync(pyexe, REF_DOWNLOAD, &args, &p("rdc"))
-                } else {
-                    py(pyexe, REF_DOWNLOAD, &args, &p("rdc"))
-                })
-            }
+            let args = [file_hash.clone(), store, outs.clone(), size_s.clone()];
+            ref_download(pyexe, args, p("rdc"), sync)
         };
         let [ours, reference, reference_synced] = triple(bench_interleaved(
             o.runs,
@@ -333,20 +345,13 @@ pub fn run(
             )
         };
         let ref_serve = |sync: bool| {
-            let (outs, hash, size_s, url) = (
-                outs.clone(),
+            let args = [
                 file_hash.clone(),
-                size_s.clone(),
                 server.url.clone(),
-            );
-            move || {
-                let args = [hash.as_str(), url.as_str(), outs.as_str(), size_s.as_str()];
-                Ok(if sync {
-                    py_then_sync(pyexe, REF_DOWNLOAD, &args, &p("rdc"))
-                } else {
-                    py(pyexe, REF_DOWNLOAD, &args, &p("rdc"))
-                })
-            }
+                outs.clone(),
+                size_s.clone(),
+            ];
+            ref_download(pyexe, args, p("rdc"), sync)
         };
         let samples = bench_interleaved(
             o.runs,

@@ -236,7 +236,7 @@ impl HttpCas {
                 }
                 let rb = rb
                     .header(CONTENT_LENGTH, body.len())
-                    .body(progress_pieces(body.clone(), p.clone()));
+                    .body(progress_pieces(body.pieces().to_vec(), p.clone()));
                 let resp = self.t.send(rb, &what, &p).await?;
                 let status = resp.status().as_u16();
                 if resp.status().is_success() {
@@ -298,7 +298,7 @@ impl HttpCas {
                     .cas(Method::POST, &path)
                     .await?
                     .header(CONTENT_LENGTH, body.len())
-                    .body(progress_pieces(body.clone(), p.clone()));
+                    .body(progress_pieces(body.pieces().to_vec(), p.clone()));
                 let resp = self.t.send(rb, &what, &p).await?;
                 if resp.status().is_success() {
                     let b = self.t.read_body(resp, &what, &p).await?;

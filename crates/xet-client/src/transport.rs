@@ -81,21 +81,14 @@ impl Progress {
 /// A request body that reports progress as the connection takes it, sliced from one
 /// `Bytes` so retries never copy the data.
 pub(crate) fn progress_body(data: Bytes, progress: Arc<Progress>) -> reqwest::Body {
-    const PIECE: usize = 256 * 1024;
-    let n = data.len().div_ceil(PIECE);
-    let stream = futures_util::stream::iter((0..n).map(move |i| {
-        progress.touch();
-        let end = ((i + 1) * PIECE).min(data.len());
-        Ok::<Bytes, std::convert::Infallible>(data.slice(i * PIECE..end))
-    }));
-    reqwest::Body::wrap_stream(stream)
+    progress_pieces(vec![data], progress)
 }
 
-/// A request body sending `body`'s pieces as they are (a long piece in slices, so that
-/// progress is seen while it goes out), touching `progress` for each.
-pub(crate) fn progress_pieces(body: xet_cas::XorbPieces, progress: Arc<Progress>) -> reqwest::Body {
+/// A request body sending `pieces` back to back as they are (a long piece in slices, so
+/// that progress is seen while it goes out), touching `progress` for each slice.
+pub(crate) fn progress_pieces(pieces: Vec<Bytes>, progress: Arc<Progress>) -> reqwest::Body {
     const PIECE: usize = 256 * 1024;
-    let slices = body.pieces().to_vec().into_iter().flat_map(|p| {
+    let slices = pieces.into_iter().flat_map(|p| {
         let n = p.len().div_ceil(PIECE);
         (0..n).map(move |i| p.slice(i * PIECE..((i + 1) * PIECE).min(p.len())))
     });
