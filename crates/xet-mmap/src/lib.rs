@@ -66,9 +66,23 @@ impl MappedFile {
     /// a long scan does not count the whole file in this process's resident memory. The
     /// bytes stay readable: touching them again faults them back in from the page cache.
     pub fn release_before(&self, end: usize) {
-        let end = end.min(self.map.len()) / PAGE * PAGE;
-        if end > 0 {
-            release(&self.map, end);
+        self.release(0..end);
+    }
+
+    /// [`release_before`](Self::release_before) for the whole pages within `range` (the
+    /// partial page at the end of the file counts as whole): a page shared with bytes
+    /// outside `range` is kept, so disjoint ranges can be released independently.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        let len = self.map.len();
+        let start = range.start.min(len).next_multiple_of(PAGE);
+        // The kernel rounds the length up: the file's last partial page goes with the end.
+        let end = if range.end >= len {
+            len
+        } else {
+            range.end / PAGE * PAGE
+        };
+        if start < end {
+            release(&self.map, start, end - start);
         }
     }
 
@@ -96,12 +110,12 @@ impl AsRef<[u8]> for MappedFile {
 const PAGE: usize = 4096;
 
 #[allow(unsafe_code)]
-fn release(map: &memmap2::Mmap, end: usize) {
+fn release(map: &memmap2::Mmap, start: usize, len: usize) {
     // SAFETY: `MADV_DONTNEED` on a read-only, file-backed map drops our page-table entries
     // only; the next access re-reads the same bytes from the page cache (there are no
-    // private modifications to lose), so slices borrowed from the map stay valid. `end` is
-    // within the map and a multiple of the page size.
-    let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, 0, end) };
+    // private modifications to lose), so slices borrowed from the map stay valid. `start`
+    // is a multiple of the page size and `start + len` within the map.
+    let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len) };
 }
 
 #[allow(unsafe_code)]
@@ -257,6 +271,20 @@ mod tests {
         for end in [0, 1, 4095, 4096, 1 << 20, data.len(), data.len() + 10] {
             m.release_before(end);
             assert_eq!(m.bytes(), &data[..], "after release_before({end})");
+        }
+        let len = data.len();
+        for r in [
+            0..0,
+            1..4095,
+            4095..4097,
+            4096..8192,
+            5000..1 << 20,
+            len - 1..len,
+            len - 5000..len + 7,
+            len + 1..len + 2,
+        ] {
+            m.release(r.clone());
+            assert_eq!(m.bytes(), &data[..], "after release({r:?})");
         }
     }
 

@@ -744,8 +744,8 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
         // Sent as pieces: stored chunks go out straight from where they were read.
         rayon::spawn(move || {
             let mut sink = crate::build::PiecesSink::default();
-            let built =
-                crate::build::build_xorb(&sealed, &mut sink).map(|h| (h, sink.finish(), sealed));
+            let built = crate::build::build_xorb(&sealed, &mut sink)
+                .map(|h| (h, sink.finish(), sealed.slot, sealed.chunks));
             let _ = tx.send(built);
         });
     } else {
@@ -757,19 +757,28 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
             .map_err(|e| UploadError::Internal(format!("cannot allocate a xorb body: {e}")))?;
         let pool = shared.body_pool.clone();
         rayon::spawn(move || {
-            let built = crate::build::build_xorb(&sealed, &mut body)
-                .map(|h| (h, XorbPieces::from(pool.to_bytes(body)), sealed));
+            let built = crate::build::build_xorb(&sealed, &mut body).map(|h| {
+                (
+                    h,
+                    XorbPieces::from(pool.to_bytes(body)),
+                    sealed.slot,
+                    sealed.chunks,
+                )
+            });
             let _ = tx.send(built);
         });
     }
-    let (hash, body, sealed) = rx
+    // The chunks' data was dropped with the rest of `sealed` once built: what the body
+    // still needs (stored chunks sent as pieces) it holds itself, and a mapped input's
+    // pages are released as soon as nothing holds them (see `read::MapBlock`).
+    let (hash, body, slot, chunks) = rx
         .await
         .map_err(|_| UploadError::Internal("xorb build task failed".into()))??;
     let body_len = body.len();
     let mut built = BuiltXorb {
-        slot: sealed.slot,
+        slot,
         hash,
-        chunks: sealed.chunks,
+        chunks,
         body_len,
         sent: false,
         resumed: false,

@@ -131,12 +131,6 @@ fn read_file_inner(
                 pending.extend_from_slice(&block[pos..]);
             }
             drop(block);
-            if let Some(m) = &map {
-                // Pages well behind us leave this process's resident set (a few blocks
-                // later, when the sha256 thread and the dedup stage are done with them;
-                // touching them again would only fault them back in).
-                m.release_before((size as usize).saturating_sub(RELEASE_LAG * block_size));
-            }
             let job = HashJob::start(datas);
             if let Some(prev) = in_flight.replace(job) {
                 if !send_batch(tx, global, map.is_some(), &mut index, prev.wait()) {
@@ -218,10 +212,10 @@ fn send_batch(
     .is_ok()
 }
 
-/// Blocks behind the current one whose mapped pages are kept resident.
-const RELEASE_LAG: usize = 4;
-
-/// A block of a mapped file, shared as `Bytes` without copying.
+/// A block of a mapped file, shared as `Bytes` without copying. When the last slice of it
+/// is dropped (chunked, hashed, deduplicated, and, for new chunks, sent in its xorb), its
+/// pages leave this process's resident set, so a long file is never resident whole; and
+/// no page is released while something still reads it, which would only fault it back in.
 struct MapBlock {
     map: Arc<xet_mmap::MappedFile>,
     start: usize,
@@ -231,6 +225,12 @@ struct MapBlock {
 impl AsRef<[u8]> for MapBlock {
     fn as_ref(&self) -> &[u8] {
         &self.map.bytes()[self.start..self.end]
+    }
+}
+
+impl Drop for MapBlock {
+    fn drop(&mut self) {
+        self.map.release(self.start..self.end);
     }
 }
 
