@@ -91,10 +91,22 @@ impl Reconstruction {
 /// A xorb's upload body (chunk headers and payloads, no footer) as pieces whose
 /// concatenation is the body ([`crate::Cas::put_xorb_pieces`]), so that stored chunks can
 /// be sent straight from where they were read rather than first copied into one buffer.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct XorbPieces {
     pieces: Vec<bytes::Bytes>,
     len: u64,
+    /// CRC-64/NVME of the pieces so far, while every push came with its CRC.
+    crc: Option<u64>,
+}
+
+impl Default for XorbPieces {
+    fn default() -> Self {
+        XorbPieces {
+            pieces: Vec::new(),
+            len: 0,
+            crc: Some(0),
+        }
+    }
 }
 
 impl XorbPieces {
@@ -107,7 +119,36 @@ impl XorbPieces {
         if !piece.is_empty() {
             self.len += piece.len() as u64;
             self.pieces.push(piece);
+            self.crc = None;
         }
+    }
+
+    /// Append pieces whose concatenation has CRC-64/NVME `crc`, taken by the caller while
+    /// the bytes were in cache: [`crc64_nvme`](Self::crc64_nvme) then joins CRCs instead of
+    /// reading the whole body again. `crc` must be right; a wrong one is only caught by
+    /// whoever checks the body against it.
+    pub fn push_with_crc64(&mut self, pieces: impl IntoIterator<Item = bytes::Bytes>, crc: u64) {
+        let mut n = 0u64;
+        for p in pieces {
+            n += p.len() as u64;
+            if !p.is_empty() {
+                self.pieces.push(p);
+            }
+        }
+        self.len += n;
+        self.crc = self.crc.map(|c| crate::wire::crc64_nvme_combine(c, crc, n));
+    }
+
+    /// CRC-64/NVME of the whole body (a grant request's checksum): joined from the CRCs
+    /// the pieces came with, or read from the pieces if any came without one.
+    pub fn crc64_nvme(&self) -> u64 {
+        self.crc.unwrap_or_else(|| {
+            let mut c = crate::wire::Crc64Nvme::default();
+            for piece in &self.pieces {
+                c.update(piece);
+            }
+            c.finalize()
+        })
     }
 
     /// Length of the whole body.
@@ -144,5 +185,43 @@ impl From<bytes::Bytes> for XorbPieces {
         let mut p = XorbPieces::new();
         p.push(body);
         p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn xorb_pieces_crc_joined_or_read_equals_one_shot() {
+        let data: Bytes = (0..200_000u32)
+            .map(|i| (i.wrapping_mul(40503) >> 7) as u8)
+            .collect::<Vec<u8>>()
+            .into();
+        let crc = crate::wire::crc64_nvme;
+        let cuts = [0usize, 8, 8, 65_544, 65_552, 130_000, 200_000];
+        // Every push with its CRC (empty groups included): joined.
+        let mut joined = XorbPieces::new();
+        assert_eq!(joined.crc64_nvme(), 0);
+        for w in cuts.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            let mid = (a + b) / 2;
+            let pieces = [data.slice(a..mid), data.slice(mid..b)];
+            joined.push_with_crc64(pieces, crc(&data[a..b]));
+        }
+        assert_eq!(joined.len(), data.len() as u64);
+        assert_eq!(joined.concat(), data);
+        assert_eq!(joined.crc64_nvme(), crc(&data));
+        // One push without a CRC: read from the pieces instead, still right.
+        let mut mixed = XorbPieces::new();
+        mixed.push_with_crc64([data.slice(..1000)], crc(&data[..1000]));
+        mixed.push(data.slice(1000..5000));
+        mixed.push_with_crc64([data.slice(5000..)], crc(&data[5000..]));
+        assert_eq!(mixed.crc64_nvme(), crc(&data));
+        // A wrong CRC is believed: the check is the receiver's (and the test of callers).
+        let mut wrong = XorbPieces::new();
+        wrong.push_with_crc64([data.clone()], 1);
+        assert_ne!(wrong.crc64_nvme(), crc(&data));
     }
 }

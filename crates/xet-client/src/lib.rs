@@ -798,13 +798,7 @@ impl Cas for HttpCas {
 
     async fn put_xorb_pieces(&self, hash: &MerkleHash, body: XorbPieces) -> Result<bool> {
         if !self.t.cfg.legacy.direct_xorb_upload {
-            let crc = {
-                let mut c = xet_cas::wire::Crc64Nvme::default();
-                for piece in body.pieces() {
-                    c.update(piece);
-                }
-                c.finalize()
-            };
+            let crc = body.crc64_nvme();
             let mut last = (0u16, String::new());
             for n in 1..=MAX_GRANTS_PER_XORB {
                 let grant = match self.request_grant(hash, body.len(), crc).await? {

@@ -19,7 +19,8 @@ use crate::error::{Result, UploadError};
 /// it was read: copied once into a recycled buffer, or, in pieces ([`PiecesSink`]), not
 /// copied at all.
 pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Result<MerkleHash> {
-    let compressed: Vec<Option<(CompressionScheme, Vec<u8>)>> = (0..sealed.chunks.len())
+    let want_crc = body.wants_crc64();
+    let compressed: Vec<(Option<Compressed>, Option<u64>)> = (0..sealed.chunks.len())
         .into_par_iter()
         .map_init(
             || (Vec::new(), Vec::new()),
@@ -27,14 +28,24 @@ pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Resul
                 let c = &sealed.data[i][..];
                 out.clear();
                 let scheme = xet_xorb::choose_scheme(c);
-                match xet_xorb::try_compress_into(scheme, c, out, scratch) {
+                let comp = match xet_xorb::try_compress_into(scheme, c, out, scratch) {
                     CompressionScheme::None => None,
                     used => Some((used, out.clone())),
-                }
+                };
+                // Now, while the chunk and its payload are in this core's cache, rather
+                // than in a pass over the whole body before it is sent.
+                let crc = want_crc.then(|| {
+                    let payload = comp.as_ref().map_or(c, |(_, p)| &p[..]);
+                    let mut d = xet_cas::wire::Crc64Nvme::default();
+                    d.update(&chunk_header(c.len(), comp.as_ref()).to_bytes());
+                    d.update(payload);
+                    d.finalize()
+                });
+                (comp, crc)
             },
         )
         .collect();
-    for (i, comp) in compressed.into_iter().enumerate() {
+    for (i, (comp, crc)) in compressed.into_iter().enumerate() {
         let c = &sealed.data[i];
         if c.len() > xet_xorb::MAX_CHUNK_SIZE {
             // The chunker never cuts one this large; a header could not describe it.
@@ -44,16 +55,9 @@ pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Resul
                 xet_xorb::MAX_CHUNK_SIZE
             )));
         }
-        let (scheme, payload) = match comp {
-            Some((s, p)) => (s, Some(p)),
-            None => (CompressionScheme::None, None),
-        };
-        let header = xet_xorb::ChunkHeader {
-            compressed_size: payload.as_ref().map_or(c.len(), Vec::len) as u32,
-            scheme,
-            uncompressed_size: c.len() as u32,
-        };
-        if !body.put_chunk(&header.to_bytes(), c, payload) {
+        let header = chunk_header(c.len(), comp.as_ref());
+        let payload = comp.map(|(_, p)| p);
+        if !body.put_chunk(&header.to_bytes(), c, payload, crc) {
             return Err(UploadError::Internal(format!(
                 "xorb body buffer too small at chunk {i}"
             )));
@@ -67,15 +71,53 @@ pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Resul
     Ok(xet_hash::xorb_hash(&entries))
 }
 
+/// A chunk's compressed payload and the scheme that made it.
+type Compressed = (CompressionScheme, Vec<u8>);
+
+/// The header of a chunk of `len` bytes, stored as it is or compressed as `comp` says.
+fn chunk_header(len: usize, comp: Option<&Compressed>) -> xet_xorb::ChunkHeader {
+    match comp {
+        Some((scheme, payload)) => xet_xorb::ChunkHeader {
+            compressed_size: payload.len() as u32,
+            scheme: *scheme,
+            uncompressed_size: len as u32,
+        },
+        None => xet_xorb::ChunkHeader {
+            compressed_size: len as u32,
+            scheme: CompressionScheme::None,
+            uncompressed_size: len as u32,
+        },
+    }
+}
+
 /// Where a xorb body is built, a chunk at a time.
 pub(crate) trait BodySink {
+    /// Whether [`put_chunk`](Self::put_chunk) wants each chunk's CRC-64/NVME (of its
+    /// header and payload).
+    fn wants_crc64(&self) -> bool {
+        false
+    }
+
     /// Append a chunk's header, then its payload: `compressed` if there is one, else the
-    /// chunk's `data` as it is. `false` if it does not fit.
-    fn put_chunk(&mut self, header: &[u8], data: &Bytes, compressed: Option<Vec<u8>>) -> bool;
+    /// chunk's `data` as it is. `crc` is the CRC of both if [`wants_crc64`](Self::wants_crc64).
+    /// `false` if it does not fit.
+    fn put_chunk(
+        &mut self,
+        header: &[u8],
+        data: &Bytes,
+        compressed: Option<Vec<u8>>,
+        crc: Option<u64>,
+    ) -> bool;
 }
 
 impl BodySink for Vec<u8> {
-    fn put_chunk(&mut self, header: &[u8], data: &Bytes, compressed: Option<Vec<u8>>) -> bool {
+    fn put_chunk(
+        &mut self,
+        header: &[u8],
+        data: &Bytes,
+        compressed: Option<Vec<u8>>,
+        _: Option<u64>,
+    ) -> bool {
         self.extend_from_slice(header);
         self.extend_from_slice(compressed.as_deref().unwrap_or(data));
         true
@@ -83,24 +125,41 @@ impl BodySink for Vec<u8> {
 }
 
 impl BodySink for crate::pool::Body {
-    fn put_chunk(&mut self, header: &[u8], data: &Bytes, compressed: Option<Vec<u8>>) -> bool {
+    fn put_chunk(
+        &mut self,
+        header: &[u8],
+        data: &Bytes,
+        compressed: Option<Vec<u8>>,
+        _: Option<u64>,
+    ) -> bool {
         self.push(header) && self.push(compressed.as_deref().unwrap_or(data))
     }
 }
 
 /// A body as pieces ([`XorbPieces`]): a stored chunk is its data as it was read (a slice
 /// of the mapped input or of a read block), never copied; the headers share one buffer.
+/// Each chunk's CRC comes along, so the grant request's checksum is joined from them.
 #[derive(Default)]
 pub(crate) struct PiecesSink {
     headers: Vec<u8>,
-    payloads: Vec<Bytes>,
+    payloads: Vec<(Bytes, Option<u64>)>,
 }
 
 impl BodySink for PiecesSink {
-    fn put_chunk(&mut self, header: &[u8], data: &Bytes, compressed: Option<Vec<u8>>) -> bool {
+    fn wants_crc64(&self) -> bool {
+        true
+    }
+
+    fn put_chunk(
+        &mut self,
+        header: &[u8],
+        data: &Bytes,
+        compressed: Option<Vec<u8>>,
+        crc: Option<u64>,
+    ) -> bool {
         self.headers.extend_from_slice(header);
         self.payloads
-            .push(compressed.map_or_else(|| data.clone(), Bytes::from));
+            .push((compressed.map_or_else(|| data.clone(), Bytes::from), crc));
         true
     }
 }
@@ -110,9 +169,15 @@ impl PiecesSink {
         let headers = Bytes::from(self.headers);
         let n = xet_xorb::CHUNK_HEADER_LEN;
         let mut out = XorbPieces::new();
-        for (i, payload) in self.payloads.into_iter().enumerate() {
-            out.push(headers.slice(i * n..(i + 1) * n));
-            out.push(payload);
+        for (i, (payload, crc)) in self.payloads.into_iter().enumerate() {
+            let header = headers.slice(i * n..(i + 1) * n);
+            match crc {
+                Some(crc) => out.push_with_crc64([header, payload], crc),
+                None => {
+                    out.push(header);
+                    out.push(payload);
+                }
+            }
         }
         out
     }
@@ -161,6 +226,8 @@ mod tests {
         let pieces = sink.finish();
         assert_eq!(pieces.len(), body.len() as u64);
         assert_eq!(&pieces.concat()[..], &body[..]);
+        // The CRC joined from the chunks' is the body's.
+        assert_eq!(pieces.crc64_nvme(), xet_cas::wire::crc64_nvme(&body));
         let shared = pieces
             .pieces()
             .iter()
