@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use xet_chunk::{Chunker, MAX_CHUNK_SIZE};
+use xet_chunk::{HASH_WINDOW_SIZE, MAX_CHUNK_SIZE, MatchResolver};
 use xet_hash::MerkleHash;
 
 use crate::error::UploadError;
@@ -98,7 +98,14 @@ fn read_file_inner(
             <[u8; 32]>::from(sha.finalize())
         });
 
-        let mut chunker = Chunker::new();
+        // Boundaries from every gear-hash match of each block (the multi-lane scan, faster
+        // than stopping at each boundary) resolved in order; a match window that straddles
+        // two blocks is completed from `tail`, the last bytes before the block.
+        let mut resolver = MatchResolver::new();
+        let mut tail: Vec<u8> = Vec::with_capacity(2 * HASH_WINDOW_SIZE);
+        let mut ends = Vec::new();
+        // Start of the open chunk; its bytes before the current block are in `pending`.
+        let mut chunk_start = 0u64;
         let mut pending = BytesMut::new();
         let mut index = 0u64;
         let mut size = 0u64;
@@ -109,27 +116,35 @@ fn read_file_inner(
                 return Ok(());
             }
             let block = block.map_err(|e| UploadError::input(path, e))?;
+            let base = size;
             size += block.len() as u64;
             if stx.send(block.clone()).is_err() {
                 return Err(UploadError::Internal("sha256 thread stopped".into()));
             }
-            let mut datas = Vec::new();
-            let mut pos = 0;
-            while let Some(n) = chunker.next_boundary(&block[pos..]) {
-                if pending.is_empty() {
-                    datas.push(block.slice(pos..pos + n));
+            let found = xet_chunk::find_matches_after(&tail, &block, 0..block.len());
+            ends.clear();
+            resolver.push(found.into_iter().map(|m| base + m as u64), size, &mut ends);
+            let mut datas = Vec::with_capacity(ends.len());
+            for &end in &ends {
+                let e = (end - base) as usize;
+                if chunk_start >= base {
+                    datas.push(block.slice((chunk_start - base) as usize..e));
                 } else {
-                    pending.extend_from_slice(&block[pos..pos + n]);
+                    pending.extend_from_slice(&block[..e]);
                     datas.push(pending.split().freeze());
                 }
-                pos += n;
+                chunk_start = end;
             }
-            if pos < block.len() {
+            let rest = &block[(chunk_start.max(base) - base) as usize..];
+            if !rest.is_empty() {
                 if pending.capacity() == 0 {
                     pending.reserve(MAX_CHUNK_SIZE);
                 }
-                pending.extend_from_slice(&block[pos..]);
+                pending.extend_from_slice(rest);
             }
+            let keep = (HASH_WINDOW_SIZE - 1).min(block.len());
+            tail.extend_from_slice(&block[block.len() - keep..]);
+            tail.drain(..tail.len().saturating_sub(HASH_WINDOW_SIZE - 1));
             drop(block);
             let job = HashJob::start(datas);
             if let Some(prev) = in_flight.replace(job) {
@@ -143,12 +158,18 @@ fn read_file_inner(
                 return Ok(());
             }
         }
-        if chunker.finish().is_some() {
-            let data = pending.split().freeze();
-            let h = xet_hash::chunk_hash(&data);
-            if !send_batch(tx, global, map.is_some(), &mut index, vec![(h, data)]) {
-                return Ok(());
-            }
+        // The rest of the input is in `pending`: at most two chunks (a forced cut and the
+        // end), which the scan above could not decide without knowing where input ends.
+        ends.clear();
+        resolver.finish(size, &mut ends);
+        let mut last = Vec::with_capacity(ends.len());
+        for &end in &ends {
+            let data = pending.split_to((end - chunk_start) as usize).freeze();
+            last.push((xet_hash::chunk_hash(&data), data));
+            chunk_start = end;
+        }
+        if !send_batch(tx, global, map.is_some(), &mut index, last) {
+            return Ok(());
         }
         drop(stx);
         let sha256 = sha
@@ -298,9 +319,17 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn chunks_match_one_shot_chunking_for_any_block_size() {
         // Below the map threshold the file is read, above it mapped.
+        let sizes = [64 << 10, 100_000, 1 << 20, 8 << 20];
         for len in [1_000_003, xet_mmap::MAP_THRESHOLD as usize * 3 + 17] {
-            one_shot_vs_blocks(len).await;
+            one_shot_vs_blocks(xet_testdata::Kind::Random, len, &sizes).await;
         }
+        // Blocks shorter than a gear-hash window (matches completed across several blocks'
+        // tails), chunks spanning many blocks, forced cuts at the maximum (zeros), and the
+        // empty file.
+        let small = [37, 63, 64, 65, 4097];
+        one_shot_vs_blocks(xet_testdata::Kind::Random, 300_001, &small).await;
+        one_shot_vs_blocks(xet_testdata::Kind::Zeros, 300_001, &small[1..]).await;
+        one_shot_vs_blocks(xet_testdata::Kind::Random, 0, &small).await;
     }
 
     /// A mapped file that grows while it is read is refused with an input error (its
@@ -354,13 +383,13 @@ mod tests {
         );
     }
 
-    async fn one_shot_vs_blocks(len: usize) {
+    async fn one_shot_vs_blocks(kind: xet_testdata::Kind, len: usize, block_sizes: &[usize]) {
         let d = tempfile::tempdir().unwrap();
-        let data = xet_testdata::generate(xet_testdata::Kind::Random, len, 5);
+        let data = xet_testdata::generate(kind, len, 5);
         let path = d.path().join("f");
         std::fs::write(&path, &data).unwrap();
         let want = xet_chunk::chunk_data(&data);
-        for bs in [64 << 10, 100_000, 1 << 20, 8 << 20] {
+        for &bs in block_sizes {
             let (tx, mut rx) = mpsc::channel(2);
             let p = path.clone();
             let h = tokio::task::spawn_blocking(move || {
