@@ -103,6 +103,25 @@ fn measure(cmd: &mut Command) -> Result<Sample> {
     })
 }
 
+/// Read `path` (a file, or every file under a directory) so a run that follows finds it
+/// in the page cache. Done before every timed run that reads it, not once: this VM's
+/// DAMON pages out memory left unaccessed for a minute (`pageout` scheme, age 12 × 5 s),
+/// so an input read once at the start is partly back on disk by the later rows, and the
+/// run that meets the evicted pages waits on disk reads (seen in `sched_switch` traces:
+/// the uploader's page faults in `filemap_fault`, uninterruptible).
+pub fn warm(path: &Path) -> Result<()> {
+    if path.is_dir() {
+        for e in std::fs::read_dir(path)? {
+            warm(&e?.path())?;
+        }
+        return Ok(());
+    }
+    let mut f = std::fs::File::open(path).with_context(|| format!("warming {}", path.display()))?;
+    let mut buf = vec![0u8; 8 << 20];
+    while std::io::Read::read(&mut f, &mut buf)? > 0 {}
+    Ok(())
+}
+
 /// Best time of `runs` (the least disturbed), and the largest peak RSS seen.
 fn best(
     runs: usize,
@@ -207,8 +226,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let want = |name: &str| o.only.as_deref().is_none_or(|w| name.contains(w));
     let mut rows = Vec::new();
 
-    // Warm the page cache so both sides read from memory.
-    std::fs::read(&input).map(drop).ok();
+    // Both sides read from memory: the input is warmed before every run that reads it.
 
     if want("micro") {
         for r in crate::micro::run(256 << 20)? {
@@ -234,7 +252,7 @@ pub fn run(args: &[String]) -> Result<()> {
                     c
                 })
             },
-            || Ok(()),
+            || warm(&input),
         )?;
         let reference = best(
             o.runs,
@@ -249,7 +267,7 @@ pub fn run(args: &[String]) -> Result<()> {
                     c
                 })
             },
-            || Ok(()),
+            || warm(&input),
         )?;
         rows.push(Row {
             case: format!("hash {} MiB", o.size_mib),
@@ -311,7 +329,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if o.write {
         let doc = format!(
             "# Benchmarks\n\nProduced by `cargo xtask bench --size-mib {}` on {} with the reference `hf_xet {}` in the same run. \
-Input: pseudo-random data (incompressible, worst case for dedup), page-cached. Best of {} runs, xet's and the reference's taken in turn (the order rotating each round, `sync` before each run); peak RSS is the \
+Input: pseudo-random data (incompressible, worst case for dedup), read into the page cache before every run (as are the stores a download reads). Best of {} runs, xet's and the reference's taken in turn (the order rotating each round, `sync` before each run); peak RSS is the \
 process's VmHWM. Micro rows are in-process single measurements over 256 MiB.\n\n{table}",
             o.size_mib,
             machine(),

@@ -2,7 +2,7 @@
 //! store / `local://`, and over `xet serve` on loopback. Each run gets fresh stores and
 //! caches unless it measures a re-upload.
 
-use crate::bench::{BenchSample, Contender, TransferOpts, bench_interleaved};
+use crate::bench::{BenchSample, Contender, TransferOpts, bench_interleaved, warm};
 use anyhow::{Context, Result, bail};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -162,12 +162,14 @@ pub fn run(
                     },
                     || {
                         fresh(&p("s1"))?;
-                        fresh(&p("c1"))
+                        fresh(&p("c1"))?;
+                        warm(input)
                     },
                 ),
                 Contender::new(ref_local_upload, || {
                     fresh(&p("r1"))?;
-                    fresh(&p("rc1"))
+                    fresh(&p("rc1"))?;
+                    warm(input)
                 }),
             ],
         )?);
@@ -189,7 +191,7 @@ pub fn run(
                     args.extend(["--store", store.to_str().unwrap(), inp]);
                     Ok(xetc(xet, &args, &p("c1")))
                 },
-                || Ok(()),
+                || warm(input),
             )
         };
         let [ours, rehash, reference] = triple(bench_interleaved(
@@ -197,7 +199,7 @@ pub fn run(
             vec![
                 reupload(&[]),
                 reupload(&["--rehash"]),
-                Contender::new(ref_local_upload, || Ok(())),
+                Contender::new(ref_local_upload, || warm(input)),
             ],
         )?);
         row(
@@ -235,11 +237,17 @@ pub fn run(
             vec![
                 Contender::new(
                     || Ok(xetc(xet, &["upload", "--endpoint", &url(), inp], &p("c2"))),
-                    || restart("c2"),
+                    || {
+                        warm(input)?;
+                        restart("c2")
+                    },
                 ),
                 Contender::new(
                     || Ok(py(pyexe, REF_UPLOAD, &[inp, &url()], &p("rc2"))),
-                    || restart("rc2"),
+                    || {
+                        warm(input)?;
+                        restart("rc2")
+                    },
                 ),
             ],
         )?);
@@ -307,10 +315,19 @@ pub fn run(
                             &p("dlc"),
                         ))
                     },
-                    || clean("dlc"),
+                    || {
+                        warm(&p("ds"))?;
+                        clean("dlc")
+                    },
                 ),
-                Contender::new(ref_local(false), || clean("rdc")),
-                Contender::new(ref_local(true), || clean("rdc")),
+                Contender::new(ref_local(false), || {
+                    warm(&p("dr"))?;
+                    clean("rdc")
+                }),
+                Contender::new(ref_local(true), || {
+                    warm(&p("dr"))?;
+                    clean("rdc")
+                }),
             ],
         )?);
         row(
@@ -341,7 +358,10 @@ pub fn run(
                     args.extend(["--endpoint", &url, &hash, "-o", &outs]);
                     Ok(xetc(xet, &args, &p("dlc")))
                 },
-                || clean("dlc"),
+                || {
+                    warm(&p("ds"))?;
+                    clean("dlc")
+                },
             )
         };
         let ref_serve = |sync: bool| {
@@ -358,8 +378,14 @@ pub fn run(
             vec![
                 ours_with(&[]),
                 ours_with(&["--chunk-cache-size", "0"]),
-                Contender::new(ref_serve(false), || clean("rdc")),
-                Contender::new(ref_serve(true), || clean("rdc")),
+                Contender::new(ref_serve(false), || {
+                    warm(&p("ds"))?;
+                    clean("rdc")
+                }),
+                Contender::new(ref_serve(true), || {
+                    warm(&p("ds"))?;
+                    clean("rdc")
+                }),
             ],
         )?;
         let [ours_cached, ours_uncached, reference, reference_synced]: [BenchSample; 4] = samples
