@@ -5,6 +5,7 @@
 
 mod exit;
 mod formats;
+mod log;
 mod output;
 mod progress;
 mod remote;
@@ -210,6 +211,10 @@ pub fn main() -> ExitCode {
         }
     };
     let out = output::Out::new(cli.json, cli.quiet);
+    if let Err(f) = log::init(matches!(cli.command, Command::Serve { .. }), cli.quiet) {
+        out.error(&f);
+        return f.code.into();
+    }
     let result = match cli.command {
         Command::Hash { files, sha256 } => formats::hash(&out, &files, sha256),
         Command::Chunk { file } => formats::chunk(&out, &file),
