@@ -26,6 +26,11 @@ pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Resul
             || (Vec::new(), Vec::new()),
             |(out, scratch), i| {
                 let c = &sealed.data[i][..];
+                // The chunk was last read when its block was hashed, up to a xorb ago:
+                // loading its cache lines first (independent loads) beats having the
+                // predictor and LZ4 wait on each in turn (client CPU 1.86-1.87 s ->
+                // 1.82-1.84 s per GiB sent to `xet serve`).
+                crate::sha::warm(c);
                 out.clear();
                 let scheme = xet_xorb::choose_scheme(c);
                 let comp = match xet_xorb::try_compress_into(scheme, c, out, scratch) {

@@ -23,8 +23,8 @@ pub(crate) fn update(sha: &mut Sha256, data: &[u8]) {
     }
 }
 
-/// Load one byte of every cache line of `piece`.
-fn warm(piece: &[u8]) {
+/// Load one byte of every cache line of `piece` (also used before compressing a chunk).
+pub(crate) fn warm(piece: &[u8]) {
     let x = piece.iter().step_by(LINE).fold(0u8, |a, &b| a ^ b);
     std::hint::black_box(x);
 }
