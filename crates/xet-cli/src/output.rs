@@ -24,9 +24,12 @@ impl Out {
     /// The JSON document (JSON mode only).
     pub fn doc(&self, v: &serde_json::Value) {
         if self.json {
-            let mut o = std::io::stdout().lock();
+            // Buffered: stdout flushes at every newline, and the document has a line per
+            // field of every file.
+            let mut o = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
             let _ = serde_json::to_writer_pretty(&mut o, v);
             let _ = writeln!(o);
+            let _ = o.flush();
         }
     }
 

@@ -75,28 +75,55 @@ fn read_file_inner(
             .map(Arc::new),
         Err(_) => None,
     };
+    let blocks: Box<dyn Iterator<Item = std::io::Result<Bytes>> + Send> = match &map {
+        Some(m) => Box::new(MapBlocks {
+            map: Arc::clone(m),
+            block_size,
+            start: 0,
+        }),
+        None => Box::new(ReadBlocks {
+            file,
+            size_hint,
+            block_size,
+            pool,
+            read: 0,
+            done: false,
+        }),
+    };
+    // A file of one block has no blocks to overlap: it is read, sha256-hashed and chunked
+    // on this thread. Starting the two threads below for it cost more than the work for
+    // small files (40,000 thread starts for 20,000 of them).
+    let one_block = size_hint <= block_size as u64;
     std::thread::scope(|s| {
-        // Three overlapped steps per block: read (thread, or slices of the map), sha256
-        // (thread), chunk boundaries (here) and chunk hashes (rayon, while the next block
-        // is scanned).
-        let (btx, brx) = std_mpsc::sync_channel::<std::io::Result<Bytes>>(1);
-        match &map {
-            Some(m) => {
-                let m = Arc::clone(m);
-                s.spawn(move || map_blocks(m, block_size, btx));
-            }
-            None => {
-                s.spawn(move || read_blocks(file, size_hint, block_size, &pool, btx));
-            }
-        }
-        let (stx, srx) = std_mpsc::sync_channel::<Bytes>(1);
-        let sha = s.spawn(move || {
-            let mut sha = Sha256::new();
-            for b in srx {
-                crate::sha::update(&mut sha, &b);
-            }
-            <[u8; 32]>::from(sha.finalize())
-        });
+        // Otherwise three overlapped steps per block: read (thread, or slices of the map),
+        // sha256 (thread), chunk boundaries (here) and chunk hashes (rayon, while the next
+        // block is scanned).
+        let blocks: Box<dyn Iterator<Item = std::io::Result<Bytes>>> = if one_block {
+            blocks
+        } else {
+            let (btx, brx) = std_mpsc::sync_channel::<std::io::Result<Bytes>>(1);
+            s.spawn(move || {
+                for b in blocks {
+                    if btx.send(b).is_err() {
+                        return;
+                    }
+                }
+            });
+            Box::new(brx.into_iter())
+        };
+        let mut sha = if one_block {
+            ShaJob::Here(Sha256::new())
+        } else {
+            let (stx, srx) = std_mpsc::sync_channel::<Bytes>(1);
+            let handle = s.spawn(move || {
+                let mut sha = Sha256::new();
+                for b in srx {
+                    crate::sha::update(&mut sha, &b);
+                }
+                <[u8; 32]>::from(sha.finalize())
+            });
+            ShaJob::Thread(stx, handle)
+        };
 
         // Boundaries from every gear-hash match of each block (the multi-lane scan, faster
         // than stopping at each boundary) resolved in order; a match window that straddles
@@ -111,16 +138,14 @@ fn read_file_inner(
         let mut size = 0u64;
         // Chunk hashes of the previous block, being computed on rayon.
         let mut in_flight: Option<HashJob> = None;
-        for block in brx {
+        for block in blocks {
             if cancel.is_cancelled() {
                 return Ok(());
             }
             let block = block.map_err(|e| UploadError::input(path, e))?;
             let base = size;
             size += block.len() as u64;
-            if stx.send(block.clone()).is_err() {
-                return Err(UploadError::Internal("sha256 thread stopped".into()));
-            }
+            sha.feed(&block)?;
             let found = xet_chunk::find_matches_after(&tail, &block, 0..block.len());
             ends.clear();
             resolver.push(found.into_iter().map(|m| base + m as u64), size, &mut ends);
@@ -171,10 +196,7 @@ fn read_file_inner(
         if !send_batch(tx, global, map.is_some(), &mut index, last) {
             return Ok(());
         }
-        drop(stx);
-        let sha256 = sha
-            .join()
-            .map_err(|_| UploadError::Internal("sha256 thread panicked".into()))?;
+        let sha256 = sha.finish()?;
         if let Some(m) = &map {
             // A map shows writes made while we read; a file that changed meanwhile is
             // not one consistent version, so it is refused rather than uploaded.
@@ -255,58 +277,103 @@ impl Drop for MapBlock {
     }
 }
 
-/// The blocks of a mapped file, in order. Stops when the receiver is gone.
-fn map_blocks(
-    map: Arc<xet_mmap::MappedFile>,
-    block_size: usize,
-    tx: std_mpsc::SyncSender<std::io::Result<Bytes>>,
-) {
-    let len = map.bytes().len();
-    let mut start = 0;
-    while start < len {
-        let end = len.min(start + block_size);
-        let block = Bytes::from_owner(MapBlock {
-            map: Arc::clone(&map),
-            start,
-            end,
-        });
-        if tx.send(Ok(block)).is_err() {
-            return;
+/// sha256 of the file, on this thread or on its own (fed block by block).
+enum ShaJob<'s> {
+    Here(Sha256),
+    Thread(
+        std_mpsc::SyncSender<Bytes>,
+        std::thread::ScopedJoinHandle<'s, [u8; 32]>,
+    ),
+}
+
+impl ShaJob<'_> {
+    fn feed(&mut self, block: &Bytes) -> Result<(), UploadError> {
+        match self {
+            ShaJob::Here(sha) => crate::sha::update(sha, block),
+            ShaJob::Thread(tx, _) => {
+                if tx.send(block.clone()).is_err() {
+                    return Err(UploadError::Internal("sha256 thread stopped".into()));
+                }
+            }
         }
-        start = end;
+        Ok(())
+    }
+
+    fn finish(self) -> Result<[u8; 32], UploadError> {
+        match self {
+            ShaJob::Here(sha) => Ok(sha.finalize().into()),
+            ShaJob::Thread(tx, handle) => {
+                drop(tx);
+                handle
+                    .join()
+                    .map_err(|_| UploadError::Internal("sha256 thread panicked".into()))
+            }
+        }
     }
 }
 
-/// Read `file` in blocks of `block_size` (smaller for a small file) until EOF. Stops
-/// when the receiver is gone.
-fn read_blocks(
-    mut file: std::fs::File,
+/// The blocks of a mapped file, in order.
+struct MapBlocks {
+    map: Arc<xet_mmap::MappedFile>,
+    block_size: usize,
+    start: usize,
+}
+
+impl Iterator for MapBlocks {
+    type Item = std::io::Result<Bytes>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let len = self.map.bytes().len();
+        if self.start >= len {
+            return None;
+        }
+        let end = len.min(self.start + self.block_size);
+        let block = Bytes::from_owner(MapBlock {
+            map: Arc::clone(&self.map),
+            start: self.start,
+            end,
+        });
+        self.start = end;
+        Some(Ok(block))
+    }
+}
+
+/// The blocks of a file read with `read(2)`, in blocks of `block_size` (smaller for a
+/// small file) until EOF.
+struct ReadBlocks {
+    file: std::fs::File,
     size_hint: u64,
     block_size: usize,
-    pool: &BufPool,
-    tx: std_mpsc::SyncSender<std::io::Result<Bytes>>,
-) {
-    let mut read = 0u64;
-    loop {
-        let remaining = size_hint.saturating_sub(read);
+    pool: BufPool,
+    read: u64,
+    done: bool,
+}
+
+impl Iterator for ReadBlocks {
+    type Item = std::io::Result<Bytes>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let remaining = self.size_hint.saturating_sub(self.read);
         // The size may change while reading: never allocate less than 64 KiB once the
         // expected size is reached, so a growing file still makes progress.
-        let want = (remaining.max(64 << 10) as usize).min(block_size);
-        let mut buf = pool.get(want);
-        match (&mut file).take(want as u64).read_to_end(&mut buf) {
+        let want = (remaining.max(64 << 10) as usize).min(self.block_size);
+        let mut buf = self.pool.get(want);
+        match (&mut self.file).take(want as u64).read_to_end(&mut buf) {
             Ok(0) => {
-                pool.put(buf);
-                return;
+                self.pool.put(buf);
+                self.done = true;
+                None
             }
             Ok(n) => {
-                read += n as u64;
-                if tx.send(Ok(pool.to_bytes(buf))).is_err() {
-                    return;
-                }
+                self.read += n as u64;
+                Some(Ok(self.pool.to_bytes(buf)))
             }
             Err(e) => {
-                let _ = tx.send(Err(e));
-                return;
+                self.done = true;
+                Some(Err(e))
             }
         }
     }

@@ -13,6 +13,7 @@
 //! is still the recorded one.
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -139,7 +140,12 @@ impl Unchanged {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
         let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-        serde_json::to_writer(&mut tmp, &self.entries)?;
+        // Buffered: serde_json writes token by token, a system call each unbuffered
+        // (1.6 million for the records of 20,000 files).
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
+        serde_json::to_writer(&mut w, &self.entries)?;
+        w.flush()?;
+        drop(w);
         tmp.persist(&self.path).map_err(|e| e.error)?;
         Ok(())
     }
