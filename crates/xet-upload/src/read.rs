@@ -208,25 +208,42 @@ fn read_file_inner(
     })
 }
 
-/// Chunk hashes of one block computed on the rayon pool.
-struct HashJob {
-    rx: std_mpsc::Receiver<Vec<(MerkleHash, Bytes)>>,
+/// Chunk hashes of one block computed on the rayon pool, or here for a small one.
+enum HashJob {
+    Done(Vec<(MerkleHash, Bytes)>),
+    Pending(std_mpsc::Receiver<Vec<(MerkleHash, Bytes)>>),
 }
+
+/// Below this many bytes a block's chunks are hashed on the reader's thread: waking a
+/// pool thread and waiting for its answer costs more than hashing them (a few hundred
+/// microseconds of blake3; most of a small file's upload time was such hand-offs).
+const HASH_HERE_BELOW: usize = 256 << 10;
 
 impl HashJob {
     fn start(datas: Vec<Bytes>) -> HashJob {
+        if datas.iter().map(Bytes::len).sum::<usize>() < HASH_HERE_BELOW {
+            return HashJob::Done(
+                datas
+                    .into_iter()
+                    .map(|d| (xet_hash::chunk_hash(&d), d))
+                    .collect(),
+            );
+        }
         let (tx, rx) = std_mpsc::sync_channel(1);
         rayon::spawn(move || {
             let hashes: Vec<MerkleHash> =
                 datas.par_iter().map(|d| xet_hash::chunk_hash(d)).collect();
             let _ = tx.send(hashes.into_iter().zip(datas).collect());
         });
-        HashJob { rx }
+        HashJob::Pending(rx)
     }
 
     fn wait(self) -> Vec<(MerkleHash, Bytes)> {
-        // The job always sends unless it panicked, which rayon turns into an abort.
-        self.rx.recv().unwrap_or_default()
+        match self {
+            HashJob::Done(v) => v,
+            // The job always sends unless it panicked, which rayon turns into an abort.
+            HashJob::Pending(rx) => rx.recv().unwrap_or_default(),
+        }
     }
 }
 
