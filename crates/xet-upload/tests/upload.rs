@@ -682,3 +682,47 @@ async fn a_cas_that_lost_cached_xorbs_gets_them_again() {
     assert_eq!(cas.xorbs(), 0);
     assert_eq!(third.totals.new_bytes, 0);
 }
+
+/// Small files are read in groups (by count and by bytes) between larger files: every
+/// file still gets its own hash, size and sha256, in input order, and reassembles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_files_read_in_groups_keep_their_order_and_content() {
+    use sha2::Digest;
+    let d = tempfile::tempdir().unwrap();
+    let mut sizes: Vec<usize> = Vec::new();
+    // More small files in a row than a group holds, with the boundary sizes among them.
+    for i in 0..150usize {
+        sizes.push([0, 1, 100, 8191, 8192, 8193, 70_000][i % 7]);
+    }
+    // Small files whose bytes fill several groups, around the small-file limit.
+    for i in 0..40usize {
+        sizes.push([200_000, 256 << 10, (256 << 10) + 1][i % 3]);
+    }
+    // Larger files (read, and mapped) between small ones.
+    sizes.extend([3 << 20, 5, 1_500_000, 0, 12]);
+    let mut paths = Vec::new();
+    let mut datas = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let data = xet_testdata::generate(xet_testdata::Kind::Random, n, i as u64);
+        let p = d.path().join(format!("f{i:03}"));
+        std::fs::write(&p, &data).unwrap();
+        paths.push(p);
+        datas.push(data);
+    }
+    let store = memory_store().await;
+    let r = run(store.clone(), &paths, &UploadOptions::default()).await;
+    assert_eq!(r.files.len(), paths.len());
+    for ((f, p), data) in r.files.iter().zip(&paths).zip(&datas) {
+        assert_eq!(&f.path, p);
+        assert_eq!(f.size, data.len() as u64);
+        assert_eq!(f.hash, xet_chunk::file_hash(data), "{}", p.display());
+        assert_eq!(f.sha256, hex(&sha2::Sha256::digest(data)));
+        if !data.is_empty() {
+            assert!(reassemble(store.as_ref(), &f.hash).await == *data);
+        }
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
