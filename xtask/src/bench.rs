@@ -283,10 +283,10 @@ pub fn run(args: &[String]) -> Result<()> {
         &py,
         &input,
         size,
-        &mut |case, ours, reference, target| {
+        &mut |case, bytes, ours, reference, target| {
             rows.push(Row {
                 case,
-                bytes: size,
+                bytes,
                 ours,
                 reference,
                 target,

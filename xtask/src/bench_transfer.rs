@@ -8,7 +8,7 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-type RowFn<'a> = dyn FnMut(String, BenchSample, Option<BenchSample>, &'static str) + 'a;
+type RowFn<'a> = dyn FnMut(String, u64, BenchSample, Option<BenchSample>, &'static str) + 'a;
 
 struct Serve {
     child: Child,
@@ -52,6 +52,40 @@ fn fresh(dir: &Path) -> Result<()> {
 
 const REF_UPLOAD: &str = "import sys, warnings, hf_xet; warnings.filterwarnings('ignore'); \
 hf_xet.upload_files([sys.argv[1]], sys.argv[2], None, None, None, 'model')";
+/// The reference's upload of every path listed in the file `argv[1]`, in one call.
+const REF_UPLOAD_LIST: &str = "import sys, warnings, hf_xet; warnings.filterwarnings('ignore'); \
+hf_xet.upload_files([l.rstrip('\\n') for l in open(sys.argv[1])], sys.argv[2], None, None, None, 'model')";
+
+const SMALL_FILES: usize = 20_000;
+const SMALL_MIN: usize = 64;
+const SMALL_MAX: usize = 4096;
+
+/// `SMALL_FILES` files of pseudo-random sizes and bytes in 20 directories under `work`,
+/// and a file listing their paths (made once per bench run). Returns the tree, the
+/// list and the total size.
+fn small_files(work: &Path) -> Result<(PathBuf, PathBuf, u64)> {
+    let tree = work.join("small-files");
+    fresh(&tree)?;
+    let mut rng = xet_testdata::Rng::new(7);
+    let mut list = String::new();
+    let mut total = 0u64;
+    for i in 0..SMALL_FILES {
+        let dir = tree.join(format!("d{:02}", i % 20));
+        std::fs::create_dir_all(&dir)?;
+        let len = SMALL_MIN + (rng.next_u64() as usize) % (SMALL_MAX - SMALL_MIN + 1);
+        let mut data = vec![0u8; len];
+        rng.fill(&mut data);
+        let path = dir.join(format!("f{i:05}.bin"));
+        std::fs::write(&path, &data)?;
+        list.push_str(path.to_str().context("path")?);
+        list.push('\n');
+        total += len as u64;
+    }
+    let list_path = work.join("small-files.txt");
+    std::fs::write(&list_path, list)?;
+    Ok((tree, list_path, total))
+}
+
 const REF_DOWNLOAD: &str = "import sys, warnings, hf_xet; warnings.filterwarnings('ignore'); \
 hf_xet.download_files([hf_xet.PyXetDownloadInfo(sys.argv[3], sys.argv[1], int(sys.argv[4]))], sys.argv[2], None, None, None)";
 
@@ -175,6 +209,7 @@ pub fn run(
         )?);
         row(
             format!("upload {mib} MiB, embedded store / local://"),
+            size,
             ours,
             Some(reference),
             ">= 2x",
@@ -204,6 +239,7 @@ pub fn run(
         )?);
         row(
             format!("re-upload {mib} MiB, embedded store / local:// (unchanged file, not read)"),
+            size,
             ours,
             Some(reference),
             ">= 2x",
@@ -211,6 +247,7 @@ pub fn run(
         // The same with --rehash: the file is read, chunked, hashed and deduplicated.
         row(
             format!("re-upload {mib} MiB --rehash, embedded store / local://"),
+            size,
             rehash,
             Some(reference),
             ">= 2x",
@@ -254,9 +291,66 @@ pub fn run(
         *server.borrow_mut() = None;
         row(
             format!("upload {mib} MiB to xet serve"),
+            size,
             ours,
             Some(reference),
             ">= 2x",
+        );
+    }
+
+    if want("small") {
+        // A dataset of many small files: per-file costs rather than bytes.
+        let (tree, list, bytes) = small_files(&work)?;
+        let tree_s = tree.to_str().context("tree path")?.to_string();
+        let list_s = list.to_str().context("list path")?.to_string();
+        let [ours, reference] = pair(bench_interleaved(
+            o.runs,
+            vec![
+                Contender::new(
+                    || {
+                        Ok(xetc(
+                            xet,
+                            &[
+                                "upload",
+                                "-q",
+                                "--store",
+                                p("m1").to_str().unwrap(),
+                                &tree_s,
+                            ],
+                            &p("mc1"),
+                        ))
+                    },
+                    || {
+                        fresh(&p("m1"))?;
+                        fresh(&p("mc1"))?;
+                        warm(&tree)
+                    },
+                ),
+                Contender::new(
+                    || {
+                        Ok(py(
+                            pyexe,
+                            REF_UPLOAD_LIST,
+                            &[&list_s, &format!("local://{}", p("mr1").display())],
+                            &p("mrc1"),
+                        ))
+                    },
+                    || {
+                        fresh(&p("mr1"))?;
+                        fresh(&p("mrc1"))?;
+                        warm(&tree)
+                    },
+                ),
+            ],
+        )?);
+        row(
+            format!(
+                "upload {SMALL_FILES} files of {SMALL_MIN}-{SMALL_MAX} bytes (one directory tree), embedded store / local:// (for information)"
+            ),
+            bytes,
+            ours,
+            Some(reference),
+            "",
         );
     }
 
@@ -332,6 +426,7 @@ pub fn run(
         )?);
         row(
             format!("download {mib} MiB, embedded store / local:// (xet verifies)"),
+            size,
             ours,
             Some(reference),
             ">= 2x",
@@ -340,6 +435,7 @@ pub fn run(
             format!(
                 "download {mib} MiB, embedded store / local://, the reference's followed by sync (both files on disk at the end; for information)"
             ),
+            size,
             ours,
             Some(without_rss(reference_synced)),
             "",
@@ -395,6 +491,7 @@ pub fn run(
             format!(
                 "download {mib} MiB from xet serve (xet verifies; chunk cache on, the default)"
             ),
+            size,
             ours_cached,
             Some(reference),
             ">= 2x",
@@ -403,6 +500,7 @@ pub fn run(
             format!(
                 "download {mib} MiB from xet serve (xet verifies; chunk cache off, as the reference)"
             ),
+            size,
             ours_uncached,
             Some(reference),
             ">= 2x",
@@ -411,6 +509,7 @@ pub fn run(
             format!(
                 "download {mib} MiB from xet serve, chunk cache off, the reference's followed by sync (both files on disk at the end; for information)"
             ),
+            size,
             ours_uncached,
             Some(without_rss(reference_synced)),
             "",
