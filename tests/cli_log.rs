@@ -1,9 +1,11 @@
 //! Diagnostics on stderr: `XET_LOG`, the default warnings of the client commands, and
 //! `xet serve`'s request log; stdout stays what scripts parse, and tokens never appear.
 
-use std::io::BufRead;
+mod common;
+
+use common::Served;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 fn xet(dir: &Path, log: Option<&str>, args: &[&str]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_xet"));
@@ -61,31 +63,22 @@ fn serve_logs_requests_and_no_one_logs_the_token() {
     const TOKEN: &str = "s3cr3t-token-f00d";
     let d = tempfile::tempdir().unwrap();
     let serve_log = d.path().join("serve.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xet"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            TOKEN,
-            "--store",
-        ])
-        .arg(d.path().join("served"))
-        .env_remove("XET_LOG")
-        .stdout(Stdio::piped())
-        // A file, not a pipe nobody reads: a full pipe would stall the server.
-        .stderr(std::fs::File::create(&serve_log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_string();
+    let server = Served::spawn(
+        Command::new(env!("CARGO_BIN_EXE_xet"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--token",
+                TOKEN,
+                "--store",
+            ])
+            .arg(d.path().join("served"))
+            .env_remove("XET_LOG")
+            // A file, not a pipe nobody reads: a full pipe would stall the server.
+            .stderr(std::fs::File::create(&serve_log).unwrap()),
+    );
+    let url = server.url.clone();
 
     let f = d.path().join("f.bin");
     std::fs::write(
@@ -107,8 +100,7 @@ fn serve_logs_requests_and_no_one_logs_the_token() {
         &["upload", "--endpoint", &url, "--token", "wrong", f],
     );
     assert_eq!(wrong.status.code(), Some(4), "{}", text(&wrong.stderr));
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
 
     let served = std::fs::read_to_string(&serve_log).unwrap();
     // One line per request: method, path, status.

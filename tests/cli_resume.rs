@@ -6,6 +6,9 @@
 //! must finish with the right bytes and send or fetch only what the first run did not
 //! complete.
 
+mod common;
+
+use common::Served;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -476,32 +479,22 @@ use proxy::{Fault, Proxy};
 
 /// `xet serve --listen 127.0.0.1:0` on a store directory; killed on drop.
 struct Serve {
-    child: Child,
+    _served: Served,
     url: String,
     store: PathBuf,
 }
 
 impl Serve {
     fn start(store: &Path) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_xet"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
-            .arg(store)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .expect("first line names the URL")
-            .to_string();
+        let served = Served::spawn(
+            Command::new(env!("CARGO_BIN_EXE_xet"))
+                .args(["serve", "--listen", "127.0.0.1:0", "--store"])
+                .arg(store)
+                .stderr(Stdio::null()),
+        );
         Serve {
-            child,
-            url,
+            url: served.url.clone(),
+            _served: served,
             store: store.to_path_buf(),
         }
     }
@@ -517,13 +510,6 @@ impl Serve {
             .unwrap_or_default();
         v.sort();
         v
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

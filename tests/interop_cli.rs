@@ -1,39 +1,19 @@
 //! The `xet` binary and the reference client (`hf_xet`) through one `xet serve` on
 //! loopback: each downloads what the other uploaded, byte for byte.
 
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
+mod common;
 
-struct Serve(Child, String);
+use common::Served;
+use std::process::{Command, Stdio};
 
-impl Serve {
-    fn start(store: &std::path::Path, extra: &[&str]) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_xet"))
+fn serve(store: &std::path::Path, extra: &[&str]) -> Served {
+    Served::spawn(
+        Command::new(env!("CARGO_BIN_EXE_xet"))
             .args(["serve", "--listen", "127.0.0.1:0", "--store"])
             .arg(store)
             .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .expect("first line names the URL")
-            .to_string();
-        Serve(child, url)
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+            .stderr(Stdio::null()),
+    )
 }
 
 const UPLOAD: &str = "import sys, json, warnings, hf_xet; warnings.filterwarnings('ignore'); \
@@ -62,12 +42,12 @@ fn corpus(dir: &std::path::Path) -> Vec<(std::path::PathBuf, String, u64)> {
 fn both_directions(extra: &[&str]) {
     let py = xet_testdata::reference_python().expect("reference client");
     let tmp = tempfile::tempdir().unwrap();
-    let server = Serve::start(&tmp.path().join("store"), extra);
+    let server = serve(&tmp.path().join("store"), extra);
 
     // xet uploads, the reference downloads.
     let ours = corpus(&tmp.path().join("ours"));
     let o = Command::new(env!("CARGO_BIN_EXE_xet"))
-        .args(["upload", "--json", "--endpoint", &server.1])
+        .args(["upload", "--json", "--endpoint", &server.url])
         .arg(tmp.path().join("ours"))
         .env("XET_CACHE", tmp.path().join("xc"))
         .output()
@@ -89,7 +69,7 @@ fn both_directions(extra: &[&str]) {
         .args([
             "-c",
             DOWNLOAD,
-            &server.1,
+            &server.url,
             &serde_json::to_string(&items).unwrap(),
         ])
         .env("HF_XET_CACHE", tmp.path().join("hc1"))
@@ -123,7 +103,7 @@ fn both_directions(extra: &[&str]) {
         .unwrap();
         paths.push(p.display().to_string());
     }
-    let mut args = vec!["-c".to_string(), UPLOAD.to_string(), server.1.clone()];
+    let mut args = vec!["-c".to_string(), UPLOAD.to_string(), server.url.clone()];
     args.extend(paths.iter().cloned());
     let o = Command::new(&py)
         .args(&args)
@@ -141,7 +121,7 @@ fn both_directions(extra: &[&str]) {
         let dest = tmp.path().join("x-out");
         let _ = std::fs::remove_file(&dest);
         let o = Command::new(env!("CARGO_BIN_EXE_xet"))
-            .args(["download", "--endpoint", &server.1, h, "-o"])
+            .args(["download", "--endpoint", &server.url, h, "-o"])
             .arg(&dest)
             .env("XET_CACHE", tmp.path().join("xc2"))
             .output()
@@ -220,7 +200,7 @@ fn reference_downloads_what_xet_uploaded_into_the_embedded_store() {
     files.push((mixed_path, mixed_hash, mixed.len() as u64));
 
     // Serve that directory; the reference downloads everything by hash.
-    let server = Serve::start(&store, &[]);
+    let server = serve(&store, &[]);
     let out = tmp.path().join("ref-out");
     std::fs::create_dir_all(&out).unwrap();
     let items: Vec<(String, u64, String)> = files
@@ -237,7 +217,7 @@ fn reference_downloads_what_xet_uploaded_into_the_embedded_store() {
         .args([
             "-c",
             DOWNLOAD,
-            &server.1,
+            &server.url,
             &serde_json::to_string(&items).unwrap(),
         ])
         .env("HF_XET_CACHE", tmp.path().join("hc"))

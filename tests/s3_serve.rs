@@ -6,9 +6,11 @@
 //! Without moto the tests print SKIP and pass, unless `XET_REQUIRE_REFERENCE=1`
 //! (`cargo xtask test`), which makes them fail.
 
-use std::io::BufRead;
+mod common;
+
+use common::Served;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use xet_testdata::{MotoServer, shared_moto};
@@ -30,35 +32,13 @@ fn xet(moto: &MotoServer) -> Command {
     c
 }
 
-struct Serve(Child, String);
-
-impl Serve {
-    fn start(moto: &MotoServer, store: &str, extra: &[&str]) -> Serve {
-        let mut child = xet(moto)
+fn serve(moto: &MotoServer, store: &str, extra: &[&str]) -> Served {
+    Served::spawn(
+        xet(moto)
             .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
             .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run xet serve");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("xet serve said {line:?}"))
-            .to_string();
-        Serve(child, url)
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+            .stderr(Stdio::null()),
+    )
 }
 
 fn ok(o: &Output, what: &str) -> serde_json::Value {
@@ -102,9 +82,9 @@ fn upload_and_download_through_xet_serve_on_s3() {
     })
     .collect();
 
-    let server = Serve::start(moto, &store, &[]);
+    let server = serve(moto, &store, &[]);
     let o = xet(moto)
-        .args(["--json", "upload", "--endpoint", &server.1])
+        .args(["--json", "upload", "--endpoint", &server.url])
         .arg(&input)
         .env("XET_CACHE", tmp.path().join("cache-up"))
         .output()
@@ -125,7 +105,7 @@ fn upload_and_download_through_xet_serve_on_s3() {
         let dest = tmp.path().join(format!("out1-{name}"));
         download(
             moto,
-            &server.1,
+            &server.url,
             &hash_of(name),
             &dest,
             &tmp.path().join("c1"),
@@ -135,12 +115,12 @@ fn upload_and_download_through_xet_serve_on_s3() {
     drop(server);
 
     // The objects are in the bucket under the prefix; a new server process serves them.
-    let server = Serve::start(moto, &store, &["--s3-conditional-put", "on"]);
+    let server = serve(moto, &store, &["--s3-conditional-put", "on"]);
     for (name, data) in &files {
         let dest = tmp.path().join(format!("out2-{name}"));
         download(
             moto,
-            &server.1,
+            &server.url,
             &hash_of(name),
             &dest,
             &tmp.path().join("c2"),
@@ -149,7 +129,7 @@ fn upload_and_download_through_xet_serve_on_s3() {
     }
     // Uploading the same files again stores nothing new.
     let o = xet(moto)
-        .args(["--json", "upload", "--endpoint", &server.1])
+        .args(["--json", "upload", "--endpoint", &server.url])
         .arg(&input)
         .env("XET_CACHE", tmp.path().join("cache-up2"))
         .output()
@@ -165,14 +145,14 @@ fn two_servers_share_a_bucket() {
     let Some(moto) = shared_moto() else { return };
     let bucket = moto.fresh_bucket().unwrap();
     let store = format!("s3://{bucket}");
-    let a = Serve::start(moto, &store, &[]);
-    let b = Serve::start(moto, &store, &["--s3-refresh-secs", "1"]);
+    let a = serve(moto, &store, &[]);
+    let b = serve(moto, &store, &["--s3-refresh-secs", "1"]);
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("f");
     let data = xet_testdata::generate(xet_testdata::Kind::Text, 200_000, 77);
     std::fs::write(&file, &data).unwrap();
     let o = xet(moto)
-        .args(["--json", "upload", "--endpoint", &a.1])
+        .args(["--json", "upload", "--endpoint", &a.url])
         .arg(&file)
         .env("XET_CACHE", tmp.path().join("cache-up"))
         .output()
@@ -183,7 +163,7 @@ fn two_servers_share_a_bucket() {
     let t = Instant::now();
     loop {
         let o = xet(moto)
-            .args(["download", "--endpoint", &b.1, &hash, "-o"])
+            .args(["download", "--endpoint", &b.url, &hash, "-o"])
             .arg(&dest)
             .env("XET_CACHE", tmp.path().join("cache-down"))
             .output()
