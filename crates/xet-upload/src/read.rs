@@ -69,11 +69,17 @@ fn read_file_inner(
     let size_hint = file.metadata().map(|m| m.len()).unwrap_or(0);
     // A large regular file is mapped rather than read: copying every byte out of the
     // page cache is a sizeable share of an upload's CPU time. Anything else is read.
-    let map = match file.try_clone() {
-        Ok(f) => xet_mmap::MappedFile::map(f)
-            .map_err(|e| UploadError::input(path, e))?
-            .map(Arc::new),
-        Err(_) => None,
+    // (A file too small to be mapped is not offered: that would cost a `dup`, an `fstat`
+    // and a `close` per small file for nothing.)
+    let map = if size_hint < xet_mmap::MAP_THRESHOLD {
+        None
+    } else {
+        match file.try_clone() {
+            Ok(f) => xet_mmap::MappedFile::map(f)
+                .map_err(|e| UploadError::input(path, e))?
+                .map(Arc::new),
+            Err(_) => None,
+        }
     };
     let blocks: Box<dyn Iterator<Item = std::io::Result<Bytes>> + Send> = match &map {
         Some(m) => Box::new(MapBlocks {
