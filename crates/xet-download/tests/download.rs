@@ -431,6 +431,47 @@ async fn interrupted_download_resumes_fetching_only_what_is_missing() {
     assert!(!dir.path().join("f.part").exists() && !dir.path().join("f.part.jsonl").exists());
 }
 
+/// Under 1 MiB a download keeps no resume journal (syncing one for every small file cost
+/// more than fetching it again): an interrupted one leaves its part file only, and the
+/// rerun fetches everything and is right.
+#[tokio::test]
+async fn small_download_keeps_no_journal_and_reruns_whole() {
+    let c = build(&[random(900_000, 22)], 100_000);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("f");
+    let o = DownloadOptions {
+        max_concurrent_fetches: 1,
+        ..opts()
+    };
+    let clean = get(
+        w.clone(),
+        vec![req(&c.files[0], &dir.path().join("clean"))],
+        o.clone(),
+    )
+    .await
+    .unwrap();
+    let total = clean.fetches;
+    assert!(total >= 3, "{total}");
+    w.reset();
+
+    w.set_fault(Fault::FailAfter(2));
+    get(w.clone(), vec![req(&c.files[0], &p)], o.clone())
+        .await
+        .unwrap_err();
+    assert!(!p.exists());
+    assert!(!dir.path().join("f.part.jsonl").exists());
+
+    w.set_fault(Fault::None);
+    w.reset();
+    let r = get(w.clone(), vec![req(&c.files[0], &p)], o).await.unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), c.files[0].data);
+    assert_eq!(r.fetches, total);
+    assert_eq!(r.files[0].bytes_resumed, 0);
+    assert!(leftovers(dir.path()).iter().all(|l| !l.contains(".part")));
+}
+
 /// A larger file (21 MiB in 15 xorbs): a whole download with fetches in parallel, then
 /// an interrupted one whose rerun fetches only what the first run did not record.
 #[tokio::test]
