@@ -123,6 +123,7 @@
 
 mod build;
 mod cache;
+mod cut;
 mod dedup;
 mod error;
 mod global;

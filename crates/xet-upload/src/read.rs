@@ -9,14 +9,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use xet_chunk::{HASH_WINDOW_SIZE, MAX_CHUNK_SIZE, MatchResolver};
 use xet_hash::MerkleHash;
 
+use crate::cut::BlockCutter;
 use crate::error::UploadError;
 use crate::global::{AnswerRx, GlobalDedup};
 use crate::pool::BufPool;
@@ -132,16 +132,10 @@ fn read_file_inner(
         };
 
         // Boundaries from every gear-hash match of each block (the multi-lane scan, faster
-        // than stopping at each boundary) resolved in order; a match window that straddles
-        // two blocks is completed from `tail`, the last bytes before the block.
-        let mut resolver = MatchResolver::new();
-        let mut tail: Vec<u8> = Vec::with_capacity(2 * HASH_WINDOW_SIZE);
-        let mut ends = Vec::new();
-        // Start of the open chunk; its bytes before the current block are in `pending`.
-        let mut chunk_start = 0u64;
-        let mut pending = BytesMut::new();
+        // than stopping at each boundary) resolved in order; chunks inside a block are
+        // slices of it, not copies.
+        let mut cutter = BlockCutter::new();
         let mut index = 0u64;
-        let mut size = 0u64;
         // Chunk hashes of the previous block, being computed on rayon.
         let mut in_flight: Option<HashJob> = None;
         for block in blocks {
@@ -149,33 +143,13 @@ fn read_file_inner(
                 return Ok(());
             }
             let block = block.map_err(|e| UploadError::input(path, e))?;
-            let base = size;
-            size += block.len() as u64;
             sha.feed(&block)?;
-            let found = xet_chunk::find_matches_after(&tail, &block, 0..block.len());
-            ends.clear();
-            resolver.push(found.into_iter().map(|m| base + m as u64), size, &mut ends);
-            let mut datas = Vec::with_capacity(ends.len());
-            for &end in &ends {
-                let e = (end - base) as usize;
-                if chunk_start >= base {
-                    datas.push(block.slice((chunk_start - base) as usize..e));
-                } else {
-                    pending.extend_from_slice(&block[..e]);
-                    datas.push(pending.split().freeze());
-                }
-                chunk_start = end;
-            }
-            let rest = &block[(chunk_start.max(base) - base) as usize..];
-            if !rest.is_empty() {
-                if pending.capacity() == 0 {
-                    pending.reserve(MAX_CHUNK_SIZE);
-                }
-                pending.extend_from_slice(rest);
-            }
-            let keep = (HASH_WINDOW_SIZE - 1).min(block.len());
-            tail.extend_from_slice(&block[block.len() - keep..]);
-            tail.drain(..tail.len().saturating_sub(HASH_WINDOW_SIZE - 1));
+            let base = cutter.seen();
+            let found = xet_chunk::find_matches_after(cutter.tail(), &block, 0..block.len());
+            let cut = cutter.cut(&block, found.into_iter().map(|m| base + m as u64));
+            let mut datas = Vec::with_capacity(cut.inside.len() + 1);
+            datas.extend(cut.spanning.map(Bytes::from));
+            datas.extend(cut.inside.into_iter().map(|r| block.slice(r)));
             drop(block);
             let job = HashJob::start(datas);
             if let Some(prev) = in_flight.replace(job) {
@@ -189,16 +163,13 @@ fn read_file_inner(
                 return Ok(());
             }
         }
-        // The rest of the input is in `pending`: at most two chunks (a forced cut and the
-        // end), which the scan above could not decide without knowing where input ends.
-        ends.clear();
-        resolver.finish(size, &mut ends);
-        let mut last = Vec::with_capacity(ends.len());
-        for &end in &ends {
-            let data = pending.split_to((end - chunk_start) as usize).freeze();
-            last.push((xet_hash::chunk_hash(&data), data));
-            chunk_start = end;
-        }
+        // What the blocks could not decide without knowing where the input ends.
+        let size = cutter.seen();
+        let last = cutter
+            .finish()
+            .into_iter()
+            .map(|c| (xet_hash::chunk_hash(&c), Bytes::from(c)))
+            .collect();
         if !send_batch(tx, global, map.is_some(), &mut index, last) {
             return Ok(());
         }

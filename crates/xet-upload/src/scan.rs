@@ -13,7 +13,7 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-use xet_chunk::{HASH_WINDOW_SIZE, MatchResolver};
+use crate::cut::{BlockCutter, Cut};
 use xet_hash::MerkleHash;
 
 const BLOCK: usize = 16 << 20;
@@ -56,11 +56,10 @@ fn matches(tail: &[u8], block: &[u8], base: u64) -> Vec<u64> {
 /// The chunks decided in one block, hashed while the next block is scanned.
 struct HashJob<B> {
     block: B,
-    base: u64,
     /// The chunk that began in earlier blocks and ends in this one, assembled.
     spanning: Option<Vec<u8>>,
-    /// Chunks lying wholly inside `block`, as absolute `[start, end)`.
-    inside: Vec<(u64, u64)>,
+    /// Chunks lying wholly inside `block`, as ranges of it.
+    inside: Vec<std::ops::Range<usize>>,
 }
 
 impl<B: AsRef<[u8]> + Sync> HashJob<B> {
@@ -74,10 +73,7 @@ impl<B: AsRef<[u8]> + Sync> HashJob<B> {
             let inside: Vec<(MerkleHash, u64)> = self
                 .inside
                 .par_iter()
-                .map(|&(s, e)| {
-                    let r = (s - self.base) as usize..(e - self.base) as usize;
-                    (xet_hash::chunk_hash(&block[r]), e - s)
-                })
+                .map(|r| (xet_hash::chunk_hash(&block[r.clone()]), r.len() as u64))
                 .collect();
             out.extend(inside);
             out
@@ -201,19 +197,12 @@ fn scan_blocks<B: AsRef<[u8]> + Send + Sync>(
 ) -> std::io::Result<Scanned> {
     let stopped = || std::io::Error::new(std::io::ErrorKind::Interrupted, "scan stopped");
     let mut sha = want_sha256.then(sha2::Sha256::new);
-    let mut resolver = MatchResolver::new();
+    let mut cutter = BlockCutter::new();
     let mut chunks = Vec::new();
-    let mut seen = 0u64;
-    // Bytes of the open chunk that arrived in earlier blocks, from `resolver.open_chunk_start()`.
-    let mut pending: Vec<u8> = Vec::new();
-    // The last (up to) 63 bytes seen, completing windows that straddle into the next block.
-    let mut tail: Vec<u8> = Vec::with_capacity(2 * HASH_WINDOW_SIZE);
     let mut prev: Option<HashJob<B>> = None;
     for block in blocks {
         let block = block?;
         let bytes = block.as_ref();
-        let base = seen;
-        seen += bytes.len() as u64;
         // The previous block is handed back (for a map: its pages released, which costs
         // a page-table walk and a TLB shootdown) on the hashing side, so the serial
         // stretch between blocks stays short.
@@ -224,7 +213,7 @@ fn scan_blocks<B: AsRef<[u8]> + Send + Sync>(
                     (h, recycle(job.block))
                 })
             },
-            || matches(&tail, bytes, base),
+            || matches(cutter.tail(), bytes, cutter.seen()),
         );
         if let Some((h, go_on)) = hashed {
             if !go_on {
@@ -233,32 +222,9 @@ fn scan_blocks<B: AsRef<[u8]> + Send + Sync>(
             chunks.extend(h);
         }
 
-        let mut start = resolver.open_chunk_start();
-        let mut ends = Vec::new();
-        resolver.push(found, seen, &mut ends);
-        let mut spanning = None;
-        let mut inside = Vec::with_capacity(ends.len());
-        for &end in &ends {
-            if start < base {
-                // Only the first end can close a chunk that began before this block.
-                pending.extend_from_slice(&bytes[..(end - base) as usize]);
-                spanning = Some(std::mem::take(&mut pending));
-            } else {
-                inside.push((start, end));
-            }
-            start = end;
-        }
-        // The open chunk's bytes in this block wait for the block that closes it.
-        pending.extend_from_slice(&bytes[(start.max(base) - base) as usize..]);
-
-        let keep = (HASH_WINDOW_SIZE - 1).min(bytes.len());
-        tail.extend_from_slice(&bytes[bytes.len() - keep..]);
-        let excess = tail.len().saturating_sub(HASH_WINDOW_SIZE - 1);
-        tail.drain(..excess);
-
+        let Cut { spanning, inside } = cutter.cut(bytes, found);
         prev = Some(HashJob {
             block,
-            base,
             spanning,
             inside,
         });
@@ -269,17 +235,12 @@ fn scan_blocks<B: AsRef<[u8]> + Send + Sync>(
             return Err(stopped());
         }
     }
-    let mut ends = Vec::new();
-    let mut start = resolver.open_chunk_start();
-    resolver.finish(seen, &mut ends);
-    for end in ends {
-        let n = (end - start) as usize;
-        chunks.push((xet_hash::chunk_hash(&pending[..n]), n as u64));
-        pending.drain(..n);
-        start = end;
+    let size = cutter.seen();
+    for c in cutter.finish() {
+        chunks.push((xet_hash::chunk_hash(&c), c.len() as u64));
     }
     Ok(Scanned {
-        size: seen,
+        size,
         chunks,
         sha256: sha.map(|h| h.finalize().into()),
     })
