@@ -42,13 +42,12 @@ pub fn init(serve: bool, quiet: bool) -> Result<(), Failure> {
         .with_writer(std::io::stderr)
         .with_ansi(ansi);
     // A client run is short: the time of day adds nothing; a server's log needs it.
-    let installed = if serve {
+    // (`try_init` only fails if a subscriber is already installed: never, from `main`.)
+    let _ = if serve {
         builder.try_init()
     } else {
         builder.without_time().with_target(false).try_init()
     };
-    // Only fails if a subscriber is already installed (never, from `main`).
-    let _ = installed;
     Ok(())
 }
 

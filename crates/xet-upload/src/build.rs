@@ -19,8 +19,18 @@ use crate::error::{Result, UploadError};
 /// it was read: copied once into a recycled buffer, or, in pieces ([`PiecesSink`]), not
 /// copied at all.
 pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Result<MerkleHash> {
+    if let Some((i, c)) =
+        (sealed.data.iter().enumerate()).find(|(_, c)| c.len() > xet_xorb::MAX_CHUNK_SIZE)
+    {
+        // The chunker never cuts one this large; a header could not describe it.
+        return Err(UploadError::Internal(format!(
+            "chunk {i} of a xorb is {} bytes, over the {} limit",
+            c.len(),
+            xet_xorb::MAX_CHUNK_SIZE
+        )));
+    }
     let want_crc = body.wants_crc64();
-    let compressed: Vec<(Option<Compressed>, Option<u64>)> = (0..sealed.chunks.len())
+    let built: Vec<BuiltChunk> = (0..sealed.chunks.len())
         .into_par_iter()
         .map_init(
             || (Vec::new(), Vec::new()),
@@ -33,36 +43,36 @@ pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Resul
                 crate::sha::warm(c);
                 out.clear();
                 let scheme = xet_xorb::choose_scheme(c);
-                let comp = match xet_xorb::try_compress_into(scheme, c, out, scratch) {
-                    CompressionScheme::None => None,
-                    used => Some((used, out.clone())),
-                };
+                let (scheme, compressed) =
+                    match xet_xorb::try_compress_into(scheme, c, out, scratch) {
+                        CompressionScheme::None => (CompressionScheme::None, None),
+                        used => (used, Some(out.clone())),
+                    };
+                let payload = compressed.as_deref().unwrap_or(c);
+                let header = xet_xorb::ChunkHeader {
+                    compressed_size: payload.len() as u32,
+                    scheme,
+                    uncompressed_size: c.len() as u32,
+                }
+                .to_bytes();
                 // Now, while the chunk and its payload are in this core's cache, rather
                 // than in a pass over the whole body before it is sent.
                 let crc = want_crc.then(|| {
-                    let payload = comp.as_ref().map_or(c, |(_, p)| &p[..]);
                     let mut d = xet_cas::wire::Crc64Nvme::default();
-                    d.update(&chunk_header(c.len(), comp.as_ref()).to_bytes());
+                    d.update(&header);
                     d.update(payload);
                     d.finalize()
                 });
-                (comp, crc)
+                BuiltChunk {
+                    header,
+                    compressed,
+                    crc,
+                }
             },
         )
         .collect();
-    for (i, (comp, crc)) in compressed.into_iter().enumerate() {
-        let c = &sealed.data[i];
-        if c.len() > xet_xorb::MAX_CHUNK_SIZE {
-            // The chunker never cuts one this large; a header could not describe it.
-            return Err(UploadError::Internal(format!(
-                "chunk {i} of a xorb is {} bytes, over the {} limit",
-                c.len(),
-                xet_xorb::MAX_CHUNK_SIZE
-            )));
-        }
-        let header = chunk_header(c.len(), comp.as_ref());
-        let payload = comp.map(|(_, p)| p);
-        if !body.put_chunk(&header.to_bytes(), c, payload, crc) {
+    for (i, (b, c)) in built.into_iter().zip(&sealed.data).enumerate() {
+        if !body.put_chunk(&b.header, c, b.compressed, b.crc) {
             return Err(UploadError::Internal(format!(
                 "xorb body buffer too small at chunk {i}"
             )));
@@ -76,23 +86,12 @@ pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Resul
     Ok(xet_hash::xorb_hash(&entries))
 }
 
-/// A chunk's compressed payload and the scheme that made it.
-type Compressed = (CompressionScheme, Vec<u8>);
-
-/// The header of a chunk of `len` bytes, stored as it is or compressed as `comp` says.
-fn chunk_header(len: usize, comp: Option<&Compressed>) -> xet_xorb::ChunkHeader {
-    match comp {
-        Some((scheme, payload)) => xet_xorb::ChunkHeader {
-            compressed_size: payload.len() as u32,
-            scheme: *scheme,
-            uncompressed_size: len as u32,
-        },
-        None => xet_xorb::ChunkHeader {
-            compressed_size: len as u32,
-            scheme: CompressionScheme::None,
-            uncompressed_size: len as u32,
-        },
-    }
+/// One chunk made ready on the pool: its header, its compressed payload if compression
+/// paid (else the chunk is stored as it is), and, if the sink wants it, the CRC of both.
+struct BuiltChunk {
+    header: [u8; xet_xorb::CHUNK_HEADER_LEN],
+    compressed: Option<Vec<u8>>,
+    crc: Option<u64>,
 }
 
 /// Where a xorb body is built, a chunk at a time.
