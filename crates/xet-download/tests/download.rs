@@ -382,9 +382,22 @@ async fn corrupt_chunk_header_names_the_chunk() {
     assert!(leftovers(dir.path()).is_empty());
 }
 
-#[tokio::test]
-async fn interrupted_download_resumes_fetching_only_what_is_missing() {
-    let c = build(&[random(3_000_000, 21)], 250_000);
+/// One file of `len` random bytes in xorbs of `xorb_len`, one fetch at a time: how many
+/// fetches a clean download takes, then a download cut after `fail_after` fetches, then
+/// its rerun (which must be right).
+struct Rerun {
+    total: u64,
+    /// The first run's error, and whether its part file and journal were left.
+    error: String,
+    part_left: bool,
+    journal_left: bool,
+    /// Fetches the rerun made, and its report.
+    fetched: u64,
+    report: DownloadReport,
+}
+
+async fn interrupt_and_rerun(len: usize, seed: u64, xorb_len: u64, fail_after: u64) -> Rerun {
+    let c = build(&[random(len, seed)], xorb_len);
     let (store, _) = store(&c).await;
     let w = Wrapper::new(store);
     let dir = tempfile::tempdir().unwrap();
@@ -393,8 +406,6 @@ async fn interrupted_download_resumes_fetching_only_what_is_missing() {
         max_concurrent_fetches: 1,
         ..opts()
     };
-
-    // How many fetches a clean download takes.
     let clean = get(
         w.clone(),
         vec![req(&c.files[0], &dir.path().join("clean"))],
@@ -402,33 +413,53 @@ async fn interrupted_download_resumes_fetching_only_what_is_missing() {
     )
     .await
     .unwrap();
-    let total = clean.fetches;
-    assert!(total >= 10, "{total}");
+    std::fs::remove_file(dir.path().join("clean")).unwrap();
     w.reset();
 
-    w.set_fault(Fault::FailAfter(4));
+    w.set_fault(Fault::FailAfter(fail_after));
     let e = get(w.clone(), vec![req(&c.files[0], &p)], o.clone())
         .await
         .unwrap_err();
-    assert!(e.to_string().contains("injected"), "{e}");
     assert!(!p.exists());
-    assert!(dir.path().join("f.part").exists() && dir.path().join("f.part.jsonl").exists());
-    let first = w.fetches();
-    assert_eq!(first, 4);
+    assert_eq!(w.fetches(), fail_after);
+    let (part_left, journal_left) = (
+        dir.path().join("f.part").exists(),
+        dir.path().join("f.part.jsonl").exists(),
+    );
 
     w.set_fault(Fault::None);
     w.reset();
-    let r = get(w.clone(), vec![req(&c.files[0], &p)], o).await.unwrap();
+    let report = get(w.clone(), vec![req(&c.files[0], &p)], o).await.unwrap();
     assert_eq!(std::fs::read(&p).unwrap(), c.files[0].data);
+    assert_eq!(report.fetches, w.fetches());
+    assert_eq!(report.files[0].verification, Verification::FileHash);
     assert_eq!(
-        w.fetches(),
-        total - first,
+        leftovers(dir.path()),
+        vec!["f".to_string()],
+        "nothing else left"
+    );
+    Rerun {
+        total: clean.fetches,
+        error: e.to_string(),
+        part_left,
+        journal_left,
+        fetched: w.fetches(),
+        report,
+    }
+}
+
+#[tokio::test]
+async fn interrupted_download_resumes_fetching_only_what_is_missing() {
+    let r = interrupt_and_rerun(3_000_000, 21, 250_000, 4).await;
+    assert!(r.total >= 10, "{}", r.total);
+    assert!(r.error.contains("injected"), "{}", r.error);
+    assert!(r.part_left && r.journal_left);
+    assert_eq!(
+        r.fetched,
+        r.total - 4,
         "only the missing ranges are fetched"
     );
-    assert_eq!(r.fetches, total - first);
-    assert!(r.files[0].bytes_resumed > 0);
-    assert_eq!(r.files[0].verification, Verification::FileHash);
-    assert!(!dir.path().join("f.part").exists() && !dir.path().join("f.part.jsonl").exists());
+    assert!(r.report.files[0].bytes_resumed > 0);
 }
 
 /// Under 1 MiB a download keeps no resume journal (syncing one for every small file cost
@@ -436,40 +467,11 @@ async fn interrupted_download_resumes_fetching_only_what_is_missing() {
 /// rerun fetches everything and is right.
 #[tokio::test]
 async fn small_download_keeps_no_journal_and_reruns_whole() {
-    let c = build(&[random(900_000, 22)], 100_000);
-    let (store, _) = store(&c).await;
-    let w = Wrapper::new(store);
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("f");
-    let o = DownloadOptions {
-        max_concurrent_fetches: 1,
-        ..opts()
-    };
-    let clean = get(
-        w.clone(),
-        vec![req(&c.files[0], &dir.path().join("clean"))],
-        o.clone(),
-    )
-    .await
-    .unwrap();
-    let total = clean.fetches;
-    assert!(total >= 3, "{total}");
-    w.reset();
-
-    w.set_fault(Fault::FailAfter(2));
-    get(w.clone(), vec![req(&c.files[0], &p)], o.clone())
-        .await
-        .unwrap_err();
-    assert!(!p.exists());
-    assert!(!dir.path().join("f.part.jsonl").exists());
-
-    w.set_fault(Fault::None);
-    w.reset();
-    let r = get(w.clone(), vec![req(&c.files[0], &p)], o).await.unwrap();
-    assert_eq!(std::fs::read(&p).unwrap(), c.files[0].data);
-    assert_eq!(r.fetches, total);
-    assert_eq!(r.files[0].bytes_resumed, 0);
-    assert!(leftovers(dir.path()).iter().all(|l| !l.contains(".part")));
+    let r = interrupt_and_rerun(900_000, 22, 100_000, 2).await;
+    assert!(r.total >= 3, "{}", r.total);
+    assert!(!r.journal_left);
+    assert_eq!(r.fetched, r.total);
+    assert_eq!(r.report.files[0].bytes_resumed, 0);
 }
 
 /// A larger file (21 MiB in 15 xorbs): a whole download with fetches in parallel, then
