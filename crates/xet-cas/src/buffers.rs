@@ -112,6 +112,14 @@ impl BodyBuf {
         }
     }
 
+    /// The bytes received so far.
+    pub fn as_slice(&self) -> &[u8] {
+        match &self.0 {
+            Inner::Plain(v) => v,
+            Inner::Pooled { buf, len } => &buf[..*len],
+        }
+    }
+
     /// Bytes received so far.
     pub fn len(&self) -> usize {
         match &self.0 {

@@ -19,7 +19,10 @@ pub mod store;
 pub mod types;
 pub mod wire;
 
-pub use store::{MemoryBackend, MemoryStore, ObjectBackend, ObjectKey, StoreCas, StoreConfig};
+pub use store::{
+    MemoryBackend, MemoryStore, ObjectBackend, ObjectKey, ReceivedXorb, StoreCas, StoreConfig,
+    XorbReceiver,
+};
 pub use types::*;
 
 use bytes::Bytes;
@@ -111,6 +114,13 @@ pub trait Cas: Send + Sync {
     /// `put_xorb`.
     async fn put_xorb_pieces(&self, hash: &MerkleHash, body: XorbPieces) -> Result<bool> {
         self.put_xorb(hash, body.concat()).await
+    }
+
+    /// [`Cas::put_xorb`] for a body received through a [`XorbReceiver`]. A store may
+    /// take the receiver's verification instead of verifying the body again; the default
+    /// passes the body to `put_xorb`.
+    async fn put_received_xorb(&self, hash: &MerkleHash, xorb: ReceivedXorb) -> Result<bool> {
+        self.put_xorb(hash, xorb.into_body()).await
     }
 
     /// `true` if [`Cas::put_xorb_pieces`] uses the pieces as they are, without joining

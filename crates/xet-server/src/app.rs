@@ -27,7 +27,10 @@ use xet_cas::wire::{
     BatchReconstructionV1, FetchInfoV1, Grant, GrantRequest, ShardResultV1, TokenRefresh,
     WasInserted,
 };
-use xet_cas::{ByteRange, Cas, CasError, ChunkRange, Reconstruction, XorbFetch, routes};
+use xet_cas::{
+    ByteRange, Cas, CasError, ChunkRange, ReceivedXorb, Reconstruction, XorbFetch, XorbReceiver,
+    routes,
+};
 use xet_hash::MerkleHash;
 
 /// Path of presigned xorb data URLs: `/_xorb/{prefix}/{hash}?X-Xet-Expires=..&X-Xet-Signature=..`.
@@ -214,6 +217,38 @@ pub async fn read_body(
     limit: u64,
     what: &str,
 ) -> ApiResult<Bytes> {
+    receive_body(headers, body, limit, what, |_| {}).await
+}
+
+/// [`read_body`] for the xorb `hash`, verified as it arrives if its length is declared
+/// (see [`XorbReceiver`]).
+async fn read_xorb_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    hash: &MerkleHash,
+) -> ApiResult<ReceivedXorb> {
+    let Some(declared) = content_length(headers) else {
+        return Ok(ReceivedXorb::unverified(
+            read_body(headers, body, limit, "xorb").await?,
+        ));
+    };
+    let mut receiver = XorbReceiver::new(declared);
+    // As for grant uploads: a frame's worth of hashing on the runtime thread, while the
+    // frame is in the cache.
+    let body = receive_body(headers, body, limit, "xorb", |b| receiver.advance(b)).await?;
+    Ok(receiver.finish(body, hash))
+}
+
+/// Read a whole request body, refusing more than `limit` bytes (413); `seen` is given
+/// the body so far after each frame.
+async fn receive_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    what: &str,
+    mut seen: impl FnMut(&[u8]),
+) -> ApiResult<Bytes> {
     let declared = content_length(headers);
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::too_large(what, limit));
@@ -232,6 +267,7 @@ pub async fn read_body(
                 return Err(ApiError::too_large(what, limit));
             }
             buf.extend_from_slice(&data);
+            seen(buf.as_slice());
         }
     }
     Ok(buf.freeze())
@@ -455,8 +491,8 @@ async fn xorb_commit(
     let xorb = parse_hash("xorb", &hash)?;
     let held = s.grants.take_for_commit(&id, &xorb)?;
     let _permit = s.upload_permit().await?;
-    let data = held.into_bytes().await?;
-    let was_inserted = s.cas.put_xorb(&xorb, data).await?;
+    let data = held.into_xorb().await?;
+    let was_inserted = s.cas.put_received_xorb(&xorb, data).await?;
     Ok(json_ok(StatusCode::OK, &WasInserted { was_inserted }))
 }
 
@@ -470,8 +506,8 @@ async fn xorb_post(
     check_prefix(&prefix)?;
     let xorb = parse_hash("xorb", &hash)?;
     let _permit = s.upload_permit().await?;
-    let body = read_body(&headers, body, s.config.max_xorb_bytes, "xorb").await?;
-    let was_inserted = s.cas.put_xorb(&xorb, body).await?;
+    let body = read_xorb_body(&headers, body, s.config.max_xorb_bytes, &xorb).await?;
+    let was_inserted = s.cas.put_received_xorb(&xorb, body).await?;
     Ok(json_ok(StatusCode::OK, &WasInserted { was_inserted }))
 }
 

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
+use xet_cas::{ReceivedXorb, XorbReceiver};
 use xet_hash::MerkleHash;
 
 pub use xet_cas::wire::crc64_nvme;
@@ -65,7 +66,7 @@ pub struct Ticket {
 /// Held grant data.
 pub enum Spooled {
     Memory {
-        bytes: Bytes,
+        xorb: ReceivedXorb,
         _reservation: MemReservation,
     },
     File {
@@ -89,7 +90,7 @@ impl Drop for MemReservation {
 impl Spooled {
     pub fn len(&self) -> u64 {
         match self {
-            Spooled::Memory { bytes, .. } => bytes.len() as u64,
+            Spooled::Memory { xorb, .. } => xorb.body().len() as u64,
             Spooled::File { len, .. } => *len,
         }
     }
@@ -98,15 +99,16 @@ impl Spooled {
         self.len() == 0
     }
 
-    pub async fn into_bytes(self) -> ApiResult<Bytes> {
+    /// The held xorb: verified as it arrived if it was received into memory.
+    pub async fn into_xorb(self) -> ApiResult<ReceivedXorb> {
         match self {
-            Spooled::Memory { bytes, .. } => Ok(bytes),
+            Spooled::Memory { xorb, .. } => Ok(xorb),
             Spooled::File { mut file, len } => tokio::task::spawn_blocking(move || {
                 use std::io::{Read, Seek, SeekFrom};
                 file.seek(SeekFrom::Start(0))?;
                 let mut buf = Vec::with_capacity(len as usize);
                 file.read_to_end(&mut buf)?;
-                Ok::<_, std::io::Error>(Bytes::from(buf))
+                Ok::<_, std::io::Error>(ReceivedXorb::unverified(Bytes::from(buf)))
             })
             .await
             .map_err(|e| ApiError::internal(format!("spool reader failed: {e}")))?
@@ -298,15 +300,16 @@ impl Grants {
     /// Receive `body` for `ticket`, checking its length and CRC as it streams in.
     pub async fn receive(&self, ticket: &Ticket, body: Body) -> ApiResult<Spooled> {
         enum Sink {
-            Mem(xet_cas::buffers::BodyBuf, MemReservation),
+            Mem(xet_cas::buffers::BodyBuf, MemReservation, XorbReceiver),
             File(tokio::fs::File),
         }
         let mut sink = match self.reserve(ticket.length) {
             // Large (xorb) bodies go into recycled, page-aligned buffers (see
-            // `xet_cas::buffers`).
+            // `xet_cas::buffers`), and are verified as they arrive.
             Some(r) => Sink::Mem(
                 xet_cas::buffers::BodyBuf::with_capacity(ticket.length as usize),
                 r,
+                XorbReceiver::new(ticket.length),
             ),
             None => {
                 let f = tempfile::tempfile_in(&self.spool_dir).map_err(|e| {
@@ -340,7 +343,14 @@ impl Grants {
             }
             digest.update(&data);
             match &mut sink {
-                Sink::Mem(v, _) => v.extend_from_slice(&data),
+                Sink::Mem(v, _, xorb) => {
+                    v.extend_from_slice(&data);
+                    // Chunks that are now whole are checked here, on the runtime thread,
+                    // while this frame is in the cache: no more than a frame's worth of
+                    // hashing (hyper's frames are at most a few hundred KiB), and it
+                    // saves a pass over the whole xorb from memory at commit time.
+                    xorb.advance(v.as_slice());
+                }
                 Sink::File(f) => f
                     .write_all(&data)
                     .await
@@ -367,8 +377,8 @@ impl Grants {
             ));
         }
         Ok(match sink {
-            Sink::Mem(v, r) => Spooled::Memory {
-                bytes: v.freeze(),
+            Sink::Mem(v, r, xorb) => Spooled::Memory {
+                xorb: xorb.finish(v.freeze(), &ticket.xorb),
                 _reservation: r,
             },
             Sink::File(mut f) => {
@@ -447,7 +457,7 @@ mod tests {
         let other = xet_hash::chunk_hash(b"y");
         assert!(g.take_for_commit(&id, &other).is_err());
         let s = g.take_for_commit(&id, &x).unwrap();
-        assert_eq!(s.into_bytes().await.unwrap(), Bytes::from(data));
+        assert_eq!(s.into_xorb().await.unwrap().into_body(), Bytes::from(data));
         assert_eq!(g.open(), 0);
     }
 
@@ -488,5 +498,41 @@ mod tests {
         // Swept on the next issue.
         g.issue(x, 3, 0, 200, 150).unwrap();
         assert_eq!(g.open(), 1);
+    }
+
+    /// A xorb body streamed in many frames is verified on the way in when held in memory,
+    /// and only as the xorb granted: a body under another grant is held unverified, for
+    /// the store to check (and refuse) at commit.
+    #[tokio::test]
+    async fn memory_uploads_are_verified_as_they_arrive() {
+        let mut b = xet_xorb::XorbBuilder::new();
+        for i in 0..5u8 {
+            b.add_chunk(&vec![i; 30_000 + usize::from(i)]).unwrap();
+        }
+        let x = b.finish().unwrap();
+        let body = x.body().to_vec();
+        let g = Arc::new(Grants::new(
+            1 << 20,
+            std::env::temp_dir(),
+            4,
+            Duration::from_secs(60),
+        ));
+        let crc = crc64_nvme(&body);
+        for (hash, verified) in [(x.hash(), true), (xet_hash::chunk_hash(b"other"), false)] {
+            let id = g.issue(hash, body.len() as u64, crc, 100, 0).unwrap();
+            let (t, guard) = g.begin_upload(&id, 1).unwrap();
+            let frames: Vec<Result<Bytes, std::io::Error>> = body
+                .chunks(4093)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect();
+            let stream = futures_util::stream::iter(frames);
+            let s = g.receive(&t, Body::from_stream(stream)).await.unwrap();
+            let Spooled::Memory { xorb, .. } = &s else {
+                panic!("a body within the budget is held in memory");
+            };
+            assert_eq!(xorb.is_verified(), verified, "granted as {hash}");
+            assert_eq!(xorb.body().as_ref(), &body[..]);
+            guard.complete(s).unwrap();
+        }
     }
 }

@@ -86,6 +86,10 @@ pub enum XorbError {
     #[error("input is {len} bytes, more than the limit of {max}")]
     InputTooLarge { len: u64, max: u64 },
 
+    /// A body fed to [`crate::BodyVerifier`] is not as long as declared.
+    #[error("body is {got} bytes but was declared as {declared}")]
+    BodyLength { declared: u64, got: u64 },
+
     /// A xorb must hold at least one chunk.
     #[error("xorb has no chunks")]
     Empty,

@@ -17,8 +17,8 @@
 //! * client: [`XorbBuilder`] (or [`serialize_chunk_auto`] on many threads +
 //!   [`XorbBuilder::add_serialized`]), then upload [`Xorb::body`];
 //! * server: [`verify_body`] (or [`Xorb::from_body`]) on an upload with the hash from the
-//!   URL, store [`Xorb::to_footered`], answer byte ranges with [`XorbFooter::chunk_byte_range`]
-//!   from [`parse_footer`];
+//!   URL, or [`BodyVerifier`] on the upload as it arrives; store [`Xorb::to_footered`];
+//!   answer byte ranges with [`XorbFooter::chunk_byte_range`] from [`parse_footer`];
 //! * download: [`decode_chunks`] on what a ranged GET returned.
 
 mod chunk;
@@ -41,7 +41,10 @@ pub use scheme::{
     choose_scheme, compress, compress_chunk_into, compress_into, decompress, decompress_into,
     popcount_histograms, popcount_histograms_scalar, try_compress_into,
 };
-pub use xorb::{ChunkInfo, Xorb, XorbBuilder, XorbInfo, extract_chunk_range, verify, verify_body};
+pub use xorb::{
+    BodyVerifier, ChunkInfo, VerifiedBody, Xorb, XorbBuilder, XorbInfo, extract_chunk_range,
+    verify, verify_body,
+};
 
 /// Largest chunk (draft §5.2): 128 KiB.
 pub const MAX_CHUNK_SIZE: usize = 128 * 1024;
@@ -77,9 +80,13 @@ impl Limits {
     };
 
     pub(crate) fn check_input(&self, len: usize) -> Result<(), XorbError> {
-        if len as u64 > self.max_bytes {
+        self.check_input_len(len as u64)
+    }
+
+    pub(crate) fn check_input_len(&self, len: u64) -> Result<(), XorbError> {
+        if len > self.max_bytes {
             return Err(XorbError::InputTooLarge {
-                len: len as u64,
+                len,
                 max: self.max_bytes,
             });
         }

@@ -4,7 +4,7 @@ use std::ops::Range;
 
 use xet_hash::MerkleHash;
 
-use crate::chunk::{self, CHUNK_HEADER_LEN, Expected, SerializedChunk};
+use crate::chunk::{self, CHUNK_HEADER_LEN, ChunkHeader, Expected, SerializedChunk};
 use crate::error::XorbError;
 use crate::footer::{self, FOOTER_VERSION, XorbFooter, check_range};
 use crate::scheme::{self, CompressionScheme};
@@ -94,34 +94,90 @@ impl XorbInfo {
     }
 }
 
-/// Decompress-and-hash walk over a chunk region, checking it against the footer (if any)
-/// and the limits chunk by chunk, so a bad xorb is rejected at the first bad chunk.
-fn walk_body(
-    body: &[u8],
-    footer: Option<&XorbFooter>,
-    limits: &Limits,
-) -> Result<Vec<ChunkInfo>, XorbError> {
-    let expected_n = footer.map(XorbFooter::num_chunks);
-    let mut infos = Vec::with_capacity(
-        expected_n
-            .unwrap_or(body.len() / (64 * 1024) + 1)
-            .min(limits.max_chunks),
-    );
-    // One reusable chunk buffer; headers are bounded by MAX_CHUNK_SIZE before use.
-    let mut buf = vec![0u8; MAX_CHUNK_SIZE];
-    let mut scratch = Vec::with_capacity(MAX_CHUNK_SIZE);
-    let mut unpacked = 0u64;
-    for c in chunk::chunks(body) {
-        let c = c?;
-        let i = c.index;
-        if i >= limits.max_chunks {
-            return Err(XorbError::TooManyChunks {
-                max: limits.max_chunks,
+/// Decompress-and-hash walk over a chunk region of a known length, checking it against
+/// the footer (if any) and the limits chunk by chunk, so a bad xorb is rejected at the
+/// first bad chunk. It can be fed the region as it arrives ([`Walk::advance`] with each
+/// longer prefix) or whole; either way it does the same checks in the same order, so it
+/// finds the same chunks and the same first error.
+struct Walk<'f> {
+    /// Length of the whole chunk region.
+    total: u64,
+    footer: Option<&'f XorbFooter>,
+    limits: Limits,
+    infos: Vec<ChunkInfo>,
+    /// End of the last chunk walked.
+    pos: usize,
+    unpacked: u64,
+    /// Decompression target and scratch, allocated at the first compressed chunk.
+    buf: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+impl<'f> Walk<'f> {
+    fn new(total: u64, footer: Option<&'f XorbFooter>, limits: &Limits) -> Walk<'f> {
+        let expected_n = footer.map(XorbFooter::num_chunks);
+        let guess = usize::try_from(total / (64 * 1024) + 1).unwrap_or(usize::MAX);
+        Walk {
+            total,
+            footer,
+            limits: *limits,
+            infos: Vec::with_capacity(expected_n.unwrap_or(guess).min(limits.max_chunks)),
+            pos: 0,
+            unpacked: 0,
+            buf: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Walk every chunk that `received` (a prefix of the region, at least as long as the
+    /// last one given) holds whole. A chunk whose header or payload is still incomplete
+    /// waits for a longer prefix, unless the prefix is the whole region.
+    fn advance(&mut self, received: &[u8]) -> Result<(), XorbError> {
+        if received.len() as u64 > self.total {
+            return Err(XorbError::BodyLength {
+                declared: self.total,
+                got: received.len() as u64,
             });
         }
-        let end = c.offset + c.serialized_len() as u64;
-        let size = u64::from(c.header.uncompressed_size);
-        if let Some(f) = footer {
+        let whole = received.len() as u64 == self.total;
+        while self.pos < received.len() {
+            let rest = &received[self.pos..];
+            let offset = self.pos as u64;
+            let Some((hb, _)) = rest.split_first_chunk::<CHUNK_HEADER_LEN>() else {
+                if !whole {
+                    return Ok(());
+                }
+                return Err(XorbError::Truncated {
+                    what: "chunk header",
+                    offset,
+                    needed: CHUNK_HEADER_LEN as u64,
+                    available: rest.len() as u64,
+                });
+            };
+            let i = self.infos.len();
+            let after = self.total - offset - CHUNK_HEADER_LEN as u64;
+            let header = ChunkHeader::parse(hb, i, offset, after)?;
+            let Some(chunk) = rest.get(..header.serialized_len()) else {
+                // The payload is still arriving (the header checked it fits the region).
+                return Ok(());
+            };
+            self.chunk(offset, header, &chunk[CHUNK_HEADER_LEN..])?;
+            self.pos += header.serialized_len();
+        }
+        Ok(())
+    }
+
+    fn chunk(&mut self, offset: u64, header: ChunkHeader, payload: &[u8]) -> Result<(), XorbError> {
+        let i = self.infos.len();
+        if i >= self.limits.max_chunks {
+            return Err(XorbError::TooManyChunks {
+                max: self.limits.max_chunks,
+            });
+        }
+        let end = offset + header.serialized_len() as u64;
+        let size = u64::from(header.uncompressed_size);
+        let unpacked = self.unpacked;
+        if let Some(f) = self.footer {
             if i >= f.num_chunks() {
                 return Err(XorbError::ChunkCount {
                     expected: f.num_chunks(),
@@ -148,31 +204,36 @@ fn walk_body(
                 }
             }
         }
-        if unpacked + size > limits.max_unpacked_bytes {
+        if unpacked + size > self.limits.max_unpacked_bytes {
             return Err(XorbError::UnpackedTooLarge {
                 chunk: i,
-                max: limits.max_unpacked_bytes,
+                max: self.limits.max_unpacked_bytes,
             });
         }
         // A stored (uncompressed) payload of the declared size is the chunk itself: hash
-        // it in place rather than copying it out first.
+        // it in place rather than copying it out first. (Headers are bounded by
+        // MAX_CHUNK_SIZE, so the buffer below is too.)
         let data: &[u8] =
-            if c.header.scheme == CompressionScheme::None && c.payload.len() as u64 == size {
-                c.payload
+            if header.scheme == CompressionScheme::None && payload.len() as u64 == size {
+                payload
             } else {
-                let out = &mut buf[..size as usize];
-                scheme::decompress_into(c.header.scheme, c.payload, out, &mut scratch).map_err(
+                if self.buf.is_empty() {
+                    self.buf = vec![0u8; MAX_CHUNK_SIZE];
+                    self.scratch = Vec::with_capacity(MAX_CHUNK_SIZE);
+                }
+                let out = &mut self.buf[..size as usize];
+                scheme::decompress_into(header.scheme, payload, out, &mut self.scratch).map_err(
                     |problem| XorbError::CorruptPayload {
                         chunk: i,
-                        offset: c.offset,
-                        scheme: c.header.scheme,
+                        offset,
+                        scheme: header.scheme,
                         problem,
                     },
                 )?;
                 out
             };
         let hash = xet_hash::chunk_hash(data);
-        if let Some(f) = footer {
+        if let Some(f) = self.footer {
             if f.chunk_hashes[i] != hash {
                 return Err(XorbError::ChunkHash {
                     chunk: i,
@@ -181,28 +242,147 @@ fn walk_body(
                 });
             }
         }
-        infos.push(ChunkInfo {
+        self.infos.push(ChunkInfo {
             hash,
-            scheme: c.header.scheme,
-            offset: c.offset,
-            compressed_size: c.header.compressed_size,
-            uncompressed_size: c.header.uncompressed_size,
+            scheme: header.scheme,
+            offset,
+            compressed_size: header.compressed_size,
+            uncompressed_size: header.uncompressed_size,
             unpacked_offset: unpacked,
         });
-        unpacked += size;
+        self.unpacked += size;
+        Ok(())
     }
-    if infos.is_empty() {
-        return Err(XorbError::Empty);
-    }
-    if let Some(n) = expected_n {
-        if n != infos.len() {
-            return Err(XorbError::ChunkCount {
-                expected: n,
-                got: infos.len(),
+
+    /// Walk the rest of the whole `region` and check the walk is complete.
+    fn finish(mut self, region: &[u8]) -> Result<Vec<ChunkInfo>, XorbError> {
+        if region.len() as u64 != self.total {
+            return Err(XorbError::BodyLength {
+                declared: self.total,
+                got: region.len() as u64,
             });
         }
+        self.advance(region)?;
+        if self.infos.is_empty() {
+            return Err(XorbError::Empty);
+        }
+        if let Some(n) = self.footer.map(XorbFooter::num_chunks) {
+            if n != self.infos.len() {
+                return Err(XorbError::ChunkCount {
+                    expected: n,
+                    got: self.infos.len(),
+                });
+            }
+        }
+        Ok(self.infos)
     }
-    Ok(infos)
+}
+
+fn walk_body(
+    body: &[u8],
+    footer: Option<&XorbFooter>,
+    limits: &Limits,
+) -> Result<Vec<ChunkInfo>, XorbError> {
+    Walk::new(body.len() as u64, footer, limits).finish(body)
+}
+
+/// [`verify_body`] on a body as it arrives: feed it every longer prefix received (a
+/// server calls [`advance`](Self::advance) after each piece of a request body, while the
+/// piece is still in the CPU's cache), then [`finish`](Self::finish) with the whole body.
+/// The result, and the first error, are those of [`verify_body`] on the whole body.
+///
+/// After an error the verifier is spent: drop it (and keep or reject the body without
+/// it).
+#[derive(Debug)]
+pub struct BodyVerifier {
+    walk: Walk<'static>,
+}
+
+impl std::fmt::Debug for Walk<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Walk")
+            .field("total", &self.total)
+            .field("chunks", &self.infos.len())
+            .field("pos", &self.pos)
+            .finish()
+    }
+}
+
+impl BodyVerifier {
+    /// For a body of `body_len` bytes (its declared length), within `limits`.
+    pub fn new(body_len: u64, limits: &Limits) -> Result<BodyVerifier, XorbError> {
+        limits.check_input_len(body_len)?;
+        Ok(BodyVerifier {
+            walk: Walk::new(body_len, None, limits),
+        })
+    }
+
+    /// Verify every chunk that `received`, the body so far, holds whole and that was not
+    /// verified yet. `received` must start with everything given before.
+    pub fn advance(&mut self, received: &[u8]) -> Result<(), XorbError> {
+        self.walk.advance(received)
+    }
+
+    /// Bytes of the body verified so far (whole chunks).
+    pub fn verified_len(&self) -> u64 {
+        self.walk.pos as u64
+    }
+
+    /// Verify what is left of the whole `body` and compute the xorb hash, which must be
+    /// `expected_hash` if given.
+    pub fn finish(
+        self,
+        body: &[u8],
+        expected_hash: Option<&MerkleHash>,
+    ) -> Result<XorbInfo, XorbError> {
+        let chunks = self.walk.finish(body)?;
+        let hash = hash_of(&chunks);
+        check_expected(hash, expected_hash)?;
+        Ok(XorbInfo {
+            hash,
+            chunks,
+            footer_version: None,
+        })
+    }
+
+    /// [`finish`](Self::finish), keeping `body` and what was found together, so that a
+    /// store can take the pair without verifying the body again.
+    pub fn finish_owned<B: AsRef<[u8]>>(
+        self,
+        body: B,
+        expected_hash: Option<&MerkleHash>,
+    ) -> Result<VerifiedBody<B>, XorbError> {
+        let info = self.finish(body.as_ref(), expected_hash)?;
+        Ok(VerifiedBody { body, info })
+    }
+}
+
+/// A footer-less xorb body and what verifying it found. Only verification makes one
+/// ([`BodyVerifier::finish_owned`]) and the body cannot be changed afterwards, so the
+/// info is known to describe these bytes.
+#[derive(Debug, Clone)]
+pub struct VerifiedBody<B> {
+    body: B,
+    info: XorbInfo,
+}
+
+impl<B> VerifiedBody<B> {
+    pub fn body(&self) -> &B {
+        &self.body
+    }
+
+    pub fn info(&self) -> &XorbInfo {
+        &self.info
+    }
+
+    /// The xorb hash of the body.
+    pub fn hash(&self) -> MerkleHash {
+        self.info.hash
+    }
+
+    pub fn into_parts(self) -> (B, XorbInfo) {
+        (self.body, self.info)
+    }
 }
 
 fn check_expected(computed: MerkleHash, expected: Option<&MerkleHash>) -> Result<(), XorbError> {
@@ -258,15 +438,7 @@ pub fn verify_body(
     expected_hash: Option<&MerkleHash>,
     limits: &Limits,
 ) -> Result<XorbInfo, XorbError> {
-    limits.check_input(body.len())?;
-    let chunks = walk_body(body, None, limits)?;
-    let hash = hash_of(&chunks);
-    check_expected(hash, expected_hash)?;
-    Ok(XorbInfo {
-        hash,
-        chunks,
-        footer_version: None,
-    })
+    BodyVerifier::new(body.len() as u64, limits)?.finish(body, expected_hash)
 }
 
 /// Decompressed data of chunks `chunks` of a stored xorb (footer required), using the

@@ -18,12 +18,42 @@ fn sample_xorb() -> Xorb {
     x
 }
 
+/// `BodyVerifier` fed `b` as it would arrive in pieces ending at `cuts` (any order, any
+/// values: they are sorted and clamped to the body), then finished.
+fn verify_streamed(
+    b: &[u8],
+    expected: Option<&MerkleHash>,
+    cuts: &[usize],
+) -> Result<XorbInfo, XorbError> {
+    let l = Limits::default();
+    let mut cuts: Vec<usize> = cuts.iter().map(|&c| c.min(b.len())).collect();
+    cuts.sort_unstable();
+    let mut v = BodyVerifier::new(b.len() as u64, &l)?;
+    for c in cuts {
+        v.advance(&b[..c])?;
+        // Only whole chunks are verified, so never past the bytes received.
+        assert!(v.verified_len() <= c as u64);
+    }
+    v.finish(b, expected)
+}
+
 /// Everything that parses untrusted bytes, run on `b`; returns whether the full
-/// verifiers accepted.
+/// verifiers accepted. The streamed body verifier must agree with the one-shot one,
+/// error for error.
 fn run_all_parsers(b: &[u8], expected: Option<&MerkleHash>) -> (bool, bool) {
     let l = Limits::default();
     let stored_ok = verify(b, expected, &l).is_ok();
-    let body_ok = verify_body(b, expected, &l).is_ok();
+    let body = verify_body(b, expected, &l);
+    let n = b.len();
+    for cuts in [
+        vec![],
+        vec![1, 7, 8, 9],
+        vec![n / 3, n / 2, n.saturating_sub(1)],
+        (0..n).step_by(13).collect(),
+    ] {
+        assert_eq!(verify_streamed(b, expected, &cuts), body, "cuts {cuts:?}");
+    }
+    let body_ok = body.is_ok();
     let _ = parse_footer(b, &l);
     let _ = Xorb::parse(b, expected, &l);
     let _ = extract_chunk_range(b, 0..1, &l);
@@ -79,6 +109,38 @@ proptest! {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// Streaming equals one-shot: a body (valid, or with one byte changed) fed in pieces
+    /// ending anywhere, header and payload boundaries included, verifies to the same
+    /// chunks and hash, or fails with the same first error.
+    #[test]
+    fn streamed_verification_equals_one_shot(
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
+        at_boundaries in any::<bool>(),
+        flip in prop::option::of((any::<prop::sample::Index>(), 1u8..=255)),
+    ) {
+        let x = sample_xorb();
+        let mut b = x.body().to_vec();
+        if let Some((pos, xor)) = flip {
+            let i = pos.index(b.len());
+            b[i] ^= xor;
+        }
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c.index(b.len() + 1)).collect();
+        if at_boundaries {
+            // Just before, at and after every header and chunk end.
+            for c in &x.info().chunks {
+                for p in [c.offset, c.offset + 8, c.end()] {
+                    cuts.extend([p.saturating_sub(1) as usize, p as usize, p as usize + 1]);
+                }
+            }
+        }
+        let h = x.hash();
+        let one_shot = verify_body(&b, Some(&h), &Limits::default());
+        prop_assert_eq!(verify_streamed(&b, Some(&h), &cuts), one_shot.clone());
+        if flip.is_none() {
+            prop_assert_eq!(one_shot.map(|i| i.hash), Ok(h));
+        }
+    }
 
     #[test]
     fn truncated_xorbs_are_rejected(cut in any::<prop::sample::Index>(), stored in any::<bool>()) {
@@ -656,4 +718,37 @@ fn exhaustive_single_bit_flips() {
         }
     }
     eprintln!("{accepted_in_lz4} flips inside LZ4 sequences left the data unchanged");
+}
+
+#[test]
+fn body_verifier_refuses_a_body_of_another_length() {
+    let x = sample_xorb();
+    let b = x.body();
+    let l = Limits::default();
+    let v = BodyVerifier::new(b.len() as u64 + 1, &l).unwrap();
+    assert_eq!(
+        v.finish(b, None),
+        Err(XorbError::BodyLength {
+            declared: b.len() as u64 + 1,
+            got: b.len() as u64
+        })
+    );
+    let mut v = BodyVerifier::new(b.len() as u64 - 1, &l).unwrap();
+    assert!(matches!(v.advance(b), Err(XorbError::BodyLength { .. })));
+    // A declared length over the caller's budget is refused before anything is read.
+    let small = Limits {
+        max_bytes: 100,
+        ..l
+    };
+    assert_eq!(
+        BodyVerifier::new(101, &small).map(|_| ()),
+        Err(XorbError::InputTooLarge { len: 101, max: 100 })
+    );
+    // The body arriving whole in one piece, or a byte at a time, verifies the same.
+    let mut v = BodyVerifier::new(b.len() as u64, &l).unwrap();
+    for n in 0..=b.len() {
+        v.advance(&b[..n]).unwrap();
+    }
+    assert_eq!(v.verified_len(), b.len() as u64);
+    assert_eq!(v.finish(b, Some(&x.hash())).unwrap(), *x.info());
 }

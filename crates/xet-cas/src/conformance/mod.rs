@@ -77,7 +77,7 @@ macro_rules! cas_conformance_tests {
         $crate::cas_conformance_tests!(@cases $make;
             empty_store, xorb_rejections, xorb_uploads, shard_rejections, reconstructions,
             range_errors, dedup, fetch_errors, range_streams, concurrent_uploads, xorb_limits,
-            xorb_pieces);
+            xorb_pieces, received_xorbs);
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
         $(
@@ -108,6 +108,7 @@ where
     concurrent_uploads(&*make().await).await;
     xorb_limits(&*make().await).await;
     xorb_pieces(&*make().await).await;
+    received_xorbs(&*make().await).await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -523,6 +524,77 @@ pub async fn xorb_pieces(cas: &dyn Cas) {
                 .await,
             Ok(true)
         );
+    }
+    upload_shards(cas, f).await;
+    for file in &f.files {
+        check_file(cas, f, file, None).await;
+    }
+}
+
+/// `body` through a [`crate::XorbReceiver`] as if it arrived in pieces ending at `cuts`,
+/// declared as `hash`.
+fn received(body: &[u8], cuts: &[usize], hash: &MerkleHash) -> crate::ReceivedXorb {
+    let mut r = crate::XorbReceiver::new(body.len() as u64);
+    for &c in cuts {
+        r.advance(&body[..c]);
+    }
+    r.finish(Bytes::copy_from_slice(body), hash)
+}
+
+/// Xorbs received through a [`crate::XorbReceiver`]: a good footer-less body is verified
+/// on the way in and stored as if uploaded whole; a damaged one, one under another
+/// xorb's hash, or a footered one is not taken on the receiver's word, and is refused
+/// (or, footered, accepted) as `put_xorb` would.
+pub async fn received_xorbs(cas: &dyn Cas) {
+    let f = fixture();
+    let (x0, x1) = (&f.xorbs[0], &f.xorbs[1]);
+    let mut corrupt = x0.body.clone();
+    let mid = corrupt.len() / 2;
+    corrupt[mid] ^= 0x55;
+    let n = x0.body.len();
+    let cuts = [1, 8, 9, n / 3, n - 1, n];
+    for (what, hash, body) in [
+        ("one byte flipped", x0.hash, &corrupt),
+        ("body under another xorb's hash", x1.hash, &x0.body),
+    ] {
+        let r = received(body, &cuts, &hash);
+        assert!(!r.is_verified(), "receiver verified a bad xorb ({what})");
+        expect_err(
+            cas.put_received_xorb(&hash, r).await,
+            &format!("received xorb, {what}"),
+            is_invalid_xorb,
+        );
+        assert_eq!(
+            cas.xorb_size(&hash).await,
+            Ok(None),
+            "after rejecting a received xorb ({what}), xorb_size"
+        );
+    }
+    let r = received(&x0.body, &cuts, &x0.hash);
+    assert!(r.is_verified(), "receiver did not verify a good xorb");
+    assert_eq!(cas.put_received_xorb(&x0.hash, r.clone()).await, Ok(true));
+    assert_eq!(cas.put_received_xorb(&x0.hash, r).await, Ok(false));
+    assert_eq!(cas.xorb_size(&x0.hash).await, Ok(Some(n as u64)));
+    let r = received(&x0.body, &cuts[..2], &x0.hash);
+    assert!(
+        !r.is_verified(),
+        "the receiver walked the body to its end itself"
+    );
+    let r = received(&x1.footered, &[x1.footered.len()], &x1.hash);
+    assert!(!r.is_verified(), "a footered body is verified by the store");
+    assert_eq!(cas.put_received_xorb(&x1.hash, r).await, Ok(true));
+    assert_eq!(
+        cas.xorb_size(&x1.hash).await,
+        Ok(Some(x1.body.len() as u64))
+    );
+    for x in &f.xorbs[2..] {
+        let cuts: Vec<usize> = (7..=x.body.len())
+            .step_by(4099)
+            .chain([x.body.len()])
+            .collect();
+        let r = received(&x.body, &cuts, &x.hash);
+        assert!(r.is_verified());
+        assert_eq!(cas.put_received_xorb(&x.hash, r).await, Ok(true));
     }
     upload_shards(cas, f).await;
     for file in &f.files {

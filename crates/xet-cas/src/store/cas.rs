@@ -14,7 +14,9 @@ use super::keys::{DedupKeys, KeyRing};
 use super::meta::XorbMeta;
 use super::plan;
 use super::validate;
-use crate::{ByteRange, Cas, CasError, ObjectKind, Reconstruction, Result, XorbFetch};
+use crate::{
+    ByteRange, Cas, CasError, ObjectKind, ReceivedXorb, Reconstruction, Result, XorbFetch,
+};
 
 /// Where the dedup-key secret lives.
 pub const DEDUP_SECRET_KEY: &str = "dedup-secret";
@@ -223,6 +225,14 @@ async fn load_secret<B: ObjectBackend>(backend: &B) -> Result<[u8; 32]> {
         .map_err(|_| CasError::Storage(format!("{key} is {} bytes, expected 32", got.len())))
 }
 
+impl<B: ObjectBackend> StoreCas<B> {
+    async fn store_valid_xorb(&self, key: &ObjectKey, valid: format::ValidXorb) -> Result<bool> {
+        let inserted = self.backend.put_parts_if_absent(key, valid.stored).await?;
+        self.index.note_xorb(Arc::new(valid.meta));
+        Ok(inserted)
+    }
+}
+
 #[async_trait::async_trait]
 impl<B: ObjectBackend> Cas for StoreCas<B> {
     async fn put_xorb(&self, hash: &MerkleHash, body: Bytes) -> Result<bool> {
@@ -244,9 +254,20 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
         let valid = blocking(move || format::validate_xorb(&h, &body))
             .await?
             .map_err(|reason| CasError::InvalidXorb { hash: h, reason })?;
-        let inserted = self.backend.put_parts_if_absent(&key, valid.stored).await?;
-        self.index.note_xorb(Arc::new(valid.meta));
-        Ok(inserted)
+        self.store_valid_xorb(&key, valid).await
+    }
+
+    async fn put_received_xorb(&self, hash: &MerkleHash, xorb: ReceivedXorb) -> Result<bool> {
+        match xorb.into_valid(hash) {
+            Ok(valid) => {
+                let key = ObjectKey::xorb(hash);
+                if self.index.xorb_size(hash).is_some() || self.backend.exists(&key).await? {
+                    return Ok(false);
+                }
+                self.store_valid_xorb(&key, valid).await
+            }
+            Err(body) => self.put_xorb(hash, body).await,
+        }
     }
 
     async fn xorb_size(&self, hash: &MerkleHash) -> Result<Option<u64>> {

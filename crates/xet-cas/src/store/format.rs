@@ -50,13 +50,103 @@ pub fn validate_xorb(hash: &MerkleHash, body: &Bytes) -> Result<ValidXorb, Strin
         ),
     };
     debug_assert_eq!(info.body_len(), region_len as u64);
+    Ok(valid_from_info(body.slice(..region_len), &info))
+}
+
+/// The stored form of a verified chunk region.
+fn valid_from_info(region: Bytes, info: &XorbInfo) -> ValidXorb {
     let footer = info.footer();
     let mut tail = Vec::with_capacity(footer.serialized_len() + 4);
     footer.write(&mut tail);
-    Ok(ValidXorb {
-        meta: meta_from_info(&info),
-        stored: vec![body.slice(..region_len), Bytes::from(tail)],
-    })
+    ValidXorb {
+        meta: meta_from_info(info),
+        stored: vec![region, Bytes::from(tail)],
+    }
+}
+
+/// Verifies a xorb upload while it is being received: after each piece of the body
+/// arrives, [`advance`](Self::advance) decompresses and hashes the chunks that are now
+/// whole, while they are still in the CPU's cache, instead of in a second pass over the
+/// whole body once it is stored. The outcome rides along with the body
+/// ([`ReceivedXorb`]) to [`crate::Cas::put_received_xorb`].
+///
+/// Only a footer-less body (what clients upload) is verified this way. At the first
+/// problem, or for a footered body, the receiver stops, and the store verifies the body
+/// in full as [`crate::Cas::put_xorb`] does, which also reports what is wrong.
+#[derive(Debug)]
+pub struct XorbReceiver {
+    verifier: Option<xet_xorb::BodyVerifier>,
+}
+
+impl XorbReceiver {
+    /// For a body declared as `len` bytes long.
+    pub fn new(len: u64) -> XorbReceiver {
+        XorbReceiver {
+            verifier: xet_xorb::BodyVerifier::new(len, &xet_xorb::Limits::PROTOCOL).ok(),
+        }
+    }
+
+    /// `received` is the body so far: everything given before, and more.
+    pub fn advance(&mut self, received: &[u8]) {
+        if let Some(v) = &mut self.verifier {
+            if v.advance(received).is_err() {
+                self.verifier = None;
+            }
+        }
+    }
+
+    /// The whole body, verified as the xorb `hash` if it was one. Does no more than
+    /// compute the xorb hash: a body not already walked to its end by
+    /// [`advance`](Self::advance) is left for the store to verify.
+    pub fn finish(self, body: Bytes, hash: &MerkleHash) -> ReceivedXorb {
+        let verified = self
+            .verifier
+            .filter(|v| v.verified_len() == body.len() as u64)
+            .and_then(|v| v.finish(&body, Some(hash)).ok());
+        ReceivedXorb { body, verified }
+    }
+}
+
+/// A received xorb upload and, if [`XorbReceiver`] verified it on the way in, what it
+/// found. Only a receiver makes one, so the two cannot be mismatched.
+#[derive(Debug, Clone)]
+pub struct ReceivedXorb {
+    body: Bytes,
+    verified: Option<XorbInfo>,
+}
+
+impl ReceivedXorb {
+    /// A body received without a [`XorbReceiver`], for the store to verify in full.
+    pub fn unverified(body: Bytes) -> ReceivedXorb {
+        ReceivedXorb {
+            body,
+            verified: None,
+        }
+    }
+
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    /// Whether the body was verified as it arrived.
+    pub fn is_verified(&self) -> bool {
+        self.verified.is_some()
+    }
+
+    pub fn into_body(self) -> Bytes {
+        self.body
+    }
+
+    /// The stored form if the body was verified on the way in as the xorb `hash`; else
+    /// the body back, to be verified in full.
+    pub(crate) fn into_valid(self, hash: &MerkleHash) -> Result<ValidXorb, Bytes> {
+        match &self.verified {
+            Some(info) if info.hash == *hash && info.body_len() == self.body.len() as u64 => {
+                Ok(valid_from_info(self.body.clone(), info))
+            }
+            _ => Err(self.body),
+        }
+    }
 }
 
 /// Length of the stored (footered) form of a xorb.

@@ -15,6 +15,7 @@ pub use backend::{
     META_PREFIX, MemoryBackend, ObjectBackend, ObjectKey, SHARD_PREFIX, XORB_PREFIX, check_range,
 };
 pub use cas::{DEDUP_SECRET_KEY, StoreCas, StoreConfig};
+pub use format::{ReceivedXorb, XorbReceiver};
 pub use index::IndexStats;
 pub use keys::DedupKeys;
 pub use meta::XorbMeta;
