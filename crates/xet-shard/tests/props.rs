@@ -270,7 +270,7 @@ proptest! {
 /// chunk record, and of both bookends.
 fn reserved_bytes(s: &Shard) -> std::collections::HashSet<usize> {
     let mut out = std::collections::HashSet::new();
-    let mut tail = |at: usize, from: usize, out: &mut std::collections::HashSet<usize>| {
+    let tail = |at: usize, from: usize, out: &mut std::collections::HashSet<usize>| {
         out.extend(at + from..at + RECORD_SIZE);
     };
     let mut off = HEADER_SIZE;
