@@ -481,19 +481,26 @@ fn pieces_of(body: &[u8], cuts: &[usize]) -> XorbPieces {
 
 /// Xorb uploads in pieces: cut anywhere (inside chunk headers too), a body is stored as
 /// its concatenation; a damaged one is refused and nothing is stored.
-pub async fn xorb_pieces(cas: &dyn Cas) {
-    let f = fixture();
+/// Two uploads every store refuses: the first fixture xorb with one byte flipped, and
+/// its body under the second xorb's hash.
+fn bad_xorb_bodies(f: &Fixture) -> [(&'static str, MerkleHash, Vec<u8>); 2] {
     let (x0, x1) = (&f.xorbs[0], &f.xorbs[1]);
     let mut corrupt = x0.body.clone();
     let mid = corrupt.len() / 2;
     corrupt[mid] ^= 0x55;
+    [
+        ("one byte flipped", x0.hash, corrupt),
+        ("body under another xorb's hash", x1.hash, x0.body.clone()),
+    ]
+}
+
+pub async fn xorb_pieces(cas: &dyn Cas) {
+    let f = fixture();
+    let x0 = &f.xorbs[0];
     let n = x0.body.len();
-    for (what, hash, body) in [
-        ("one byte flipped", x0.hash, &corrupt),
-        ("body under another xorb's hash", x1.hash, &x0.body),
-    ] {
+    for (what, hash, body) in bad_xorb_bodies(f) {
         expect_err(
-            cas.put_xorb_pieces(&hash, pieces_of(body, &[1, 9, n / 3]))
+            cas.put_xorb_pieces(&hash, pieces_of(&body, &[1, 9, n / 3]))
                 .await,
             &format!("xorb in pieces, {what}"),
             is_invalid_xorb,
@@ -548,16 +555,10 @@ fn received(body: &[u8], cuts: &[usize], hash: &MerkleHash) -> crate::ReceivedXo
 pub async fn received_xorbs(cas: &dyn Cas) {
     let f = fixture();
     let (x0, x1) = (&f.xorbs[0], &f.xorbs[1]);
-    let mut corrupt = x0.body.clone();
-    let mid = corrupt.len() / 2;
-    corrupt[mid] ^= 0x55;
     let n = x0.body.len();
     let cuts = [1, 8, 9, n / 3, n - 1, n];
-    for (what, hash, body) in [
-        ("one byte flipped", x0.hash, &corrupt),
-        ("body under another xorb's hash", x1.hash, &x0.body),
-    ] {
-        let r = received(body, &cuts, &hash);
+    for (what, hash, body) in bad_xorb_bodies(f) {
+        let r = received(&body, &cuts, &hash);
         assert!(!r.is_verified(), "receiver verified a bad xorb ({what})");
         expect_err(
             cas.put_received_xorb(&hash, r).await,
