@@ -236,10 +236,21 @@ impl<B: ObjectBackend> StoreCas<B> {
 #[async_trait::async_trait]
 impl<B: ObjectBackend> Cas for StoreCas<B> {
     async fn put_xorb(&self, hash: &MerkleHash, body: Bytes) -> Result<bool> {
+        self.put_received_xorb(hash, ReceivedXorb::unverified(body))
+            .await
+    }
+
+    /// One path for every xorb upload: already stored, nothing to do; verified as it
+    /// arrived, stored as it is; else verified in full here first.
+    async fn put_received_xorb(&self, hash: &MerkleHash, xorb: ReceivedXorb) -> Result<bool> {
         let key = ObjectKey::xorb(hash);
         if self.index.xorb_size(hash).is_some() || self.backend.exists(&key).await? {
             return Ok(false);
         }
+        let body = match xorb.into_valid(hash) {
+            Ok(valid) => return self.store_valid_xorb(&key, valid).await,
+            Err(body) => body,
+        };
         if body.len() as u64 > format::MAX_XORB_UPLOAD_BYTES {
             return Err(CasError::InvalidXorb {
                 hash: *hash,
@@ -255,19 +266,6 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
             .await?
             .map_err(|reason| CasError::InvalidXorb { hash: h, reason })?;
         self.store_valid_xorb(&key, valid).await
-    }
-
-    async fn put_received_xorb(&self, hash: &MerkleHash, xorb: ReceivedXorb) -> Result<bool> {
-        match xorb.into_valid(hash) {
-            Ok(valid) => {
-                let key = ObjectKey::xorb(hash);
-                if self.index.xorb_size(hash).is_some() || self.backend.exists(&key).await? {
-                    return Ok(false);
-                }
-                self.store_valid_xorb(&key, valid).await
-            }
-            Err(body) => self.put_xorb(hash, body).await,
-        }
     }
 
     async fn xorb_size(&self, hash: &MerkleHash) -> Result<Option<u64>> {
