@@ -130,7 +130,7 @@ impl FaultProxy {
         });
         let app = Router::new().fallback(handle).with_state(state.clone());
         let handle = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = axum::serve(xet_server::nodelay(listener), app).await;
         });
         FaultProxy { url, state, handle }
     }

@@ -89,7 +89,7 @@ impl TestServer {
         let router = wrap(router);
         let (tx, rx) = oneshot::channel::<()>();
         let handle = tokio::spawn(async move {
-            axum::serve(listener, router)
+            axum::serve(xet_server::nodelay(listener), router)
                 .with_graceful_shutdown(async move {
                     let _ = rx.await;
                 })
