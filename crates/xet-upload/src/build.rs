@@ -9,16 +9,15 @@ use xet_xorb::CompressionScheme;
 use crate::dedup::SealedXorb;
 use crate::error::{Result, UploadError};
 
-/// Serialize a sealed xorb at the end of `body`: every chunk compressed in
-/// parallel with the scheme [`xet_xorb::choose_scheme`] picks, falling back to storing
-/// it when that does not shrink it (as `XorbBuilder::add_chunk` does), appended in
-/// order: the footer-less upload body. Returns the xorb hash. Call on a rayon thread (or
-/// from `rayon::spawn`).
+/// Serialize a sealed xorb at the end of `body`: every chunk [`prepare`]d in parallel
+/// (unless the reader did it already, taken from `sealed.prepared`), appended in order:
+/// the footer-less upload body. Returns the xorb hash. Call on a rayon thread (or from
+/// `rayon::spawn`).
 ///
 /// Only compressed payloads are kept per chunk; a stored chunk goes to `body` from where
 /// it was read: copied once into a recycled buffer, or, in pieces ([`PiecesSink`]), not
 /// copied at all.
-pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Result<MerkleHash> {
+pub(crate) fn build_xorb(sealed: &mut SealedXorb, body: &mut impl BodySink) -> Result<MerkleHash> {
     if let Some((i, c)) =
         (sealed.data.iter().enumerate()).find(|(_, c)| c.len() > xet_xorb::MAX_CHUNK_SIZE)
     {
@@ -30,43 +29,24 @@ pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Resul
         )));
     }
     let want_crc = body.wants_crc64();
-    let built: Vec<BuiltChunk> = (0..sealed.chunks.len())
+    // Chunks the reader already compressed (see [`Speculation`]) are taken as they are.
+    let mut prepared = std::mem::take(&mut sealed.prepared);
+    prepared.resize_with(sealed.data.len(), || None);
+    let built: Vec<Prepared> = prepared
         .into_par_iter()
+        .enumerate()
         .map_init(
             || (Vec::new(), Vec::new()),
-            |(out, scratch), i| {
-                let c = &sealed.data[i][..];
-                // The chunk was last read when its block was hashed, up to a xorb ago:
-                // loading its cache lines first (independent loads) beats having the
-                // predictor and LZ4 wait on each in turn (client CPU 1.86-1.87 s ->
-                // 1.82-1.84 s per GiB sent to `xet serve`).
-                crate::sha::warm(c);
-                out.clear();
-                let scheme = xet_xorb::choose_scheme(c);
-                let (scheme, compressed) =
-                    match xet_xorb::try_compress_into(scheme, c, out, scratch) {
-                        CompressionScheme::None => (CompressionScheme::None, None),
-                        used => (used, Some(out.clone())),
-                    };
-                let payload = compressed.as_deref().unwrap_or(c);
-                let header = xet_xorb::ChunkHeader {
-                    compressed_size: payload.len() as u32,
-                    scheme,
-                    uncompressed_size: c.len() as u32,
-                }
-                .to_bytes();
-                // Now, while the chunk and its payload are in this core's cache, rather
-                // than in a pass over the whole body before it is sent.
-                let crc = want_crc.then(|| {
-                    let mut d = xet_cas::wire::Crc64Nvme::default();
-                    d.update(&header);
-                    d.update(payload);
-                    d.finalize()
-                });
-                BuiltChunk {
-                    header,
-                    compressed,
-                    crc,
+            |(out, scratch), (i, p)| match p {
+                Some(p) if p.crc.is_some() || !want_crc => p,
+                _ => {
+                    let c = &sealed.data[i][..];
+                    // The chunk was last read when its block was hashed, up to a xorb
+                    // ago: loading its cache lines first (independent loads) beats having
+                    // the predictor and LZ4 wait on each in turn (client CPU 1.86-1.87 s
+                    // -> 1.82-1.84 s per GiB sent to `xet serve`).
+                    crate::sha::warm(c);
+                    prepare(c, want_crc, out, scratch)
                 }
             },
         )
@@ -86,12 +66,87 @@ pub(crate) fn build_xorb(sealed: &SealedXorb, body: &mut impl BodySink) -> Resul
     Ok(xet_hash::xorb_hash(&entries))
 }
 
-/// One chunk made ready on the pool: its header, its compressed payload if compression
-/// paid (else the chunk is stored as it is), and, if the sink wants it, the CRC of both.
-struct BuiltChunk {
+/// One chunk made ready for its xorb: its header, its compressed payload if compression
+/// paid (else the chunk is stored as it is), and, if asked for, the CRC of both.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Prepared {
     header: [u8; xet_xorb::CHUNK_HEADER_LEN],
     compressed: Option<Vec<u8>>,
     crc: Option<u64>,
+}
+
+/// Compress chunk `c` with the scheme [`xet_xorb::choose_scheme`] picks, falling back to
+/// storing it when that does not shrink it (as `XorbBuilder::add_chunk` does); with
+/// `want_crc`, the CRC-64/NVME of its header and payload too, while both are in this
+/// core's cache. `out` and `scratch` are reused between calls.
+pub(crate) fn prepare(
+    c: &[u8],
+    want_crc: bool,
+    out: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
+) -> Prepared {
+    out.clear();
+    let scheme = xet_xorb::choose_scheme(c);
+    let (scheme, compressed) = match xet_xorb::try_compress_into(scheme, c, out, scratch) {
+        CompressionScheme::None => (CompressionScheme::None, None),
+        used => (used, Some(out.clone())),
+    };
+    let payload = compressed.as_deref().unwrap_or(c);
+    let header = xet_xorb::ChunkHeader {
+        compressed_size: payload.len() as u32,
+        scheme,
+        uncompressed_size: c.len() as u32,
+    }
+    .to_bytes();
+    let crc = want_crc.then(|| {
+        let mut d = xet_cas::wire::Crc64Nvme::default();
+        d.update(&header);
+        d.update(payload);
+        d.finalize()
+    });
+    Prepared {
+        header,
+        compressed,
+        crc,
+    }
+}
+
+/// Whether readers compress each chunk right after hashing it, while it is in the
+/// core's cache, rather than when its xorb is built, when it has to come from memory
+/// again (client CPU per GiB sent to `xet serve` about 0.05 s lower). A chunk that
+/// deduplicates wastes that work, so the dedup stage turns it off while most of what
+/// it sees is already stored (a re-upload, `--rehash`) and on again when it is not.
+#[derive(Debug)]
+pub(crate) struct Speculation {
+    on: std::sync::atomic::AtomicBool,
+    /// Whether the xorb bodies want each chunk's CRC ([`BodySink::wants_crc64`]).
+    crc: bool,
+}
+
+impl Speculation {
+    pub fn new(crc: bool) -> Self {
+        Speculation {
+            on: std::sync::atomic::AtomicBool::new(true),
+            crc,
+        }
+    }
+
+    /// `Some(want_crc)` if readers are to prepare chunks now.
+    pub fn wanted(&self) -> Option<bool> {
+        self.on
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then_some(self.crc)
+    }
+
+    /// The dedup stage found `new` of `bytes` new: go on preparing while at least half is.
+    pub fn observe(&self, new: u64, bytes: u64) {
+        if bytes > 0 {
+            self.on.store(
+                new.saturating_mul(2) >= bytes,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+    }
 }
 
 /// Where a xorb body is built, a chunk at a time.
@@ -206,13 +261,14 @@ mod tests {
             data.extend_from_slice(&c);
             datas.push(bytes::Bytes::from(c));
         }
-        let sealed = SealedXorb {
+        let mut sealed = SealedXorb {
             slot: 0,
             data: datas,
             chunks: chunks.clone(),
+            prepared: Vec::new(),
         };
         let mut body = Vec::new();
-        let got = build_xorb(&sealed, &mut body).unwrap();
+        let got = build_xorb(&mut sealed, &mut body).unwrap();
         let mut b = xet_xorb::XorbBuilder::new();
         let mut pos = 0;
         for (_, len) in &chunks {
@@ -226,7 +282,7 @@ mod tests {
         assert_eq!(info.num_chunks(), 70);
         // As pieces: the same bytes, and stored chunks are the data as it was, uncopied.
         let mut sink = PiecesSink::default();
-        assert_eq!(build_xorb(&sealed, &mut sink).unwrap(), got);
+        assert_eq!(build_xorb(&mut sealed, &mut sink).unwrap(), got);
         let pieces = sink.finish();
         assert_eq!(pieces.len(), body.len() as u64);
         assert_eq!(&pieces.concat()[..], &body[..]);
@@ -247,5 +303,97 @@ mod tests {
             shared >= stored,
             "{shared} pieces borrowed, {stored} random chunks"
         );
+    }
+
+    /// Chunks prepared by the reader (some, with and without CRCs, for a list shorter
+    /// than the chunks) give the same body as chunks prepared at build time.
+    #[test]
+    fn prepared_chunks_give_the_same_body() {
+        let datas: Vec<Bytes> = (0..40u64)
+            .map(|i| match i % 2 {
+                0 => xet_testdata::generate(xet_testdata::Kind::Float32, 30000, i),
+                _ => xet_testdata::generate(xet_testdata::Kind::Random, 9000, i),
+            })
+            .map(Bytes::from)
+            .collect();
+        let chunks: Vec<_> = datas
+            .iter()
+            .map(|d| (xet_hash::chunk_hash(d), d.len() as u32))
+            .collect();
+        let sealed = |prepared| SealedXorb {
+            slot: 0,
+            data: datas.clone(),
+            chunks: chunks.clone(),
+            prepared,
+        };
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        let some: Vec<Option<Prepared>> = (0..30)
+            .map(|i| match i % 3 {
+                0 => Some(prepare(&datas[i], true, &mut out, &mut scratch)),
+                1 => Some(prepare(&datas[i], false, &mut out, &mut scratch)),
+                _ => None,
+            })
+            .collect();
+        let mut want = Vec::new();
+        let hash = build_xorb(&mut sealed(Vec::new()), &mut want).unwrap();
+        let mut body = Vec::new();
+        assert_eq!(build_xorb(&mut sealed(some), &mut body).unwrap(), hash);
+        assert_eq!(body, want);
+
+        let mut want = PiecesSink::default();
+        build_xorb(&mut sealed(Vec::new()), &mut want).unwrap();
+        let want = want.finish();
+        let some: Vec<Option<Prepared>> = (0..30)
+            .map(|i| (i % 2 == 0).then(|| prepare(&datas[i], i % 4 == 0, &mut out, &mut scratch)))
+            .collect();
+        let mut sink = PiecesSink::default();
+        build_xorb(&mut sealed(some), &mut sink).unwrap();
+        let got = sink.finish();
+        assert_eq!(got.concat(), want.concat());
+        assert_eq!(got.crc64_nvme(), want.crc64_nvme());
+    }
+
+    /// A prepared chunk is taken as it is, not prepared again: one prepared as stored
+    /// although it compresses shows up stored in the body.
+    #[test]
+    fn a_prepared_chunk_is_taken_as_it_is() {
+        let d = Bytes::from(vec![5u8; 20000]);
+        let stored = Prepared {
+            header: xet_xorb::ChunkHeader {
+                compressed_size: d.len() as u32,
+                scheme: CompressionScheme::None,
+                uncompressed_size: d.len() as u32,
+            }
+            .to_bytes(),
+            compressed: None,
+            crc: None,
+        };
+        let mut sealed = SealedXorb {
+            slot: 0,
+            data: vec![d.clone()],
+            chunks: vec![(xet_hash::chunk_hash(&d), d.len() as u32)],
+            prepared: vec![Some(stored)],
+        };
+        let mut body = Vec::new();
+        let hash = build_xorb(&mut sealed, &mut body).unwrap();
+        assert_eq!(body.len(), xet_xorb::CHUNK_HEADER_LEN + d.len());
+        xet_xorb::verify_body(&body, Some(&hash), &xet_xorb::Limits::default()).unwrap();
+        // Without it, the chunk compresses.
+        let mut again = Vec::new();
+        build_xorb(&mut sealed, &mut again).unwrap();
+        assert!(again.len() < 1000, "{}", again.len());
+    }
+
+    #[test]
+    fn speculation_follows_what_is_new() {
+        let s = Speculation::new(true);
+        assert_eq!(s.wanted(), Some(true));
+        s.observe(10, 100);
+        assert_eq!(s.wanted(), None);
+        s.observe(5, 0); // nothing seen: no change
+        assert_eq!(s.wanted(), None);
+        s.observe(50, 100);
+        assert_eq!(s.wanted(), Some(true));
+        assert_eq!(Speculation::new(false).wanted(), Some(false));
     }
 }

@@ -9,6 +9,8 @@ use bytes::Bytes;
 use xet_hash::MerkleHash;
 use xet_shard::Shard;
 
+use crate::build::Prepared;
+
 /// A xorb a term points into: one formed in this session (by slot, its hash is known
 /// once it is built) or a stored one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -35,6 +37,8 @@ pub(crate) struct SealedXorb {
     pub data: Vec<Bytes>,
     /// `(chunk hash, length)` in order.
     pub chunks: Vec<(MerkleHash, u32)>,
+    /// Chunks the reader already compressed, by index (may be shorter than `data`).
+    pub prepared: Vec<Option<Prepared>>,
 }
 
 /// Parameters of the dedup rules and xorb limits.
@@ -167,7 +171,7 @@ pub(crate) struct FileDedup {
     /// verification entries.
     pub chunks: Vec<(MerkleHash, u64)>,
     /// Chunks received but not yet decided (waiting for enough look-ahead).
-    pending: VecDeque<(MerkleHash, Bytes)>,
+    pending: VecDeque<(MerkleHash, Bytes, Option<Prepared>)>,
     pub terms: Vec<TermRec>,
     /// Chunks this file stored as new: hash → (slot, index).
     own_new: HashMap<MerkleHash, (u32, u32)>,
@@ -218,6 +222,7 @@ struct OpenXorb {
     /// Total length of `data`.
     bytes: u64,
     chunks: Vec<(MerkleHash, u32)>,
+    prepared: Vec<Option<Prepared>>,
 }
 
 /// Session-wide dedup and packing state.
@@ -269,6 +274,7 @@ impl Session {
                     slot: o.slot,
                     data: o.data,
                     chunks: o.chunks,
+                    prepared: o.prepared,
                 });
             }
         }
@@ -341,22 +347,35 @@ impl Session {
         })
     }
 
-    /// Queue one chunk of the file (in file order).
+    /// [`push_prepared`](Self::push_prepared) with nothing prepared.
+    #[cfg(test)]
     pub fn push_chunk(&mut self, f: &mut FileDedup, hash: MerkleHash, data: Bytes) {
+        self.push_prepared(f, hash, data, None);
+    }
+
+    /// Queue one chunk of the file (in file order), with its compressed form for its
+    /// xorb if the reader made it (used if the chunk turns out new).
+    pub fn push_prepared(
+        &mut self,
+        f: &mut FileDedup,
+        hash: MerkleHash,
+        data: Bytes,
+        prepared: Option<Prepared>,
+    ) {
         f.chunks.push((hash, data.len() as u64));
-        f.pending.push_back((hash, data));
+        f.pending.push_back((hash, data, prepared));
     }
 
     /// Decide every queued chunk that can be decided; with `at_end` (no more chunks of
     /// this file will come) that is all of them.
     pub fn process(&mut self, f: &mut FileDedup, at_end: bool) {
-        while let Some((head, _)) = f.pending.front() {
+        while let Some((head, _, _)) = f.pending.front() {
             let head = *head;
             // 1. Continue the run in progress.
             if let Some(prev) = f.run {
                 match self.continues(prev, &head) {
                     Some(loc) => {
-                        let (_, data) = f.pending.pop_front().expect("non-empty");
+                        let (_, data, _) = f.pending.pop_front().expect("non-empty");
                         f.deduped_bytes += data.len() as u64;
                         f.last_new = false;
                         f.add_term(loc.xorb, loc.idx, data.len() as u64, true);
@@ -368,7 +387,7 @@ impl Session {
             }
             // 2. A repeat of a chunk this file stored as new: its own term, as hf_xet does.
             if let Some(&(slot, idx)) = f.own_new.get(&head) {
-                let (_, data) = f.pending.pop_front().expect("non-empty");
+                let (_, data, _) = f.pending.pop_front().expect("non-empty");
                 f.deduped_bytes += data.len() as u64;
                 f.last_new = false;
                 f.add_term(XorbRef::Session(slot), idx, data.len() as u64, false);
@@ -381,7 +400,7 @@ impl Session {
                     None | Some(true) => {
                         // (None at the end: the run reaches the end of the file.)
                         f.run = Some(loc);
-                        let (_, data) = f.pending.pop_front().expect("non-empty");
+                        let (_, data, _) = f.pending.pop_front().expect("non-empty");
                         f.deduped_bytes += data.len() as u64;
                         f.last_new = false;
                         f.add_term(loc.xorb, loc.idx, data.len() as u64, true);
@@ -391,8 +410,8 @@ impl Session {
                 }
             }
             // 4. New data.
-            let (hash, data) = f.pending.pop_front().expect("non-empty");
-            self.add_new(f, hash, data);
+            let (hash, data, prepared) = f.pending.pop_front().expect("non-empty");
+            self.add_new(f, hash, data, prepared);
         }
     }
 
@@ -406,7 +425,7 @@ impl Session {
         let mut n = 0usize;
         let mut bytes = 0u64;
         let mut prev = loc;
-        for (h, data) in &f.pending {
+        for (h, data, _) in &f.pending {
             if n > 0 {
                 match self.continues(prev, h) {
                     Some(l) => prev = l,
@@ -430,7 +449,13 @@ impl Session {
         f.own_new.contains_key(h) || self.locate(h).is_some()
     }
 
-    fn add_new(&mut self, f: &mut FileDedup, hash: MerkleHash, data: Bytes) {
+    fn add_new(
+        &mut self,
+        f: &mut FileDedup,
+        hash: MerkleHash,
+        data: Bytes,
+        prepared: Option<Prepared>,
+    ) {
         let len = data.len();
         let fits = self.open.as_ref().is_some_and(|o| {
             o.chunks.len() < self.params.xorb_max_chunks
@@ -443,6 +468,7 @@ impl Session {
                 data: Vec::new(),
                 bytes: 0,
                 chunks: Vec::new(),
+                prepared: Vec::new(),
             });
             self.next_slot += 1;
         }
@@ -455,6 +481,10 @@ impl Session {
             data
         });
         o.chunks.push((hash, len as u32));
+        if prepared.is_some() {
+            o.prepared.resize_with(idx as usize, || None);
+            o.prepared.push(prepared);
+        }
         let slot = o.slot;
         self.session.entry(hash).or_insert((slot, idx));
         f.own_new.entry(hash).or_insert((slot, idx));

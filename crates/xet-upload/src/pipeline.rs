@@ -87,6 +87,8 @@ struct Shared {
     /// Read blocks, open xorbs' data, xorb bodies.
     read_pool: BufPool,
     body_pool: BodyPool,
+    /// Whether readers compress chunks as they hash them.
+    speculation: Arc<crate::build::Speculation>,
 }
 
 struct SessionOutput {
@@ -415,6 +417,8 @@ async fn upload_files(
             opts.xorb_max_bytes as usize + xet_xorb::CHUNK_HEADER_LEN * opts.xorb_max_chunks,
             opts.max_xorbs_in_flight + 1,
         ),
+        // Bodies sent in pieces carry each chunk's CRC (see `upload_one`).
+        speculation: Arc::new(crate::build::Speculation::new(cas.takes_xorb_pieces())),
     });
 
     let (files_tx, files_rx) = mpsc::channel::<FileJob>(opts.max_files_in_flight);
@@ -624,12 +628,14 @@ async fn schedule(
         drop(permits);
         let (bs, g, c) = (o.block_size, global.clone(), shared.cancel.clone());
         let pool = shared.read_pool.clone();
+        let spec = shared.speculation.clone();
         tokio::task::spawn_blocking(move || {
             for (p, ftx) in readers {
                 if c.is_cancelled() {
                     return;
                 }
-                crate::read::read_file(&p, bs, ftx, g.clone(), pool.clone(), c.clone());
+                let spec = Some(spec.clone());
+                crate::read::read_file(&p, bs, ftx, g.clone(), pool.clone(), spec, c.clone());
             }
         });
         for job in jobs {
@@ -712,11 +718,14 @@ fn run_session(
                     }
                     let mut bytes = 0u64;
                     f.copy_new = !batch.mapped;
+                    let mut prepared = batch.prepared.into_iter();
                     for (h, d) in batch.chunks {
                         bytes += d.len() as u64;
-                        session.push_chunk(&mut f, h, d);
+                        session.push_prepared(&mut f, h, d, prepared.next().flatten());
                     }
+                    let new_before = f.new_bytes;
                     session.process(&mut f, false);
+                    shared.speculation.observe(f.new_bytes - new_before, bytes);
                     flush(&mut session)?;
                     shared.progress.processed(bytes);
                 }
@@ -780,13 +789,16 @@ async fn upload_xorbs(
 }
 
 async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
-    let XorbJob { sealed, _permit } = job;
+    let XorbJob {
+        mut sealed,
+        _permit,
+    } = job;
     let (tx, rx) = tokio::sync::oneshot::channel();
     if shared.cas.takes_xorb_pieces() {
         // Sent as pieces: stored chunks go out straight from where they were read.
         rayon::spawn(move || {
             let mut sink = crate::build::PiecesSink::default();
-            let built = crate::build::build_xorb(&sealed, &mut sink)
+            let built = crate::build::build_xorb(&mut sealed, &mut sink)
                 .map(|h| (h, sink.finish(), sealed.slot, sealed.chunks));
             let _ = tx.send(built);
         });
@@ -799,7 +811,7 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
             .map_err(|e| UploadError::Internal(format!("cannot allocate a xorb body: {e}")))?;
         let pool = shared.body_pool.clone();
         rayon::spawn(move || {
-            let built = crate::build::build_xorb(&sealed, &mut body).map(|h| {
+            let built = crate::build::build_xorb(&mut sealed, &mut body).map(|h| {
                 (
                     h,
                     XorbPieces::from(pool.to_bytes(body)),

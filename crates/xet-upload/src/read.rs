@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use xet_hash::MerkleHash;
 
+use crate::build::{Prepared, Speculation};
 use crate::cut::BlockCutter;
 use crate::error::UploadError;
 use crate::global::{AnswerRx, GlobalDedup};
@@ -24,6 +25,9 @@ use crate::pool::BufPool;
 /// Chunks of one block, in file order.
 pub(crate) struct Batch {
     pub chunks: Vec<(MerkleHash, Bytes)>,
+    /// Chunks compressed here already, by index (see [`Speculation`]); may be shorter
+    /// than `chunks`.
+    pub prepared: Vec<Option<Prepared>>,
     /// The chunks are slices of a mapped file, which hold no memory of their own; slices
     /// of a read buffer hold the whole buffer (see [`crate::dedup::FileDedup::copy_new`]).
     pub mapped: bool,
@@ -50,9 +54,11 @@ pub(crate) fn read_file(
     tx: mpsc::Sender<FileMsg>,
     global: Option<Arc<GlobalDedup>>,
     pool: BufPool,
+    speculation: Option<Arc<Speculation>>,
     cancel: CancellationToken,
 ) {
-    if let Err(e) = read_file_inner(path, block_size, &tx, global.as_ref(), pool, &cancel) {
+    let spec = speculation.as_deref();
+    if let Err(e) = read_file_inner(path, block_size, &tx, global.as_ref(), pool, spec, &cancel) {
         let _ = tx.blocking_send(FileMsg::Failed(e));
     }
 }
@@ -63,6 +69,7 @@ fn read_file_inner(
     tx: &mpsc::Sender<FileMsg>,
     global: Option<&Arc<GlobalDedup>>,
     pool: BufPool,
+    speculation: Option<&Speculation>,
     cancel: &CancellationToken,
 ) -> Result<(), UploadError> {
     let file = std::fs::File::open(path).map_err(|e| UploadError::input(path, e))?;
@@ -151,7 +158,7 @@ fn read_file_inner(
             datas.extend(cut.spanning.map(Bytes::from));
             datas.extend(cut.inside.into_iter().map(|r| block.slice(r)));
             drop(block);
-            let job = HashJob::start(datas);
+            let job = HashJob::start(datas, speculation.and_then(Speculation::wanted));
             if let Some(prev) = in_flight.replace(job) {
                 if !send_batch(tx, global, map.is_some(), &mut index, prev.wait()) {
                     return Ok(());
@@ -170,7 +177,7 @@ fn read_file_inner(
             .into_iter()
             .map(|c| (xet_hash::chunk_hash(&c), Bytes::from(c)))
             .collect();
-        if !send_batch(tx, global, map.is_some(), &mut index, last) {
+        if !send_batch(tx, global, map.is_some(), &mut index, (last, Vec::new())) {
             return Ok(());
         }
         let sha256 = sha.finish()?;
@@ -185,11 +192,15 @@ fn read_file_inner(
     })
 }
 
-/// Chunk hashes of one block computed on the rayon pool, or here for a small one.
+/// Chunk hashes of one block computed on the rayon pool, or here for a small one; and,
+/// if asked, each chunk prepared for its xorb (see [`Speculation`]).
 enum HashJob {
-    Done(Vec<(MerkleHash, Bytes)>),
-    Pending(std_mpsc::Receiver<Vec<(MerkleHash, Bytes)>>),
+    Done(Hashed),
+    Pending(std_mpsc::Receiver<Hashed>),
 }
+
+/// `(hash, data)` of each chunk, and what was prepared of them (empty if nothing).
+type Hashed = (Vec<(MerkleHash, Bytes)>, Vec<Option<Prepared>>);
 
 /// Below this many bytes a block's chunks are hashed on the reader's thread: waking a
 /// pool thread and waiting for its answer costs more than hashing them (a few hundred
@@ -197,25 +208,40 @@ enum HashJob {
 const HASH_HERE_BELOW: usize = 256 << 10;
 
 impl HashJob {
-    fn start(datas: Vec<Bytes>) -> HashJob {
+    /// `prepare`: `Some(want_crc)` to compress each chunk right after hashing it.
+    fn start(datas: Vec<Bytes>, prepare: Option<bool>) -> HashJob {
         if datas.iter().map(Bytes::len).sum::<usize>() < HASH_HERE_BELOW {
-            return HashJob::Done(
-                datas
-                    .into_iter()
-                    .map(|d| (xet_hash::chunk_hash(&d), d))
-                    .collect(),
-            );
+            let hashed = datas
+                .into_iter()
+                .map(|d| (xet_hash::chunk_hash(&d), d))
+                .collect();
+            return HashJob::Done((hashed, Vec::new()));
         }
         let (tx, rx) = std_mpsc::sync_channel(1);
         rayon::spawn(move || {
-            let hashes: Vec<MerkleHash> =
-                datas.par_iter().map(|d| xet_hash::chunk_hash(d)).collect();
-            let _ = tx.send(hashes.into_iter().zip(datas).collect());
+            let done: Vec<(MerkleHash, Option<Prepared>)> = datas
+                .par_iter()
+                .map_init(
+                    || (Vec::new(), Vec::new()),
+                    |(out, scratch), d| {
+                        let h = xet_hash::chunk_hash(d);
+                        let p = prepare.map(|crc| crate::build::prepare(d, crc, out, scratch));
+                        (h, p)
+                    },
+                )
+                .collect();
+            let (hashes, prepared): (Vec<_>, Vec<_>) = done.into_iter().unzip();
+            let prepared = if prepare.is_some() {
+                prepared
+            } else {
+                Vec::new()
+            };
+            let _ = tx.send((hashes.into_iter().zip(datas).collect(), prepared));
         });
         HashJob::Pending(rx)
     }
 
-    fn wait(self) -> Vec<(MerkleHash, Bytes)> {
+    fn wait(self) -> Hashed {
         match self {
             HashJob::Done(v) => v,
             // The job always sends unless it panicked, which rayon turns into an abort.
@@ -229,7 +255,7 @@ fn send_batch(
     global: Option<&Arc<GlobalDedup>>,
     mapped: bool,
     index: &mut u64,
-    chunks: Vec<(MerkleHash, Bytes)>,
+    (chunks, prepared): Hashed,
 ) -> bool {
     if chunks.is_empty() {
         return true;
@@ -243,6 +269,7 @@ fn send_batch(
     }
     tx.blocking_send(FileMsg::Batch(Batch {
         chunks,
+        prepared,
         mapped,
         answers,
     }))
@@ -414,6 +441,7 @@ mod tests {
                 tx,
                 None,
                 BufPool::new(64 << 10, 4),
+                None,
                 CancellationToken::new(),
             )
         });
@@ -450,9 +478,16 @@ mod tests {
         let path = d.path().join("f");
         std::fs::write(&path, &data).unwrap();
         let want = xet_chunk::chunk_data(&data);
-        for &bs in block_sizes {
+        // Without, and with chunks prepared for their xorbs as they are hashed (with and
+        // without their CRCs).
+        let specs = [None, Some(false), Some(true)];
+        for (&bs, spec) in block_sizes
+            .iter()
+            .flat_map(|b| specs.iter().map(move |s| (b, s)))
+        {
             let (tx, mut rx) = mpsc::channel(2);
             let p = path.clone();
+            let speculation = spec.map(|crc| Arc::new(Speculation::new(crc)));
             let h = tokio::task::spawn_blocking(move || {
                 read_file(
                     &p,
@@ -460,23 +495,42 @@ mod tests {
                     tx,
                     None,
                     BufPool::new(bs, 4),
+                    speculation,
                     CancellationToken::new(),
                 )
             });
             let mut got = Vec::new();
+            let mut prepared = Vec::new();
             let mut end = None;
             while let Some(m) = rx.recv().await {
                 match m {
-                    FileMsg::Batch(b) => got.extend(b.chunks),
+                    FileMsg::Batch(mut b) => {
+                        assert!(b.prepared.len() <= b.chunks.len());
+                        if spec.is_none() {
+                            assert!(b.prepared.is_empty());
+                        }
+                        b.prepared.resize_with(b.chunks.len(), || None);
+                        got.extend(b.chunks);
+                        prepared.extend(b.prepared);
+                    }
                     FileMsg::End { size, sha256 } => end = Some((size, sha256)),
                     FileMsg::Failed(e) => panic!("{e}"),
                 }
             }
             h.await.unwrap();
             assert_eq!(got.len(), want.len(), "length {len}, block size {bs}");
-            for (g, w) in got.iter().zip(&want) {
+            let (mut out, mut scratch) = (Vec::new(), Vec::new());
+            for ((g, w), p) in got.iter().zip(&want).zip(&prepared) {
                 assert_eq!(g.0, w.hash);
                 assert_eq!(&g.1[..], &data[w.range()]);
+                if let (Some(p), Some(crc)) = (p, spec) {
+                    let direct = crate::build::prepare(&g.1, *crc, &mut out, &mut scratch);
+                    assert_eq!(*p, direct, "length {len}, block size {bs}");
+                }
+            }
+            if spec.is_some() && bs >= HASH_HERE_BELOW && len > 2 * bs {
+                // Blocks hashed on the pool are prepared there.
+                assert!(prepared.iter().any(Option::is_some), "block size {bs}");
             }
             let (size, sha) = end.unwrap();
             assert_eq!(size, data.len() as u64);
@@ -507,6 +561,7 @@ mod bench {
                     tx,
                     None,
                     BufPool::new(bs, 4),
+                    None,
                     CancellationToken::new(),
                 )
             });
