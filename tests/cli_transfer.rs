@@ -193,7 +193,26 @@ fn bad_inputs_are_clear_errors() {
     let env = Env::new();
     let o = env.xet(&["upload", env.path("missing").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("missing"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("missing"), "{err}");
+    // The cause once, not again after the message that already includes it.
+    assert_eq!(err.matches("os error 2").count(), 1, "{err}");
+    #[cfg(unix)]
+    {
+        // A broken link in a tree is named as one; nothing is uploaded.
+        let tree = env.path("tree");
+        std::fs::create_dir(&tree).unwrap();
+        std::fs::write(tree.join("a"), b"a").unwrap();
+        std::os::unix::fs::symlink(env.path("gone"), tree.join("b")).unwrap();
+        let o = env.xet(&["upload", tree.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(3));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("symbolic link to") && err.contains("gone"),
+            "{err}"
+        );
+        assert!(o.stdout.is_empty());
+    }
     assert_eq!(env.xet(&["download", "not-a-hash"]).status.code(), Some(2));
     assert_eq!(
         env.xet(&["download", &"0".repeat(64), "--range", "9-3"])

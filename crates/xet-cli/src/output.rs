@@ -34,11 +34,67 @@ impl Out {
     }
 
     pub fn error(&self, f: &Failure) {
-        // One line: the error and its causes, most specific last.
-        let msg = format!("{:#}", f.error);
+        let msg = one_line(&f.error);
         if self.json {
             self.doc(&serde_json::json!({ "ok": false, "error": { "kind": f.code.name(), "code": f.code as u8, "message": msg } }));
         }
         eprintln!("xet: error: {msg}");
+    }
+}
+
+/// The error and its causes on one line, most specific last. A cause that the message
+/// so far already ends with (an error type whose text includes its source) is not
+/// repeated.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if msg.ends_with(&text) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&text);
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Like the library crates' errors: the text includes the source, which is also
+    /// the `source()`.
+    #[derive(Debug)]
+    struct Named {
+        path: String,
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Named {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}: {}", self.path, self.source)
+        }
+    }
+
+    impl std::error::Error for Named {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn causes_are_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
+        let e = anyhow::Error::new(Named {
+            path: "d/f".into(),
+            source: io,
+        });
+        assert_eq!(one_line(&e), "d/f: gone");
+        let e = e.context("upload failed");
+        assert_eq!(one_line(&e), "upload failed: d/f: gone");
+        let plain = anyhow::anyhow!("outer").context("top");
+        assert_eq!(one_line(&plain), "top: outer");
     }
 }

@@ -21,7 +21,7 @@ pub fn collect_files(roots: &[PathBuf]) -> Result<Vec<PathBuf>> {
 }
 
 fn visit(path: &Path, ancestors: &mut Vec<PathBuf>, out: &mut Vec<PathBuf>) -> Result<()> {
-    let meta = std::fs::metadata(path).map_err(|e| UploadError::input(path, e))?;
+    let meta = std::fs::metadata(path).map_err(|e| UploadError::input(path, explain(path, e)))?;
     if meta.is_file() {
         out.push(path.to_path_buf());
         return Ok(());
@@ -56,6 +56,24 @@ fn visit(path: &Path, ancestors: &mut Vec<PathBuf>, out: &mut Vec<PathBuf>) -> R
     }
     ancestors.pop();
     Ok(())
+}
+
+/// `e` from following `path`, said plainly when `path` is a symbolic link whose target
+/// does not exist (the bare "No such file or directory" reads as if the link were missing).
+fn explain(path: &Path, e: io::Error) -> io::Error {
+    if e.kind() != io::ErrorKind::NotFound {
+        return e;
+    }
+    match std::fs::read_link(path) {
+        Ok(target) => io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "symbolic link to {}, which does not exist (remove the link or point it at a file)",
+                target.display()
+            ),
+        ),
+        Err(_) => e,
+    }
 }
 
 #[cfg(test)]
@@ -97,5 +115,26 @@ mod tests {
         std::os::unix::fs::symlink(d.path(), d.path().join("sub/up")).unwrap();
         let err = collect_files(&[d.path().to_path_buf()]).unwrap_err();
         assert!(err.to_string().contains("loop"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_broken_symlink_is_named_as_one() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("a"), "a").unwrap();
+        std::os::unix::fs::symlink(d.path().join("gone"), d.path().join("b")).unwrap();
+        let err = collect_files(&[d.path().to_path_buf()]).unwrap_err();
+        match &err {
+            UploadError::Input { path, source } => {
+                assert_eq!(path, &d.path().join("b"));
+                assert_eq!(source.kind(), io::ErrorKind::NotFound);
+            }
+            other => panic!("{other:?}"),
+        }
+        let msg = err.to_string();
+        assert!(
+            msg.contains("symbolic link to") && msg.contains("gone"),
+            "{msg}"
+        );
     }
 }
