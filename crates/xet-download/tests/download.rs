@@ -835,21 +835,10 @@ async fn retryable_errors_are_retried() {
 
 #[tokio::test]
 async fn writer_destination_gets_verified_bytes() {
-    #[derive(Clone)]
-    struct Shared(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Shared {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
     let c = corpus();
     let (store, backend) = store(&c).await;
     let tmp = tempfile::tempdir().unwrap();
-    let out = Shared(Arc::new(Mutex::new(Vec::new())));
+    let out = xet_testdata::SharedBuf::default();
     let o = DownloadOptions {
         temp_dir: Some(tmp.path().to_path_buf()),
         ..opts()
@@ -865,13 +854,13 @@ async fn writer_destination_gets_verified_bytes() {
     .await
     .unwrap();
     assert_eq!(r.files[0].path, "-");
-    assert_eq!(*out.0.lock().unwrap(), c.files[3].data);
+    assert_eq!(out.contents(), c.files[3].data);
     // A range to a writer.
-    let out2 = Shared(Arc::new(Mutex::new(Vec::new())));
+    let out2 = xet_testdata::SharedBuf::default();
     let rq = DownloadRequest::to_writer(c.files[3].hash, Box::new(out2.clone()))
         .with_range(FileRange::new(5, Some(99)));
     get(store.clone(), vec![rq], o.clone()).await.unwrap();
-    assert_eq!(*out2.0.lock().unwrap(), &c.files[3].data[5..100]);
+    assert_eq!(out2.contents(), &c.files[3].data[5..100]);
     // A corrupt file writes nothing to the writer.
     let x = c
         .xorbs
@@ -889,7 +878,7 @@ async fn writer_destination_gets_verified_bytes() {
         x.info().chunks[1].offset as usize + 8 + 7,
     )
     .await;
-    let out3 = Shared(Arc::new(Mutex::new(Vec::new())));
+    let out3 = xet_testdata::SharedBuf::default();
     let mut failed = 0;
     for f in &c.files[..4] {
         let rq = DownloadRequest::to_writer(f.hash, Box::new(out3.clone()));
@@ -898,9 +887,7 @@ async fn writer_destination_gets_verified_bytes() {
         }
     }
     assert!(failed >= 1);
-    assert!(
-        out3.0.lock().unwrap().len() < c.files[..4].iter().map(|f| f.data.len()).sum::<usize>()
-    );
+    assert!(out3.contents().len() < c.files[..4].iter().map(|f| f.data.len()).sum::<usize>());
     assert!(
         leftovers(tmp.path()).is_empty(),
         "{:?}",

@@ -1015,30 +1015,17 @@ async fn xorb_data(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
 
     /// Log lines written while `f` runs on this thread.
     fn logged(f: impl FnOnce()) -> String {
-        #[derive(Clone, Default)]
-        struct Sink(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Sink {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let sink = Sink::default();
+        let sink = xet_testdata::SharedBuf::default();
         let out = sink.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(move || out.clone())
             .with_ansi(false)
             .finish();
         tracing::subscriber::with_default(subscriber, f);
-        let text = sink.0.lock().unwrap().clone();
-        String::from_utf8(text).unwrap()
+        String::from_utf8(sink.contents()).unwrap()
     }
 
     /// A body of three 1,000-byte frames, logged; `frames` of them are sent before it
