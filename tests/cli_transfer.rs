@@ -345,3 +345,136 @@ fn a_deleted_store_is_filled_again_with_the_same_cache() {
         assert!(std::fs::read(&out).unwrap() == std::fs::read(corpus.join(name)).unwrap());
     }
 }
+
+/// `-o` naming a device node, a FIFO or a symbolic link writes into it (through the
+/// link) and never replaces it; only a regular file is replaced. Device nodes are made
+/// with `mknod` (copies of /dev/null and /dev/full) so a regression cannot touch the
+/// machine's own; that part needs root, as CI runs.
+#[cfg(unix)]
+#[test]
+fn download_writes_into_devices_fifos_and_links_without_replacing_them() {
+    use std::os::unix::fs::FileTypeExt;
+    let env = Env::new();
+    let input = env.path("in.bin");
+    let data = xet_testdata::generate(xet_testdata::Kind::Random, 300_000, 7);
+    std::fs::write(&input, &data).unwrap();
+    let up = env.json(&["upload", input.to_str().unwrap()]);
+    let hash = up["files"][0]["hash"].as_str().unwrap().to_string();
+    let download = |out: &Path| env.xet(&["download", &hash, "-o", out.to_str().unwrap()]);
+    let is_char = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .unwrap()
+            .file_type()
+            .is_char_device()
+    };
+
+    // A FIFO: the reader gets every byte; the FIFO is still a FIFO.
+    let fifo = env.path("fifo");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || tx.send(std::fs::read(fifo).unwrap()));
+    }
+    let o = download(&fifo);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    // (A FIFO replaced by the download would leave the reader waiting for ever.)
+    let got = rx.recv_timeout(std::time::Duration::from_secs(120));
+    assert_eq!(got.expect("the FIFO's reader got nothing"), data);
+
+    // A symbolic link to a regular file: the target gets the file, the link stays.
+    let target = env.path("target.bin");
+    std::fs::write(&target, b"old contents").unwrap();
+    let link = env.path("link.bin");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let o = download(&link);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), data);
+
+    // A dangling link is refused (exit 3) and left as it is.
+    let dangling = env.path("dangling");
+    std::os::unix::fs::symlink(env.path("nowhere"), &dangling).unwrap();
+    let o = download(&dangling);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        std::fs::symlink_metadata(&dangling)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(!env.path("nowhere").exists());
+
+    let null = env.path("null");
+    if !Command::new("mknod")
+        .arg(&null)
+        .args(["c", "1", "3"])
+        .status()
+        .unwrap()
+        .success()
+    {
+        eprintln!("SKIP device nodes: mknod needs root");
+        return;
+    }
+    // A copy of /dev/null, directly and through a link: written into, left a device.
+    let o = download(&null);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(is_char(&null));
+    let null_link = env.path("null-link");
+    std::os::unix::fs::symlink(&null, &null_link).unwrap();
+    let o = download(&null_link);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(is_char(&null));
+    assert!(
+        std::fs::symlink_metadata(&null_link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+
+    // A copy of /dev/full: the write fails (exit 3, an output error), the device stays.
+    let full = env.path("full");
+    assert!(
+        Command::new("mknod")
+            .arg(&full)
+            .args(["c", "1", "7"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let o = download(&full);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("No space left"), "{err}");
+    assert!(is_char(&full));
+    // Nothing was left beside any of them.
+    let mut names: Vec<String> = std::fs::read_dir(env.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".part"))
+        .collect();
+    names.sort();
+    assert!(names.is_empty(), "left behind: {names:?}");
+}

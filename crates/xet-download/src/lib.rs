@@ -145,6 +145,7 @@
 
 mod cache;
 mod decode;
+mod dest;
 mod diagnose;
 mod error;
 mod fetch;

@@ -16,6 +16,7 @@ use xet_hash::MerkleHash;
 
 use crate::cache::{ChunkCache, FileTerm};
 use crate::decode;
+use crate::dest::{self, Target};
 use crate::error::{DownloadError, Result};
 use crate::fetch;
 use crate::fsio;
@@ -144,23 +145,11 @@ pub(crate) async fn download_file(
     } = req;
     let shown = dest.display();
     let (final_path, writer, _tmpdir) = match dest {
-        Destination::Path(p) => (p, None, None),
-        Destination::Writer(w) => {
-            let dir = match &shared.opts.temp_dir {
-                Some(d) => tempfile::Builder::new()
-                    .prefix("xet-download")
-                    .tempdir_in(d),
-                None => tempfile::Builder::new().prefix("xet-download").tempdir(),
-            }
-            .map_err(|e| {
-                DownloadError::io(
-                    "creating a temporary directory for",
-                    std::env::temp_dir(),
-                    e,
-                )
-            })?;
-            (dir.path().join("stdout"), Some(w), Some(dir))
-        }
+        Destination::Path(p) => match blocking(move || dest::resolve(&p)).await?? {
+            Target::Replace(p) => (p, None, None),
+            Target::WriteInto(p) => staged(&shared.opts, Box::new(dest::OpenOnWrite::new(p)))?,
+        },
+        Destination::Writer(w) => staged(&shared.opts, w)?,
     };
     let resumable = writer.is_none();
     if let Some(parent) = final_path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -188,8 +177,11 @@ pub(crate) async fn download_file(
         });
         let p = final_path.clone();
         blocking(move || finish_empty(&p)).await??;
-        if let Some(w) = writer {
-            drop(w);
+        if let Some(mut w) = writer {
+            // Opens a device or FIFO destination, so its reader sees the (empty) end.
+            blocking(move || w.flush())
+                .await?
+                .map_err(|e| DownloadError::io("writing", &shown, e))?;
         }
         shared.emit(ProgressEvent::FileFinished { index });
         return Ok(FileReport {
@@ -307,7 +299,7 @@ pub(crate) async fn download_file(
         _ = cancel.cancelled() => Err(DownloadError::Interrupted { file, resumable }),
     };
     let res = match res {
-        Ok(chunks) => verify_and_finish(&ctx, chunks, size, &final_path, writer).await,
+        Ok(chunks) => verify_and_finish(&ctx, chunks, size, &final_path, writer, &shown).await,
         Err(e) => Err(e),
     };
     if let Err(e) = &res {
@@ -341,6 +333,27 @@ pub(crate) async fn download_file(
         },
         elapsed_secs: started.elapsed().as_secs_f64(),
     })
+}
+
+type BoxWriter = Box<dyn std::io::Write + Send>;
+
+/// A writer destination: the file is assembled and verified in a temporary directory
+/// (kept alive by the returned guard) and copied to `w` only then.
+fn staged(
+    opts: &DownloadOptions,
+    w: BoxWriter,
+) -> Result<(PathBuf, Option<BoxWriter>, Option<tempfile::TempDir>)> {
+    let mut b = tempfile::Builder::new();
+    b.prefix("xet-download");
+    let dir = match &opts.temp_dir {
+        Some(d) => b.tempdir_in(d),
+        None => b.tempdir(),
+    }
+    .map_err(|e| {
+        let at = opts.temp_dir.clone().unwrap_or_else(std::env::temp_dir);
+        DownloadError::io("creating a temporary directory in", at, e)
+    })?;
+    Ok((dir.path().join("staged"), Some(w), Some(dir)))
 }
 
 fn finish_empty(dest: &Path) -> Result<()> {
@@ -931,6 +944,7 @@ async fn verify_and_finish(
     size: u64,
     final_path: &Path,
     writer: Option<Box<dyn std::io::Write + Send>>,
+    shown: &str,
 ) -> Result<()> {
     if ctx.whole {
         let n_terms = assembled.len();
@@ -995,6 +1009,7 @@ async fn verify_and_finish(
     let dest = final_path.to_path_buf();
     let journal = ctx.journal.as_ref().map(|j| j.path().to_path_buf());
     let c = ctx.clone();
+    let shown = PathBuf::from(shown);
     blocking(move || -> Result<()> {
         if let Some(direct) = lock(&c.write_turn).as_mut() {
             direct
@@ -1020,9 +1035,10 @@ async fn verify_and_finish(
             Some(mut w) => {
                 let mut f = File::open(&part_path)
                     .map_err(|e| DownloadError::io("reading", &part_path, e))?;
-                std::io::copy(&mut f, &mut w).map_err(|e| DownloadError::io("writing", "-", e))?;
+                std::io::copy(&mut f, &mut w)
+                    .map_err(|e| DownloadError::io("writing", &shown, e))?;
                 w.flush()
-                    .map_err(|e| DownloadError::io("writing", "-", e))?;
+                    .map_err(|e| DownloadError::io("writing", &shown, e))?;
                 let _ = fsio::remove_if_exists(&part_path);
             }
             None => {

@@ -12,7 +12,10 @@ use xet_hash::MerkleHash;
 /// Where a file's bytes go.
 pub enum Destination {
     /// A path. Data is written to `<path>.part` (with the resume journal
-    /// `<path>.part.jsonl` beside it), verified, fsynced and renamed into place.
+    /// `<path>.part.jsonl` beside it), verified, fsynced and renamed into place. A
+    /// symbolic link is followed (its target is replaced, the link stays); a device
+    /// node or FIFO is never replaced: the verified bytes are written into it, as for
+    /// a [`Destination::Writer`]. A directory or a dangling link is an output error.
     Path(PathBuf),
     /// A writer (e.g. stdout for `-o -`). The data is assembled and verified in a
     /// temporary file first and copied to the writer only once verified, so a failed
