@@ -74,10 +74,10 @@ impl std::fmt::Debug for BodyBuf {
 impl BodyBuf {
     /// Room for about `len` bytes.
     pub fn with_capacity(len: usize) -> BodyBuf {
-        if len >= MIN_POOLED {
-            if let Some(buf) = take(len) {
-                return BodyBuf(Inner::Pooled { buf, len: 0 });
-            }
+        if len >= MIN_POOLED
+            && let Some(buf) = take(len)
+        {
+            return BodyBuf(Inner::Pooled { buf, len: 0 });
         }
         BodyBuf(Inner::Plain(Vec::with_capacity(len)))
     }
@@ -190,10 +190,10 @@ mod tests {
             // Other tests may race for the pool; only check reuse when we got ours back.
             let again = BodyBuf::with_capacity(len);
             assert!(again.is_empty());
-            if let Inner::Pooled { buf, .. } = &again.0 {
-                if buf.as_ptr() as usize == ptr {
-                    assert!(buf.len() >= len);
-                }
+            if let Inner::Pooled { buf, .. } = &again.0
+                && buf.as_ptr() as usize == ptr
+            {
+                assert!(buf.len() >= len);
             }
         }
     }

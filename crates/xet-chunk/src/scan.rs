@@ -34,7 +34,11 @@ const UNROLL: usize = 4;
 
 // `tests/scan.rs` places matches around every multiple of 256 bytes to hit every strip and
 // segment border.
-const _: () = assert!(LONG_STRIP % 256 == 0 && MID_STRIP % 256 == 0 && SHORT_STRIP % 256 == 0);
+const _: () = assert!(
+    LONG_STRIP.is_multiple_of(256)
+        && MID_STRIP.is_multiple_of(256)
+        && SHORT_STRIP.is_multiple_of(256)
+);
 
 static TABLE: &[u64; 256] = &gearhash::DEFAULT_TABLE;
 

@@ -115,7 +115,7 @@ impl MerkleHash {
     /// Whether this chunk hash is eligible for a global dedup query on its own
     /// (draft §10.3.1; the first chunk of a file is eligible regardless).
     pub fn is_global_dedup_eligible(&self) -> bool {
-        self.word(3) % GLOBAL_DEDUP_MODULUS == 0
+        self.word(3).is_multiple_of(GLOBAL_DEDUP_MODULUS)
     }
 }
 

@@ -114,10 +114,11 @@ fn stored_opts() -> impl Strategy<Value = StoredOptions> {
 /// For a shard with no files and no xorbs, "tables present" and "absent" are the same bytes;
 /// the parser reports "present".
 fn normalize(mut s: Shard) -> Shard {
-    if s.files.is_empty() && s.cas.is_empty() {
-        if let Some(f) = &mut s.footer {
-            f.lookup_tables = true;
-        }
+    if s.files.is_empty()
+        && s.cas.is_empty()
+        && let Some(f) = &mut s.footer
+    {
+        f.lookup_tables = true;
     }
     s
 }

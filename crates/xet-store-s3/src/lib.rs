@@ -327,18 +327,18 @@ impl S3Backend {
         let endpoint = b
             .get_config_value(&AmazonS3ConfigKey::S3Endpoint)
             .or_else(|| b.get_config_value(&AmazonS3ConfigKey::Endpoint));
-        if let Some(e) = &endpoint {
-            if e.to_ascii_lowercase().starts_with("http://") {
-                let env_allows = b
-                    .get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp))
-                    .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-                if is_loopback_http(e) || config.allow_http {
-                    b = b.with_allow_http(true);
-                } else if !env_allows {
-                    return Err(CasError::Storage(format!(
-                        "{url}: endpoint {e} is plain HTTP to a non-loopback host; use https, or set AWS_ALLOW_HTTP=true to allow it"
-                    )));
-                }
+        if let Some(e) = &endpoint
+            && e.to_ascii_lowercase().starts_with("http://")
+        {
+            let env_allows = b
+                .get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp))
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+            if is_loopback_http(e) || config.allow_http {
+                b = b.with_allow_http(true);
+            } else if !env_allows {
+                return Err(CasError::Storage(format!(
+                    "{url}: endpoint {e} is plain HTTP to a non-loopback host; use https, or set AWS_ALLOW_HTTP=true to allow it"
+                )));
             }
         }
         let endpoint = endpoint.unwrap_or_else(|| "AWS".to_string());

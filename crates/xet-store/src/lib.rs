@@ -344,10 +344,8 @@ impl ObjectBackend for FsBackend {
                     return Err(e);
                 }
             };
-            if placed {
-                if let Some(parent) = dst.parent() {
-                    sync_dir(parent)?;
-                }
+            if placed && let Some(parent) = dst.parent() {
+                sync_dir(parent)?;
             }
             Ok(placed)
         })
@@ -386,12 +384,12 @@ impl ObjectBackend for FsBackend {
                     .try_clone()
                     .and_then(xet_mmap::MappedFile::map)
                     .map_err(|e| io_err(format!("mapping {}", path.display()), e))?;
-                if let Some(m) = mapped {
-                    if m.bytes().len() as u64 == size {
-                        return Ok(Some(
-                            Bytes::from_owner(m).slice(range.start as usize..range.end as usize),
-                        ));
-                    }
+                if let Some(m) = mapped
+                    && m.bytes().len() as u64 == size
+                {
+                    return Ok(Some(
+                        Bytes::from_owner(m).slice(range.start as usize..range.end as usize),
+                    ));
                 }
             }
             let mut buf = vec![0u8; range.len() as usize];

@@ -408,21 +408,21 @@ pub fn decode_chunks(
         c.decompress_into(&mut out.data, &mut scratch)?;
         out.chunk_ends.push(out.data.len() as u64);
     }
-    if let Some(e) = expected.num_chunks {
-        if e != out.num_chunks() {
-            return Err(XorbError::ChunkCount {
-                expected: e,
-                got: out.num_chunks(),
-            });
-        }
+    if let Some(e) = expected.num_chunks
+        && e != out.num_chunks()
+    {
+        return Err(XorbError::ChunkCount {
+            expected: e,
+            got: out.num_chunks(),
+        });
     }
-    if let Some(e) = expected.unpacked_len {
-        if e != out.data.len() as u64 {
-            return Err(XorbError::UnpackedLength {
-                expected: e,
-                got: out.data.len() as u64,
-            });
-        }
+    if let Some(e) = expected.unpacked_len
+        && e != out.data.len() as u64
+    {
+        return Err(XorbError::UnpackedLength {
+            expected: e,
+            got: out.data.len() as u64,
+        });
     }
     Ok(out)
 }

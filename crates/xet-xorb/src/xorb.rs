@@ -193,15 +193,15 @@ impl<'f> Walk<'f> {
                     actual: end,
                 });
             }
-            if let Some(&fu) = f.unpacked_chunk_offsets.get(i) {
-                if u64::from(fu) != unpacked + size {
-                    return Err(XorbError::FooterBoundary {
-                        chunk: i,
-                        field: "unpacked_chunk_offsets",
-                        footer: u64::from(fu),
-                        actual: unpacked + size,
-                    });
-                }
+            if let Some(&fu) = f.unpacked_chunk_offsets.get(i)
+                && u64::from(fu) != unpacked + size
+            {
+                return Err(XorbError::FooterBoundary {
+                    chunk: i,
+                    field: "unpacked_chunk_offsets",
+                    footer: u64::from(fu),
+                    actual: unpacked + size,
+                });
             }
         }
         if unpacked + size > self.limits.max_unpacked_bytes {
@@ -233,14 +233,14 @@ impl<'f> Walk<'f> {
                 out
             };
         let hash = xet_hash::chunk_hash(data);
-        if let Some(f) = self.footer {
-            if f.chunk_hashes[i] != hash {
-                return Err(XorbError::ChunkHash {
-                    chunk: i,
-                    expected: f.chunk_hashes[i],
-                    got: hash,
-                });
-            }
+        if let Some(f) = self.footer
+            && f.chunk_hashes[i] != hash
+        {
+            return Err(XorbError::ChunkHash {
+                chunk: i,
+                expected: f.chunk_hashes[i],
+                got: hash,
+            });
         }
         self.infos.push(ChunkInfo {
             hash,
@@ -266,13 +266,13 @@ impl<'f> Walk<'f> {
         if self.infos.is_empty() {
             return Err(XorbError::Empty);
         }
-        if let Some(n) = self.footer.map(XorbFooter::num_chunks) {
-            if n != self.infos.len() {
-                return Err(XorbError::ChunkCount {
-                    expected: n,
-                    got: self.infos.len(),
-                });
-            }
+        if let Some(n) = self.footer.map(XorbFooter::num_chunks)
+            && n != self.infos.len()
+        {
+            return Err(XorbError::ChunkCount {
+                expected: n,
+                got: self.infos.len(),
+            });
         }
         Ok(self.infos)
     }

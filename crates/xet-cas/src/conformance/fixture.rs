@@ -81,7 +81,11 @@ fn text_bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut v = Vec::with_capacity(len + 16);
     while v.len() < len {
         v.extend_from_slice(WORDS[(r.next() % WORDS.len() as u64) as usize].as_bytes());
-        v.push(if r.next() % 12 == 0 { b'\n' } else { b' ' });
+        v.push(if r.next().is_multiple_of(12) {
+            b'\n'
+        } else {
+            b' '
+        });
     }
     v.truncate(len);
     v

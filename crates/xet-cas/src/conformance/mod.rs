@@ -231,10 +231,10 @@ pub async fn read_file(
             out.len()
         ));
     }
-    if let (Some(t), Some(_)) = (r.terms.first(), range) {
-        if r.offset_into_first_range >= t.unpacked_length {
-            return Err("first term not trimmed to chunk granularity".into());
-        }
+    if let (Some(t), Some(_)) = (r.terms.first(), range)
+        && r.offset_into_first_range >= t.unpacked_length
+    {
+        return Err("first term not trimmed to chunk granularity".into());
     }
     let mut out = out.split_off(skip);
     let want = match range {

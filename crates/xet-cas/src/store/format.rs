@@ -88,10 +88,10 @@ impl XorbReceiver {
 
     /// `received` is the body so far: everything given before, and more.
     pub fn advance(&mut self, received: &[u8]) {
-        if let Some(v) = &mut self.verifier {
-            if v.advance(received).is_err() {
-                self.verifier = None;
-            }
+        if let Some(v) = &mut self.verifier
+            && v.advance(received).is_err()
+        {
+            self.verifier = None;
         }
     }
 

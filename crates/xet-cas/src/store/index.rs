@@ -140,13 +140,12 @@ impl Index {
                     unpacked: t.unpacked,
                 })
                 .collect();
-            if let Some(t) = f.terms.first() {
-                if let Some(h) = metas
+            if let Some(t) = f.terms.first()
+                && let Some(h) = metas
                     .get(&t.xorb)
                     .and_then(|m| m.chunk_hashes.get(t.chunks.start as usize))
-                {
-                    dedup.push((*h, t.xorb));
-                }
+            {
+                dedup.push((*h, t.xorb));
             }
             files.push((f.hash, Arc::new(FileEntry::new(terms))));
         }
