@@ -13,7 +13,7 @@ use xet_testdata::Rng;
 
 const SPEC: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/spec/draft-denis-xet-03.txt"
+    "/../../tests/vectors/spec/draft-denis-xet-03-appendix-b.txt"
 );
 
 /// The 256 constants of draft-denis-xet Appendix B, parsed from the draft text.
