@@ -121,10 +121,8 @@ impl LocalCache {
         for (path, len, _) in found {
             let remove = |why: &str| {
                 tracing::debug!(path = %path.display(), "shard cache: dropping ({why})");
-                if !read_only {
-                    if let Err(e) = fs::remove_file(&path) {
-                        tracing::warn!(path = %path.display(), "shard cache: cannot remove: {e}");
-                    }
+                if !read_only && let Err(e) = fs::remove_file(&path) {
+                    tracing::warn!(path = %path.display(), "shard cache: cannot remove: {e}");
                 }
             };
             if total + len > max_bytes {

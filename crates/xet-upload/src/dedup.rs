@@ -196,14 +196,14 @@ impl FileDedup {
     /// Append a term, merging it into the previous one when it continues it (same
     /// xorb, contiguous chunk indices) and `merge` allows.
     fn add_term(&mut self, xorb: XorbRef, idx: u32, len: u64, merge: bool) {
-        if merge {
-            if let Some(last) = self.terms.last_mut() {
-                if last.xorb == xorb && last.end == idx {
-                    last.end += 1;
-                    last.bytes += len;
-                    return;
-                }
-            }
+        if merge
+            && let Some(last) = self.terms.last_mut()
+            && last.xorb == xorb
+            && last.end == idx
+        {
+            last.end += 1;
+            last.bytes += len;
+            return;
         }
         self.terms.push(TermRec {
             xorb,
@@ -266,17 +266,17 @@ impl Session {
 
     /// Seal the open xorb (at the end of the upload).
     pub fn seal_open(&mut self) {
-        if let Some(o) = self.open.take() {
-            if !o.chunks.is_empty() {
-                debug_assert_eq!(self.slot_lens.len(), o.slot as usize);
-                self.slot_lens.push(o.chunks.len() as u32);
-                self.sealed.push(SealedXorb {
-                    slot: o.slot,
-                    data: o.data,
-                    chunks: o.chunks,
-                    prepared: o.prepared,
-                });
-            }
+        if let Some(o) = self.open.take()
+            && !o.chunks.is_empty()
+        {
+            debug_assert_eq!(self.slot_lens.len(), o.slot as usize);
+            self.slot_lens.push(o.chunks.len() as u32);
+            self.sealed.push(SealedXorb {
+                slot: o.slot,
+                data: o.data,
+                chunks: o.chunks,
+                prepared: o.prepared,
+            });
         }
     }
 
@@ -746,7 +746,7 @@ mod tests {
         ) {
             let p = DedupParams { min_run_chunks: min_run, min_run_bytes: 8000, xorb_max_chunks: max_chunks, xorb_max_bytes: max_bytes };
             // A chunk id always has the same length, as identical data would.
-            let len_of = |id: u32, len: usize| -> usize { if id % 2 == 0 { 1000 + id as usize * 10 } else { len.max(1) } };
+            let len_of = |id: u32, len: usize| -> usize { if id.is_multiple_of(2) { 1000 + id as usize * 10 } else { len.max(1) } };
             let mut lens = HashMap::new();
             let mut mk = |id: u32, len: usize| {
                 let l = *lens.entry(id).or_insert_with(|| len_of(id, len));

@@ -107,10 +107,10 @@ impl GlobalDedup {
         let cache = self.cache.clone();
         let parsed = tokio::task::spawn_blocking(move || {
             let parsed = ParsedShard::parse(&bytes, &xet_shard::Limits::default());
-            if let (Ok(_), Some(c)) = (&parsed, cache) {
-                if let Err(e) = c.save_shard(&bytes) {
-                    tracing::warn!("cannot cache a global dedup answer: {e}");
-                }
+            if let (Ok(_), Some(c)) = (&parsed, cache)
+                && let Err(e) = c.save_shard(&bytes)
+            {
+                tracing::warn!("cannot cache a global dedup answer: {e}");
             }
             parsed
         })

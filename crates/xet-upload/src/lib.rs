@@ -28,22 +28,26 @@
 //! # Pipeline
 //!
 //! ```text
-//! scheduler ─▶ reader per file (blocking thread + read-ahead thread; rayon: chunk hashes ‖ sha256;
-//!   │           starts global dedup queries)          ─▶ bounded channel per file
+//! scheduler ─▶ reader per file or group of small files (blocking thread + read thread +
+//!   │           sha256 thread; rayon: chunk hashes, and compression while most chunks
+//!   │           are new; starts global dedup queries) ─▶ bounded channel per file
 //!   └─────────▶ dedup stage (one blocking thread; files in input order, chunks in file order)
-//!                 ─▶ bounded channel of sealed xorbs ─▶ uploader (rayon: compression;
-//!                    ≤ max_xorbs_in_flight put_xorb at once) ─▶ shard(s) once all xorbs are stored
+//!                 ─▶ bounded channel of sealed xorbs ─▶ uploader (rayon: xorb bodies, compressing
+//!                    what the readers did not; ≤ max_xorbs_in_flight put_xorb at once)
+//!                 ─▶ shard(s) once all xorbs are stored
 //! ```
 //!
-//! Several files are read, chunked and hashed at once (up to `max_files_in_flight`, and
-//! within the `read_ahead_bytes` budget, reserved per file in input order, so the file
-//! being deduplicated always proceeds); each holds at most 5 blocks of `block_size`
-//! (8 MiB). At most `max_xorbs_in_flight` (4) xorbs of ≤ 64 MiB are being compressed or
-//! uploaded, plus the one being filled. Memory therefore stays flat whatever the input
-//! size (≈ 128 MiB read-ahead + 5 × 64 MiB xorbs + compressed copies; well under 1 GiB
-//! for a 10 GiB file). CPU work never runs on the async executor: reading, chunking and
-//! dedup run on blocking threads, hashing and compression on rayon. No lock is held
-//! across an `.await`.
+//! Several files are read, chunked and hashed at once (up to `max_files_in_flight` (16)
+//! readers, and within the `read_ahead_bytes` (128 MiB) budget, reserved per file in
+//! input order, so the file being deduplicated always proceeds); each holds at most 7
+//! blocks of `block_size` (8 MiB). Files of at most 256 KiB are read in groups (up to 64
+//! files or 4 MiB) by one reader; a file of one block is read, hashed and chunked on its
+//! reader's thread alone. At most `max_xorbs_in_flight` (4) xorbs of ≤ 64 MiB are being
+//! compressed or uploaded, plus the one being filled. Memory therefore stays flat
+//! whatever the input size (≈ 128 MiB read-ahead + 5 × 64 MiB xorbs + compressed copies;
+//! well under 1 GiB for a 10 GiB file). CPU work never runs on the async executor:
+//! reading, chunking, sha256 and dedup run on blocking threads, chunk hashes and
+//! compression on rayon. No lock is held across an `.await`.
 //!
 //! The dedup stage is sequential and processes files in input order, so the xorbs
 //! formed are a deterministic function of the inputs, the options and what the CAS and
@@ -105,7 +109,8 @@
 //! # Local cache and resume
 //!
 //! `cache_dir` (specific to one CAS endpoint; see [`cache_dir_for`]) holds
-//! `shard-cache/<shard hash>.mdb` and the resume journal `xorb-journal`: one line
+//! `shard-cache/<shard hash>.mdb`, the records of uploaded files
+//! `unchanged-files.json` (below) and the resume journal `xorb-journal`: one line
 //! `"<xorb hash string> <body length>\n"` appended after each successful `put_xorb`.
 //! A later upload that forms a xorb listed in the journal with the same body length asks
 //! `Cas::xorb_size` and skips `put_xorb` if the CAS has it (counted in
@@ -113,6 +118,19 @@
 //! are removed (the shard cache covers them from then on). Shards in the cache whose
 //! footer `key_expiry` is in the past are deleted when the cache is opened (0 means no
 //! expiry); beyond `shard_cache_max_bytes` the oldest (by modification time) are deleted.
+//! If the CAS turns out not to hold a xorb the shard cache says it does (the store was
+//! emptied or made anew), every cached shard is deleted and the upload runs again, once.
+//!
+//! # Unchanged files
+//!
+//! With a `cache_dir`, each uploaded file's identity on disk (size, modification and
+//! change times, inode, device) is recorded with its file hash, sha256 and term count. A
+//! later upload reports a file whose identity is the recorded one without reading it
+//! (`Totals::files_unchanged`), once the CAS confirms it still has the file at that size
+//! (`Cas::file_size`). A record counts only if the file was not modified within 2 s of
+//! being recorded. With [`UploadOptions::rehash`] such a file is chunked and hashed
+//! again instead, and reported from the record (`Totals::files_verified`) only if its
+//! file hash is still the recorded one; otherwise it is uploaded.
 //!
 //! # Dry run
 //!
@@ -127,6 +145,7 @@ mod cut;
 mod dedup;
 mod error;
 mod global;
+mod incremental;
 mod options;
 mod pipeline;
 mod pool;
@@ -140,11 +159,11 @@ mod unchanged;
 mod walk;
 
 pub use error::{Result, UploadError};
+pub use incremental::upload;
 pub use options::{
     DEFAULT_BLOCK_SIZE, DEFAULT_MIN_DEDUP_RUN_BYTES, DEFAULT_MIN_DEDUP_RUN_CHUNKS,
     DEFAULT_SHARD_CACHE_BYTES, DEFAULT_SHARD_MAX_BYTES, UploadOptions, cache_dir_for,
 };
-pub use pipeline::upload;
 pub use progress::{NoProgress, Progress};
 pub use report::{FileReport, Totals, UploadReport, hash_string};
 pub use walk::collect_files;

@@ -31,7 +31,8 @@ pub struct UploadOptions {
     pub global_dedup: bool,
     /// File read block size.
     pub block_size: usize,
-    /// Files being read and chunked ahead of the one being deduplicated.
+    /// Readers running ahead of the file being deduplicated, each reading one file or a
+    /// group of small ones.
     pub max_files_in_flight: usize,
     /// Memory budget for read-ahead across files, in bytes (the file being
     /// deduplicated always proceeds; see the crate docs).

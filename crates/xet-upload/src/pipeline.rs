@@ -1,6 +1,11 @@
-//! The upload orchestration: scheduler → readers → dedup stage → xorb uploader → shards.
+//! The upload pipeline, by stage: the scheduler starts readers (`read.rs`) in input
+//! order, the dedup stage decides every chunk and seals xorbs, the uploader builds and
+//! stores them, and once all are stored the shards are sent.
+//!
+//! [`upload_files`] reads top to bottom in that order; the stages follow it in this file.
 
 use std::collections::{HashMap, HashSet};
+use std::iter::Peekable;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -10,327 +15,41 @@ use bytes::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use xet_cas::{Cas, CasError, XorbPieces};
+use xet_cas::{Cas, XorbPieces};
 use xet_hash::MerkleHash;
+use xet_shard::Shard;
 
+use crate::build::Speculation;
 use crate::cache::{LocalCache, now_secs};
 use crate::dedup::{DedupParams, FileDedup, KnownIndex, SealedXorb, Session, TermRec, XorbRef};
 use crate::error::{Result, UploadError};
-use crate::global::GlobalDedup;
+use crate::global::{AnswerRx, GlobalDedup};
 use crate::options::UploadOptions;
 use crate::pool::{BodyPool, BufPool};
 use crate::progress::Progress;
-use crate::read::{BLOCKS_PER_FILE, FileMsg};
+use crate::read::{BLOCKS_PER_FILE, Batch, FileMsg};
 use crate::report::{FileReport, Totals, UploadReport};
 use crate::shards::{FileRecord, build_shards};
-use crate::unchanged::{self, Identity, Unchanged};
-use futures_util::StreamExt;
 
-/// Read-ahead budget unit (semaphore permits are u32).
-const BUDGET_UNIT: u64 = 64 << 10;
-
-/// One file handed from the scheduler to the dedup stage, in input order.
-struct FileJob {
-    path: PathBuf,
-    rx: mpsc::Receiver<FileMsg>,
-    /// Released when the dedup stage is done with the file (with the last file of a
-    /// group of small files, which share them).
-    _permits: Arc<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
-}
-
-/// Files up to this size are read in groups: one reader task reads the files of a group
-/// one after the other. Per file, starting a reader and handing its results over cost
-/// more than reading and hashing it (20,000 files of ~70 bytes spent most of their time
-/// switching threads).
-const SMALL_FILE: u64 = 256 << 10;
-/// At most this many files, or this many bytes, in a group.
-const GROUP_FILES: usize = 64;
-const GROUP_BYTES: u64 = 4 << 20;
-
-/// A sealed xorb with its in-flight permit.
-struct XorbJob {
-    sealed: SealedXorb,
-    _permit: OwnedSemaphorePermit,
-}
-
-/// A xorb built (and, unless a dry run, stored).
-struct BuiltXorb {
-    slot: u32,
-    hash: MerkleHash,
-    chunks: Vec<(MerkleHash, u32)>,
-    body_len: u64,
-    sent: bool,
-    resumed: bool,
-}
-
-/// Why the dedup stage stopped.
-enum StageError {
-    Failed(UploadError),
-    /// The uploader went away (it has the real error).
-    DownstreamClosed,
-}
-
-impl From<UploadError> for StageError {
-    fn from(e: UploadError) -> Self {
-        StageError::Failed(e)
-    }
-}
-
+/// What every stage shares.
 struct Shared {
     cas: Arc<dyn Cas>,
     opts: UploadOptions,
     progress: Arc<dyn Progress>,
     cancel: CancellationToken,
     cache: Option<Arc<LocalCache>>,
+    /// Resume journal: xorb hash → body length.
     journal: HashMap<MerkleHash, u64>,
     handle: tokio::runtime::Handle,
     /// Read blocks, open xorbs' data, xorb bodies.
     read_pool: BufPool,
     body_pool: BodyPool,
     /// Whether readers compress chunks as they hash them.
-    speculation: Arc<crate::build::Speculation>,
-}
-
-struct SessionOutput {
-    files: Vec<FileRecord>,
-    chunks: u64,
-    new_chunks: u64,
-}
-
-/// Passes events on, adding the files and bytes of every `start` to those before: the
-/// `rehash` check of recorded files and the upload of the rest form one progress.
-struct CountedProgress {
-    inner: Arc<dyn Progress>,
-    started: std::sync::Mutex<(usize, u64)>,
-}
-
-impl CountedProgress {
-    fn new(inner: Arc<dyn Progress>) -> Self {
-        CountedProgress {
-            inner,
-            started: std::sync::Mutex::new((0, 0)),
-        }
-    }
-}
-
-impl Progress for CountedProgress {
-    fn start(&self, files: usize, total_bytes: u64) {
-        let (f, b) = {
-            let mut s = self.started.lock().unwrap_or_else(|e| e.into_inner());
-            s.0 += files;
-            s.1 += total_bytes;
-            *s
-        };
-        self.inner.start(f, b);
-    }
-    fn processed(&self, bytes: u64) {
-        self.inner.processed(bytes);
-    }
-    fn uploaded(&self, bytes: u64) {
-        self.inner.uploaded(bytes);
-    }
-    fn file_done(&self, file: &crate::report::FileReport) {
-        self.inner.file_done(file);
-    }
-}
-
-/// See the crate documentation.
-pub async fn upload(
-    cas: Arc<dyn Cas>,
-    inputs: &[PathBuf],
-    options: &UploadOptions,
-    progress: Arc<dyn Progress>,
-) -> Result<UploadReport> {
-    let Some(dir) = options.cache_dir.clone() else {
-        return upload_files(cas, inputs, options, progress).await;
-    };
-    let trust_records = !options.rehash;
-    let started = Instant::now();
-    let before_ns = unchanged::now_ns();
-    // Files whose on-disk identity matches an earlier upload to this CAS.
-    let list = inputs.to_vec();
-    let (mut known, looked) = blocking(move || {
-        let known = Unchanged::load(&dir);
-        let looked: Vec<(Option<Identity>, Option<unchanged::Entry>)> = list
-            .iter()
-            .map(|p| {
-                let id = std::fs::metadata(p)
-                    .ok()
-                    .filter(|m| m.is_file() && m.len() > 0)
-                    .and_then(|m| Identity::of(&m));
-                // With `rehash`, a recorded file is read again and checked (below).
-                let entry = id.as_ref().and_then(|id| known.lookup(p, id).cloned());
-                (id, entry)
-            })
-            .collect();
-        Ok((known, looked))
-    })
-    .await?;
-    // ... and that the CAS still has at that size.
-    let confirmed: Vec<bool> = futures_util::stream::iter(looked.iter().map(|(_, e)| e.clone()))
-        .map(|e| {
-            let cas = cas.clone();
-            async move {
-                match e {
-                    Some(e) => {
-                        matches!(cas.file_size(&e.hash).await, Ok(Some(n)) if n == e.identity.size)
-                    }
-                    None => false,
-                }
-            }
-        })
-        .buffered(16)
-        .collect()
-        .await;
-    // With `rehash`, a recorded file counts as unchanged only if it still has the
-    // recorded content: its file hash is computed again (chunking and chunk hashes only,
-    // which is what makes this cheaper than an upload) and must equal the recorded one.
-    // Equal file hashes mean equal bytes, so the recorded sha256 and terms still hold; a
-    // file that differs goes through the full upload below.
-    let mut confirmed = confirmed;
-    let progress_for_rest: Arc<dyn Progress> = if trust_records {
-        progress.clone()
-    } else {
-        let check: Vec<(PathBuf, unchanged::Entry)> = inputs
-            .iter()
-            .zip(&confirmed)
-            .zip(&looked)
-            .filter_map(|((p, ok), (_, e))| e.clone().filter(|_| *ok).map(|e| (p.clone(), e)))
-            .collect();
-        let counted = Arc::new(CountedProgress::new(progress.clone()));
-        if !check.is_empty() {
-            counted.start(
-                check.len(),
-                check.iter().map(|(_, e)| e.identity.size).sum(),
-            );
-            let cancel = options.cancel.clone().unwrap_or_default();
-            let prog = counted.clone();
-            let same: Vec<bool> = blocking(move || {
-                let mut same = Vec::with_capacity(check.len());
-                for (path, e) in &check {
-                    let mut observe = |n: u64| {
-                        prog.processed(n);
-                        !cancel.is_cancelled()
-                    };
-                    match crate::scan::scan_file_observed(path, false, &mut observe) {
-                        Ok(s) => same.push(s.size == e.identity.size && s.file_hash() == e.hash),
-                        Err(_) if cancel.is_cancelled() => return Err(UploadError::Interrupted),
-                        // Unreadable now: the upload below reports it.
-                        Err(_) => same.push(false),
-                    }
-                }
-                Ok(same)
-            })
-            .await?;
-            let mut same = same.into_iter();
-            for (ok, (_, e)) in confirmed.iter_mut().zip(&looked) {
-                if *ok && e.is_some() {
-                    *ok = same.next().unwrap_or(false);
-                }
-            }
-        }
-        counted
-    };
-    let rest: Vec<PathBuf> = inputs
-        .iter()
-        .zip(&confirmed)
-        .filter(|(_, ok)| !**ok)
-        .map(|(p, _)| p.clone())
-        .collect();
-    let inner = if rest.is_empty() {
-        UploadReport {
-            dry_run: options.dry_run,
-            files: Vec::new(),
-            totals: Totals::default(),
-        }
-    } else {
-        match upload_files(cas.clone(), &rest, options, progress_for_rest.clone()).await {
-            // The shard named a xorb that dedup against the local shard cache took as
-            // stored, and the CAS lacks it (a store deleted and made anew at the same
-            // place, or emptied by its operator): the cache describes another store.
-            // Drop it and upload again, once; xorbs stored meanwhile are not sent twice.
-            Err(UploadError::Cas(CasError::MissingXorb { hash })) => {
-                let dir = options.cache_dir.clone().unwrap_or_default();
-                let dropped = blocking(move || crate::cache::drop_shards(&dir)).await?;
-                tracing::warn!(
-                    "the CAS does not hold xorb {hash}, which the local shard cache refers to; \
-                     dropped {dropped} cached shards and uploading again"
-                );
-                let progress = Arc::new(CountedProgress::new(progress_for_rest));
-                upload_files(cas, &rest, options, progress).await?
-            }
-            r => r?,
-        }
-    };
-
-    // Merge in input order; remember what was uploaded for next time.
-    let mut uploaded = inner.files.into_iter();
-    let mut files = Vec::with_capacity(inputs.len());
-    let mut totals = inner.totals;
-    for ((path, ok), (id, entry)) in inputs.iter().zip(&confirmed).zip(&looked) {
-        match (ok, entry) {
-            (true, Some(e)) => {
-                let f = FileReport {
-                    path: path.clone(),
-                    hash: e.hash,
-                    size: e.identity.size,
-                    sha256: e.sha256.clone(),
-                    new_bytes: 0,
-                    deduped_bytes: e.identity.size,
-                    terms: e.terms,
-                };
-                progress.file_done(&f);
-                totals.files += 1;
-                if trust_records {
-                    totals.files_unchanged += 1;
-                } else {
-                    totals.files_verified += 1;
-                }
-                totals.bytes += f.size;
-                totals.deduped_bytes += f.size;
-                files.push(f);
-            }
-            _ => {
-                let f = uploaded.next().ok_or_else(|| {
-                    UploadError::Internal("upload reported fewer files than it was given".into())
-                })?;
-                match id {
-                    Some(id) if id.size == f.size => known.record(
-                        path,
-                        unchanged::Entry {
-                            identity: *id,
-                            hash: f.hash,
-                            sha256: f.sha256.clone(),
-                            terms: f.terms,
-                            recorded_ns: before_ns,
-                        },
-                    ),
-                    _ => known.forget(path),
-                }
-                files.push(f);
-            }
-        }
-    }
-    if !options.dry_run {
-        let saved = blocking(move || {
-            known
-                .save()
-                .map_err(|e| UploadError::Internal(e.to_string()))
-        });
-        if let Err(e) = saved.await {
-            tracing::warn!("cannot record the uploaded files' identities: {e}");
-        }
-    }
-    totals.elapsed = started.elapsed();
-    Ok(UploadReport {
-        dry_run: options.dry_run,
-        files,
-        totals,
-    })
+    speculation: Arc<Speculation>,
 }
 
 /// Upload `inputs`, reading every one.
-async fn upload_files(
+pub(crate) async fn upload_files(
     cas: Arc<dyn Cas>,
     inputs: &[PathBuf],
     options: &UploadOptions,
@@ -343,8 +62,58 @@ async fn upload_files(
     // Stops every stage if this future is dropped.
     let _guard = cancel.clone().drop_guard();
 
+    let sizes = stat_inputs(inputs).await?;
+    progress.start(sizes.len(), sizes.iter().map(|s| s.1).sum());
+    let local = open_cache(&opts).await?;
+    let shared = Arc::new(Shared::new(
+        cas,
+        opts,
+        progress,
+        cancel,
+        local.cache,
+        local.journal,
+    ));
+    let global = start_global_dedup(&shared, &local.index);
+    let (output, xorbs) =
+        run_stages(sizes, &shared, global.clone(), local.index, &user_cancel).await?;
+
+    let files: Vec<FileReport> = output.files.iter().map(FileRecord::report).collect();
+    let xorbs = Arc::new(xorbs);
+    let shards = make_shards(output.files, xorbs.clone(), shared.opts.shard_max_bytes).await?;
+    let (shards_sent, shard_bytes_sent) = send_shards(shards, &shared, &user_cancel).await?;
+    tidy_journal(&shared, &xorbs).await;
+
+    let mut totals = Totals {
+        chunks: output.chunks,
+        new_chunks: output.new_chunks,
+        shards_sent,
+        shard_bytes_sent,
+        ..Totals::default()
+    };
+    count_files_and_xorbs(&mut totals, &files, &xorbs, global.as_deref());
+    totals.elapsed = started.elapsed();
+    Ok(UploadReport {
+        dry_run: shared.opts.dry_run,
+        files,
+        totals,
+    })
+}
+
+/// Run `f` on a blocking thread: file system and CPU-heavy work stays off the executor.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| UploadError::Internal(format!("worker failed: {e}")))?
+}
+
+// ---- Setup ----
+
+/// Each input's size; an input that is not a regular file fails the upload.
+async fn stat_inputs(inputs: &[PathBuf]) -> Result<Vec<(PathBuf, u64)>> {
     let inputs = inputs.to_vec();
-    let sizes = blocking(move || {
+    blocking(move || {
         inputs
             .into_iter()
             .map(|p| {
@@ -358,9 +127,19 @@ async fn upload_files(
             })
             .collect::<Result<Vec<_>>>()
     })
-    .await?;
-    progress.start(sizes.len(), sizes.iter().map(|s| s.1).sum());
+    .await
+}
 
+/// The local cache directory as opened.
+struct OpenedCache {
+    /// `None` without a cache directory.
+    cache: Option<Arc<LocalCache>>,
+    journal: HashMap<MerkleHash, u64>,
+    /// The xorbs and chunks the cached shards describe.
+    index: Arc<KnownIndex>,
+}
+
+async fn open_cache(opts: &UploadOptions) -> Result<OpenedCache> {
     let (cache, contents) = match &opts.cache_dir {
         Some(dir) => {
             let (dir, max, ro) = (dir.clone(), opts.shard_cache_max_bytes, opts.dry_run);
@@ -369,65 +148,97 @@ async fn upload_files(
         }
         None => (None, Default::default()),
     };
-    let cache_index = {
-        let shards = contents.shards;
-        Arc::new(
-            blocking(move || {
-                let mut k = KnownIndex::new();
-                for s in &shards {
-                    k.add_shard(s);
-                }
-                Ok(k)
-            })
-            .await?,
-        )
-    };
+    let shards = contents.shards;
+    let index = blocking(move || {
+        let mut k = KnownIndex::new();
+        for s in &shards {
+            k.add_shard(s);
+        }
+        Ok(k)
+    })
+    .await?;
     tracing::debug!(
-        xorbs = cache_index.num_xorbs(),
+        xorbs = index.num_xorbs(),
         journal = contents.journal.len(),
         "local cache loaded"
     );
-
-    let handle = tokio::runtime::Handle::current();
-    let global = opts.global_dedup.then(|| {
-        Arc::new(GlobalDedup::new(
-            cas.clone(),
-            handle.clone(),
-            opts.max_dedup_queries_in_flight,
-            cache_index.clone(),
-            if opts.dry_run { None } else { cache.clone() },
-            cancel.clone(),
-        ))
-    });
-    let shared = Arc::new(Shared {
-        cas: cas.clone(),
-        opts: opts.clone(),
-        progress: progress.clone(),
-        cancel: cancel.clone(),
-        cache: cache.clone(),
+    Ok(OpenedCache {
+        cache,
         journal: contents.journal,
-        handle: handle.clone(),
-        read_pool: BufPool::new(
-            opts.block_size,
-            (opts.read_ahead_bytes / opts.block_size as u64) as usize + 4,
-        ),
-        // The largest body: every chunk stored as it is (a compressed payload is kept
-        // only when smaller), plus the headers.
-        body_pool: BodyPool::new(
-            opts.xorb_max_bytes as usize + xet_xorb::CHUNK_HEADER_LEN * opts.xorb_max_chunks,
-            opts.max_xorbs_in_flight + 1,
-        ),
-        // Bodies sent in pieces carry each chunk's CRC (see `upload_one`).
-        speculation: Arc::new(crate::build::Speculation::new(cas.takes_xorb_pieces())),
-    });
+        index: Arc::new(index),
+    })
+}
 
+impl Shared {
+    fn new(
+        cas: Arc<dyn Cas>,
+        opts: UploadOptions,
+        progress: Arc<dyn Progress>,
+        cancel: CancellationToken,
+        cache: Option<Arc<LocalCache>>,
+        journal: HashMap<MerkleHash, u64>,
+    ) -> Shared {
+        Shared {
+            read_pool: BufPool::new(
+                opts.block_size,
+                (opts.read_ahead_bytes / opts.block_size as u64) as usize + 4,
+            ),
+            // The largest body: every chunk stored as it is (a compressed payload is kept
+            // only when smaller), plus the headers.
+            body_pool: BodyPool::new(
+                opts.xorb_max_bytes as usize + xet_xorb::CHUNK_HEADER_LEN * opts.xorb_max_chunks,
+                opts.max_xorbs_in_flight + 1,
+            ),
+            // Bodies sent in pieces carry each chunk's CRC (see `upload_one`).
+            speculation: Arc::new(Speculation::new(cas.takes_xorb_pieces())),
+            handle: tokio::runtime::Handle::current(),
+            cas,
+            opts,
+            progress,
+            cancel,
+            cache,
+            journal,
+        }
+    }
+}
+
+/// The global dedup client, if enabled; its answers go to the shard cache unless a dry run.
+fn start_global_dedup(shared: &Shared, index: &Arc<KnownIndex>) -> Option<Arc<GlobalDedup>> {
+    let o = &shared.opts;
+    o.global_dedup.then(|| {
+        Arc::new(GlobalDedup::new(
+            shared.cas.clone(),
+            shared.handle.clone(),
+            o.max_dedup_queries_in_flight,
+            index.clone(),
+            if o.dry_run {
+                None
+            } else {
+                shared.cache.clone()
+            },
+            shared.cancel.clone(),
+        ))
+    })
+}
+
+// ---- Stages ----
+
+/// Run the scheduler, the dedup stage and the xorb uploader until every xorb is stored,
+/// a stage fails or the caller cancels.
+async fn run_stages(
+    files: Vec<(PathBuf, u64)>,
+    shared: &Arc<Shared>,
+    global: Option<Arc<GlobalDedup>>,
+    cache_index: Arc<KnownIndex>,
+    user_cancel: &CancellationToken,
+) -> Result<(SessionOutput, Vec<BuiltXorb>)> {
+    let opts = &shared.opts;
     let (files_tx, files_rx) = mpsc::channel::<FileJob>(opts.max_files_in_flight);
     let (xorb_tx, xorb_rx) = mpsc::channel::<XorbJob>(opts.max_xorbs_in_flight);
-    let scheduler = tokio::spawn(schedule(sizes, files_tx, shared.clone(), global.clone()));
+    let scheduler = tokio::spawn(schedule(files, files_tx, shared.clone(), global));
     let uploader = tokio::spawn(upload_xorbs(xorb_rx, shared.clone()));
     let session = {
         let shared = shared.clone();
-        let cache_index = cache_index.clone();
         tokio::task::spawn_blocking(move || run_session(files_rx, xorb_tx, &shared, cache_index))
     };
 
@@ -437,106 +248,9 @@ async fn upload_files(
     };
     scheduler.abort();
     if result.is_err() {
-        cancel.cancel();
+        shared.cancel.cancel();
     }
-    let (output, xorbs) = result?;
-
-    // Shards, once every xorb is stored (built off the executor: a large upload has
-    // many terms).
-    let files: Vec<FileReport> = output.files.iter().map(FileRecord::report).collect();
-    let xorbs = Arc::new(xorbs);
-    let shard_max = opts.shard_max_bytes;
-    let shards = {
-        let xorbs = xorbs.clone();
-        let records = output.files;
-        blocking(move || {
-            let by_slot: HashMap<u32, &BuiltXorb> = xorbs.iter().map(|x| (x.slot, x)).collect();
-            let resolve = |t: &TermRec| match t.xorb {
-                XorbRef::Known(h) => Ok(h),
-                XorbRef::Session(s) => by_slot
-                    .get(&s)
-                    .map(|x| x.hash)
-                    .ok_or_else(|| UploadError::Internal(format!("xorb slot {s} was never built"))),
-            };
-            let mut cas_infos = Vec::with_capacity(xorbs.len());
-            for x in xorbs.iter() {
-                let entries: Vec<(MerkleHash, u64)> =
-                    x.chunks.iter().map(|&(h, l)| (h, l as u64)).collect();
-                let info = xet_shard::CasInfo::from_chunks(x.hash, &entries, 0).map_err(|e| {
-                    UploadError::Internal(format!("describing xorb {}: {e}", x.hash))
-                })?;
-                cas_infos.push(info);
-            }
-            let file_infos = records
-                .iter()
-                .map(|f| f.to_file_info(&resolve))
-                .collect::<Result<Vec<_>>>()?;
-            build_shards(file_infos, cas_infos, shard_max)
-        })
-        .await?
-    };
-
-    let mut totals = Totals::default();
-    for (shard, bytes) in shards {
-        if user_cancel.is_cancelled() {
-            return Err(UploadError::Interrupted);
-        }
-        let len = bytes.len() as u64;
-        if !opts.dry_run {
-            cas.put_shard(Bytes::from(bytes)).await?;
-            progress.uploaded(len);
-            if let Some(c) = &cache {
-                let c = c.clone();
-                let saved = blocking(move || {
-                    let stored = shard
-                        .into_stored(xet_shard::StoredOptions::shard_cache(now_secs()))
-                        .and_then(|s| s.to_bytes())
-                        .map_err(|e| UploadError::Internal(format!("shard cache form: {e}")))?;
-                    c.save_shard(&stored)
-                })
-                .await;
-                if let Err(e) = saved {
-                    tracing::warn!("cannot cache the uploaded shard: {e}");
-                }
-            }
-        }
-        totals.shards_sent += 1;
-        totals.shard_bytes_sent += len;
-    }
-    if let (Some(c), false) = (&cache, opts.dry_run) {
-        let done: HashSet<MerkleHash> = xorbs.iter().map(|x| x.hash).collect();
-        let c = c.clone();
-        if let Err(e) = blocking(move || c.journal_forget(&done)).await {
-            tracing::warn!("cannot tidy the resume journal: {e}");
-        }
-    }
-
-    totals.files = files.len();
-    totals.bytes = files.iter().map(|f| f.size).sum();
-    totals.new_bytes = files.iter().map(|f| f.new_bytes).sum();
-    totals.deduped_bytes = totals.bytes - totals.new_bytes;
-    totals.chunks = output.chunks;
-    totals.new_chunks = output.new_chunks;
-    totals.xorbs_new = xorbs.len();
-    totals.xorbs_sent = xorbs.iter().filter(|x| x.sent).count();
-    totals.xorbs_resumed = xorbs.iter().filter(|x| x.resumed).count();
-    totals.xorb_bytes_sent = xorbs.iter().filter(|x| x.sent).map(|x| x.body_len).sum();
-    if let Some(g) = &global {
-        totals.dedup_queries = g.queries.load(Ordering::Relaxed);
-        totals.dedup_answers = g.answers.load(Ordering::Relaxed);
-    }
-    totals.elapsed = started.elapsed();
-    Ok(UploadReport {
-        dry_run: opts.dry_run,
-        files,
-        totals,
-    })
-}
-
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| UploadError::Internal(format!("worker failed: {e}")))?
+    result
 }
 
 /// Wait for the dedup stage and the uploader; report the error that caused a stop.
@@ -563,6 +277,29 @@ async fn finish(
     }
 }
 
+// ---- Stage 1: the scheduler ----
+
+/// Read-ahead budget unit (semaphore permits are u32).
+const BUDGET_UNIT: u64 = 64 << 10;
+
+/// Files up to this size are read in groups: one reader task reads the files of a group
+/// one after the other. Per file, starting a reader and handing its results over cost
+/// more than reading and hashing it (20,000 files of ~70 bytes spent most of their time
+/// switching threads).
+const SMALL_FILE: u64 = 256 << 10;
+/// At most this many files, or this many bytes, in a group.
+const GROUP_FILES: usize = 64;
+const GROUP_BYTES: u64 = 4 << 20;
+
+/// One file handed from the scheduler to the dedup stage, in input order.
+struct FileJob {
+    path: PathBuf,
+    rx: mpsc::Receiver<FileMsg>,
+    /// Released when the dedup stage is done with the file (with the last file of a
+    /// group of small files, which share them).
+    _permits: Arc<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
+}
+
 /// Start readers in input order, within the file-count and read-ahead budgets.
 async fn schedule(
     files: Vec<(PathBuf, u64)>,
@@ -575,21 +312,8 @@ async fn schedule(
     let budget_units = (o.read_ahead_bytes / BUDGET_UNIT).clamp(1, u32::MAX as u64 / 2) as u32;
     let budget = Arc::new(Semaphore::new(budget_units as usize));
     let mut files = files.into_iter().peekable();
-    while let Some((path, size)) = files.next() {
-        // A group: this file and the small files right after it, if it is small.
-        let mut group = vec![(path, size)];
-        if size <= SMALL_FILE {
-            let mut bytes = size;
-            while group.len() < GROUP_FILES {
-                match files.peek() {
-                    Some(&(_, s)) if s <= SMALL_FILE && bytes + s <= GROUP_BYTES => {
-                        bytes += s;
-                        group.push(files.next().expect("peeked"));
-                    }
-                    _ => break,
-                }
-            }
-        }
+    while let Some(first) = files.next() {
+        let group = next_group(first, &mut files);
         // A file never holds more than BLOCKS_PER_FILE blocks (or its size) at once, so
         // reserving that up front, in input order, cannot deadlock the ordered consumer.
         let want = group
@@ -609,36 +333,7 @@ async fn schedule(
                 (c, b)
             } => p,
         };
-        let permits = Arc::new(permits);
-        // Room for all of a one-block file's messages (the chunks its block decides, the
-        // rest at its end, and the end), so the reader goes on to the next file of its
-        // group without waiting for the dedup stage.
-        let depth = if group.len() > 1 { 3 } else { 1 };
-        let mut readers = Vec::with_capacity(group.len());
-        let mut jobs = Vec::with_capacity(group.len());
-        for (path, _) in group {
-            let (ftx, frx) = mpsc::channel(depth);
-            readers.push((path.clone(), ftx));
-            jobs.push(FileJob {
-                path,
-                rx: frx,
-                _permits: permits.clone(),
-            });
-        }
-        drop(permits);
-        let (bs, g, c) = (o.block_size, global.clone(), shared.cancel.clone());
-        let pool = shared.read_pool.clone();
-        let spec = shared.speculation.clone();
-        tokio::task::spawn_blocking(move || {
-            for (p, ftx) in readers {
-                if c.is_cancelled() {
-                    return;
-                }
-                let spec = Some(spec.clone());
-                crate::read::read_file(&p, bs, ftx, g.clone(), pool.clone(), spec, c.clone());
-            }
-        });
-        for job in jobs {
+        for job in start_readers(group, permits, &shared, &global) {
             if tx.send(job).await.is_err() {
                 return;
             }
@@ -646,7 +341,93 @@ async fn schedule(
     }
 }
 
-/// The dedup stage: files in input order, chunks in file order.
+/// A group: `first` and, if it is small, the small files right after it.
+fn next_group(
+    first: (PathBuf, u64),
+    files: &mut Peekable<impl Iterator<Item = (PathBuf, u64)>>,
+) -> Vec<(PathBuf, u64)> {
+    let mut bytes = first.1;
+    let mut group = vec![first];
+    if bytes > SMALL_FILE {
+        return group;
+    }
+    while group.len() < GROUP_FILES {
+        match files.peek() {
+            Some(&(_, s)) if s <= SMALL_FILE && bytes + s <= GROUP_BYTES => {
+                bytes += s;
+                group.push(files.next().expect("peeked"));
+            }
+            _ => break,
+        }
+    }
+    group
+}
+
+/// Read the files of `group`, one after the other, on one blocking thread; the jobs that
+/// hand their chunks to the dedup stage share `permits`.
+fn start_readers(
+    group: Vec<(PathBuf, u64)>,
+    permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+    shared: &Shared,
+    global: &Option<Arc<GlobalDedup>>,
+) -> Vec<FileJob> {
+    let permits = Arc::new(permits);
+    // Room for all of a one-block file's messages (the chunks its block decides, the
+    // rest at its end, and the end), so the reader goes on to the next file of its
+    // group without waiting for the dedup stage.
+    let depth = if group.len() > 1 { 3 } else { 1 };
+    let mut readers = Vec::with_capacity(group.len());
+    let mut jobs = Vec::with_capacity(group.len());
+    for (path, _) in group {
+        let (ftx, frx) = mpsc::channel(depth);
+        readers.push((path.clone(), ftx));
+        jobs.push(FileJob {
+            path,
+            rx: frx,
+            _permits: permits.clone(),
+        });
+    }
+    let (bs, g, c) = (
+        shared.opts.block_size,
+        global.clone(),
+        shared.cancel.clone(),
+    );
+    let pool = shared.read_pool.clone();
+    let spec = shared.speculation.clone();
+    tokio::task::spawn_blocking(move || {
+        for (p, ftx) in readers {
+            if c.is_cancelled() {
+                return;
+            }
+            let spec = Some(spec.clone());
+            crate::read::read_file(&p, bs, ftx, g.clone(), pool.clone(), spec, c.clone());
+        }
+    });
+    jobs
+}
+
+// ---- Stage 2: the dedup stage ----
+
+struct SessionOutput {
+    files: Vec<FileRecord>,
+    chunks: u64,
+    new_chunks: u64,
+}
+
+/// Why the dedup stage stopped.
+enum StageError {
+    Failed(UploadError),
+    /// The uploader went away (it has the real error).
+    DownstreamClosed,
+}
+
+impl From<UploadError> for StageError {
+    fn from(e: UploadError) -> Self {
+        StageError::Failed(e)
+    }
+}
+
+/// Files in input order, chunks in file order.
 fn run_session(
     mut files: mpsc::Receiver<FileJob>,
     xorb_tx: mpsc::Sender<XorbJob>,
@@ -661,25 +442,128 @@ fn run_session(
         xorb_max_bytes: o.xorb_max_bytes,
     };
     let mut session = Session::new(params, cache_index);
-    let in_flight = Arc::new(Semaphore::new(o.max_xorbs_in_flight));
+    let sealed = SealedSender {
+        tx: xorb_tx,
+        in_flight: Arc::new(Semaphore::new(o.max_xorbs_in_flight)),
+        shared,
+    };
     let mut out = SessionOutput {
         files: Vec::new(),
         chunks: 0,
         new_chunks: 0,
     };
+    while let Some(job) = files.blocking_recv() {
+        dedup_file(job, &mut session, &sealed, &mut out)?;
+    }
+    session.seal_open();
+    sealed.flush(&mut session)?;
+    Ok(out)
+}
 
-    let flush = |session: &mut Session| -> Result<(), StageError> {
+/// Deduplicate one file, batch by batch as its reader sends them; its record goes to
+/// `out`.
+fn dedup_file(
+    mut job: FileJob,
+    session: &mut Session,
+    sealed: &SealedSender,
+    out: &mut SessionOutput,
+) -> Result<(), StageError> {
+    let shared = sealed.shared;
+    let mut f = FileDedup::new();
+    loop {
+        if shared.cancel.is_cancelled() {
+            return Err(UploadError::Interrupted.into());
+        }
+        match job.rx.blocking_recv() {
+            Some(FileMsg::Batch(batch)) => {
+                let bytes = dedup_batch(batch, &mut f, session, shared)?;
+                sealed.flush(session)?;
+                shared.progress.processed(bytes);
+            }
+            Some(FileMsg::End { size, sha256 }) => {
+                session.process(&mut f, true);
+                sealed.flush(session)?;
+                out.chunks += f.chunks.len() as u64;
+                out.new_chunks += f.new_chunks;
+                let rec = FileRecord::new(job.path.clone(), size, sha256, f)?;
+                shared.progress.file_done(&rec.report());
+                out.files.push(rec);
+                return Ok(());
+            }
+            Some(FileMsg::Failed(e)) => return Err(e.into()),
+            None if shared.cancel.is_cancelled() => return Err(UploadError::Interrupted.into()),
+            None => {
+                let msg = format!("reader of {} stopped unexpectedly", job.path.display());
+                return Err(UploadError::Internal(msg).into());
+            }
+        }
+    }
+}
+
+/// Decide the chunks of one batch, once the global dedup answers it waits for are in;
+/// returns its bytes.
+fn dedup_batch(
+    batch: Batch,
+    f: &mut FileDedup,
+    session: &mut Session,
+    shared: &Shared,
+) -> Result<u64, StageError> {
+    for rx in batch.answers {
+        add_answer(rx, session, shared)?;
+    }
+    let mut bytes = 0u64;
+    f.copy_new = !batch.mapped;
+    let mut prepared = batch.prepared.into_iter();
+    for (h, d) in batch.chunks {
+        bytes += d.len() as u64;
+        session.push_prepared(f, h, d, prepared.next().flatten());
+    }
+    let new_before = f.new_bytes;
+    session.process(f, false);
+    shared.speculation.observe(f.new_bytes - new_before, bytes);
+    Ok(bytes)
+}
+
+/// Wait for a global dedup answer and let the session know the xorbs it names.
+fn add_answer(mut rx: AnswerRx, session: &mut Session, shared: &Shared) -> Result<(), StageError> {
+    let answer = shared.handle.block_on(async {
+        tokio::select! {
+            r = rx.wait_for(Option::is_some) => r.ok().and_then(|v| v.clone()),
+            _ = shared.cancel.cancelled() => None,
+        }
+    });
+    match answer {
+        // Merging an answer again is a cheap no-op (its xorbs are known).
+        Some(Ok(Some(shard))) => session.add_answer(&shard),
+        Some(Err(e)) => return Err(UploadError::Cas(e).into()),
+        Some(Ok(None)) => {}
+        None if shared.cancel.is_cancelled() => return Err(UploadError::Interrupted.into()),
+        None => {}
+    }
+    Ok(())
+}
+
+/// Hands the session's sealed xorbs to the uploader, each with an in-flight permit.
+struct SealedSender<'a> {
+    tx: mpsc::Sender<XorbJob>,
+    in_flight: Arc<Semaphore>,
+    shared: &'a Shared,
+}
+
+impl SealedSender<'_> {
+    fn flush(&self, session: &mut Session) -> Result<(), StageError> {
+        let shared = self.shared;
         for sealed in session.take_sealed() {
             let permit = shared
                 .handle
                 .block_on(async {
                     tokio::select! {
-                        p = in_flight.clone().acquire_owned() => Some(p.expect("never closed")),
+                        p = self.in_flight.clone().acquire_owned() => Some(p.expect("never closed")),
                         _ = shared.cancel.cancelled() => None,
                     }
                 })
                 .ok_or(StageError::Failed(UploadError::Interrupted))?;
-            xorb_tx
+            self.tx
                 .blocking_send(XorbJob {
                     sealed,
                     _permit: permit,
@@ -687,70 +571,25 @@ fn run_session(
                 .map_err(|_| StageError::DownstreamClosed)?;
         }
         Ok(())
-    };
-
-    while let Some(mut job) = files.blocking_recv() {
-        let mut f = FileDedup::new();
-        loop {
-            if shared.cancel.is_cancelled() {
-                return Err(UploadError::Interrupted.into());
-            }
-            match job.rx.blocking_recv() {
-                Some(FileMsg::Batch(batch)) => {
-                    for rx in batch.answers {
-                        let mut rx = rx;
-                        let answer = shared.handle.block_on(async {
-                            tokio::select! {
-                                r = rx.wait_for(Option::is_some) => r.ok().and_then(|v| v.clone()),
-                                _ = shared.cancel.cancelled() => None,
-                            }
-                        });
-                        match answer {
-                            // Merging an answer again is a cheap no-op (its xorbs are known).
-                            Some(Ok(Some(shard))) => session.add_answer(&shard),
-                            Some(Err(e)) => return Err(UploadError::Cas(e).into()),
-                            Some(Ok(None)) => {}
-                            None if shared.cancel.is_cancelled() => {
-                                return Err(UploadError::Interrupted.into());
-                            }
-                            None => {}
-                        }
-                    }
-                    let mut bytes = 0u64;
-                    f.copy_new = !batch.mapped;
-                    let mut prepared = batch.prepared.into_iter();
-                    for (h, d) in batch.chunks {
-                        bytes += d.len() as u64;
-                        session.push_prepared(&mut f, h, d, prepared.next().flatten());
-                    }
-                    let new_before = f.new_bytes;
-                    session.process(&mut f, false);
-                    shared.speculation.observe(f.new_bytes - new_before, bytes);
-                    flush(&mut session)?;
-                    shared.progress.processed(bytes);
-                }
-                Some(FileMsg::End { size, sha256 }) => {
-                    session.process(&mut f, true);
-                    flush(&mut session)?;
-                    out.chunks += f.chunks.len() as u64;
-                    out.new_chunks += f.new_chunks;
-                    let rec = FileRecord::new(job.path.clone(), size, sha256, f)?;
-                    shared.progress.file_done(&rec.report());
-                    out.files.push(rec);
-                    break;
-                }
-                Some(FileMsg::Failed(e)) => return Err(e.into()),
-                None if shared.cancel.is_cancelled() => return Err(UploadError::Interrupted.into()),
-                None => {
-                    let msg = format!("reader of {} stopped unexpectedly", job.path.display());
-                    return Err(UploadError::Internal(msg).into());
-                }
-            }
-        }
     }
-    session.seal_open();
-    flush(&mut session)?;
-    Ok(out)
+}
+
+// ---- Stage 3: the xorb uploader ----
+
+/// A sealed xorb with its in-flight permit.
+struct XorbJob {
+    sealed: SealedXorb,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// A xorb built (and, unless a dry run, stored).
+struct BuiltXorb {
+    slot: u32,
+    hash: MerkleHash,
+    chunks: Vec<(MerkleHash, u32)>,
+    body_len: u64,
+    sent: bool,
+    resumed: bool,
 }
 
 /// Build and store xorbs, `max_xorbs_in_flight` at a time (the dedup stage holds the permits).
@@ -865,4 +704,151 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
         }
     }
     Ok(built)
+}
+
+// ---- Stage 4: the shards, once every xorb is stored ----
+
+/// The shards registering `records` and the new `xorbs`, serialized (built off the
+/// executor: a large upload has many terms).
+async fn make_shards(
+    records: Vec<FileRecord>,
+    xorbs: Arc<Vec<BuiltXorb>>,
+    max_bytes: u64,
+) -> Result<Vec<(Shard, Vec<u8>)>> {
+    blocking(move || {
+        let by_slot: HashMap<u32, &BuiltXorb> = xorbs.iter().map(|x| (x.slot, x)).collect();
+        let resolve = |t: &TermRec| match t.xorb {
+            XorbRef::Known(h) => Ok(h),
+            XorbRef::Session(s) => by_slot
+                .get(&s)
+                .map(|x| x.hash)
+                .ok_or_else(|| UploadError::Internal(format!("xorb slot {s} was never built"))),
+        };
+        let mut cas_infos = Vec::with_capacity(xorbs.len());
+        for x in xorbs.iter() {
+            let entries: Vec<(MerkleHash, u64)> =
+                x.chunks.iter().map(|&(h, l)| (h, l as u64)).collect();
+            let info = xet_shard::CasInfo::from_chunks(x.hash, &entries, 0)
+                .map_err(|e| UploadError::Internal(format!("describing xorb {}: {e}", x.hash)))?;
+            cas_infos.push(info);
+        }
+        let file_infos = records
+            .iter()
+            .map(|f| f.to_file_info(&resolve))
+            .collect::<Result<Vec<_>>>()?;
+        build_shards(file_infos, cas_infos, max_bytes)
+    })
+    .await
+}
+
+/// Send the shards (unless a dry run), each also written to the shard cache; returns
+/// how many and their bytes.
+async fn send_shards(
+    shards: Vec<(Shard, Vec<u8>)>,
+    shared: &Shared,
+    user_cancel: &CancellationToken,
+) -> Result<(usize, u64)> {
+    let (mut sent, mut sent_bytes) = (0, 0);
+    for (shard, bytes) in shards {
+        if user_cancel.is_cancelled() {
+            return Err(UploadError::Interrupted);
+        }
+        let len = bytes.len() as u64;
+        if !shared.opts.dry_run {
+            shared.cas.put_shard(Bytes::from(bytes)).await?;
+            shared.progress.uploaded(len);
+            if let Some(c) = &shared.cache {
+                cache_shard(c.clone(), shard).await;
+            }
+        }
+        sent += 1;
+        sent_bytes += len;
+    }
+    Ok((sent, sent_bytes))
+}
+
+/// Write a sent shard to the shard cache in stored form; a failure only costs dedup
+/// against it later.
+async fn cache_shard(cache: Arc<LocalCache>, shard: Shard) {
+    let saved = blocking(move || {
+        let stored = shard
+            .into_stored(xet_shard::StoredOptions::shard_cache(now_secs()))
+            .and_then(|s| s.to_bytes())
+            .map_err(|e| UploadError::Internal(format!("shard cache form: {e}")))?;
+        cache.save_shard(&stored)
+    })
+    .await;
+    if let Err(e) = saved {
+        tracing::warn!("cannot cache the uploaded shard: {e}");
+    }
+}
+
+/// Remove the journal lines of this upload's xorbs: the shard cache covers them now.
+async fn tidy_journal(shared: &Shared, xorbs: &[BuiltXorb]) {
+    let (Some(c), false) = (&shared.cache, shared.opts.dry_run) else {
+        return;
+    };
+    let done: HashSet<MerkleHash> = xorbs.iter().map(|x| x.hash).collect();
+    let c = c.clone();
+    if let Err(e) = blocking(move || c.journal_forget(&done)).await {
+        tracing::warn!("cannot tidy the resume journal: {e}");
+    }
+}
+
+/// The totals that follow from the files' reports and the xorbs formed.
+fn count_files_and_xorbs(
+    totals: &mut Totals,
+    files: &[FileReport],
+    xorbs: &[BuiltXorb],
+    global: Option<&GlobalDedup>,
+) {
+    totals.files = files.len();
+    totals.bytes = files.iter().map(|f| f.size).sum();
+    totals.new_bytes = files.iter().map(|f| f.new_bytes).sum();
+    totals.deduped_bytes = totals.bytes - totals.new_bytes;
+    totals.xorbs_new = xorbs.len();
+    totals.xorbs_sent = xorbs.iter().filter(|x| x.sent).count();
+    totals.xorbs_resumed = xorbs.iter().filter(|x| x.resumed).count();
+    totals.xorb_bytes_sent = xorbs.iter().filter(|x| x.sent).map(|x| x.body_len).sum();
+    if let Some(g) = global {
+        totals.dedup_queries = g.queries.load(Ordering::Relaxed);
+        totals.dedup_answers = g.answers.load(Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn groups(sizes: &[u64]) -> Vec<Vec<u64>> {
+        let mut files = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| (PathBuf::from(i.to_string()), s))
+            .peekable();
+        let mut out = Vec::new();
+        while let Some(first) = files.next() {
+            out.push(next_group(first, &mut files).iter().map(|f| f.1).collect());
+        }
+        out
+    }
+
+    #[test]
+    fn small_files_are_grouped_by_count_and_bytes() {
+        let big = SMALL_FILE + 1;
+        assert_eq!(
+            groups(&[big, 10, 20, big, 30]),
+            vec![vec![big], vec![10, 20], vec![big], vec![30]]
+        );
+        // A large file never joins a group, even as its first file.
+        assert_eq!(groups(&[big, big]), vec![vec![big], vec![big]]);
+        let many = vec![1; GROUP_FILES + 1];
+        assert_eq!(groups(&many), vec![vec![1; GROUP_FILES], vec![1]]);
+        let heavy = vec![SMALL_FILE; (GROUP_BYTES / SMALL_FILE) as usize + 1];
+        let per_group = (GROUP_BYTES / SMALL_FILE) as usize;
+        assert_eq!(
+            groups(&heavy),
+            vec![vec![SMALL_FILE; per_group], vec![SMALL_FILE]]
+        );
+    }
 }

@@ -27,11 +27,11 @@ impl BufPool {
     /// An empty buffer with capacity for at least `cap` bytes (a recycled one when
     /// `cap` is the pool's size).
     pub fn get(&self, cap: usize) -> Vec<u8> {
-        if cap == self.size {
-            if let Some(mut v) = self.bufs.lock().unwrap_or_else(|p| p.into_inner()).pop() {
-                v.clear();
-                return v;
-            }
+        if cap == self.size
+            && let Some(mut v) = self.bufs.lock().unwrap_or_else(|p| p.into_inner()).pop()
+        {
+            v.clear();
+            return v;
         }
         Vec::with_capacity(cap)
     }

@@ -72,37 +72,11 @@ fn read_file_inner(
     speculation: Option<&Speculation>,
     cancel: &CancellationToken,
 ) -> Result<(), UploadError> {
-    let file = std::fs::File::open(path).map_err(|e| UploadError::input(path, e))?;
-    let size_hint = file.metadata().map(|m| m.len()).unwrap_or(0);
-    // A large regular file is mapped rather than read: copying every byte out of the
-    // page cache is a sizeable share of an upload's CPU time. Anything else is read.
-    // (A file too small to be mapped is not offered: that would cost a `dup`, an `fstat`
-    // and a `close` per small file for nothing.)
-    let map = if size_hint < xet_mmap::MAP_THRESHOLD {
-        None
-    } else {
-        match file.try_clone() {
-            Ok(f) => xet_mmap::MappedFile::map(f)
-                .map_err(|e| UploadError::input(path, e))?
-                .map(Arc::new),
-            Err(_) => None,
-        }
-    };
-    let blocks: Box<dyn Iterator<Item = std::io::Result<Bytes>> + Send> = match &map {
-        Some(m) => Box::new(MapBlocks {
-            map: Arc::clone(m),
-            block_size,
-            start: 0,
-        }),
-        None => Box::new(ReadBlocks {
-            file,
-            size_hint,
-            block_size,
-            pool,
-            read: 0,
-            done: false,
-        }),
-    };
+    let Opened {
+        map,
+        blocks,
+        size_hint,
+    } = open_blocks(path, block_size, pool)?;
     // A file of one block has no blocks to overlap: it is read, sha256-hashed and chunked
     // on this thread. Starting the two threads below for it cost more than the work for
     // small files (40,000 thread starts for 20,000 of them).
@@ -159,16 +133,16 @@ fn read_file_inner(
             datas.extend(cut.inside.into_iter().map(|r| block.slice(r)));
             drop(block);
             let job = HashJob::start(datas, speculation.and_then(Speculation::wanted));
-            if let Some(prev) = in_flight.replace(job) {
-                if !send_batch(tx, global, map.is_some(), &mut index, prev.wait()) {
-                    return Ok(());
-                }
-            }
-        }
-        if let Some(prev) = in_flight.take() {
-            if !send_batch(tx, global, map.is_some(), &mut index, prev.wait()) {
+            if let Some(prev) = in_flight.replace(job)
+                && !send_batch(tx, global, map.is_some(), &mut index, prev.wait())
+            {
                 return Ok(());
             }
+        }
+        if let Some(prev) = in_flight.take()
+            && !send_batch(tx, global, map.is_some(), &mut index, prev.wait())
+        {
+            return Ok(());
         }
         // What the blocks could not decide without knowing where the input ends.
         let size = cutter.seen();
@@ -189,6 +163,56 @@ fn read_file_inner(
         }
         let _ = tx.blocking_send(FileMsg::End { size, sha256 });
         Ok(())
+    })
+}
+
+/// An input opened for reading in blocks.
+struct Opened {
+    /// The mapping, if the file is read through one.
+    map: Option<Arc<xet_mmap::MappedFile>>,
+    blocks: Box<dyn Iterator<Item = std::io::Result<Bytes>> + Send>,
+    /// The size when opened; it decides how the file is read, but the size reported is
+    /// what was read.
+    size_hint: u64,
+}
+
+/// Open `path` and its blocks: slices of a mapping, or reads into buffers of `pool`.
+fn open_blocks(path: &Path, block_size: usize, pool: BufPool) -> Result<Opened, UploadError> {
+    let file = std::fs::File::open(path).map_err(|e| UploadError::input(path, e))?;
+    let size_hint = file.metadata().map(|m| m.len()).unwrap_or(0);
+    // A large regular file is mapped rather than read: copying every byte out of the
+    // page cache is a sizeable share of an upload's CPU time. Anything else is read.
+    // (A file too small to be mapped is not offered: that would cost a `dup`, an `fstat`
+    // and a `close` per small file for nothing.)
+    let map = if size_hint < xet_mmap::MAP_THRESHOLD {
+        None
+    } else {
+        match file.try_clone() {
+            Ok(f) => xet_mmap::MappedFile::map(f)
+                .map_err(|e| UploadError::input(path, e))?
+                .map(Arc::new),
+            Err(_) => None,
+        }
+    };
+    let blocks: Box<dyn Iterator<Item = std::io::Result<Bytes>> + Send> = match &map {
+        Some(m) => Box::new(MapBlocks {
+            map: Arc::clone(m),
+            block_size,
+            start: 0,
+        }),
+        None => Box::new(ReadBlocks {
+            file,
+            size_hint,
+            block_size,
+            pool,
+            read: 0,
+            done: false,
+        }),
+    };
+    Ok(Opened {
+        map,
+        blocks,
+        size_hint,
     })
 }
 

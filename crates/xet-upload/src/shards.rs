@@ -58,7 +58,7 @@ impl FileRecord {
             path: self.path.clone(),
             hash: self.hash,
             size: self.size,
-            sha256: self.sha256.iter().map(|b| format!("{b:02x}")).collect(),
+            sha256: MerkleHash::from_bytes(self.sha256).raw_hex(),
             new_bytes: self.new_bytes,
             deduped_bytes: self.deduped_bytes,
             terms: self.terms.len(),

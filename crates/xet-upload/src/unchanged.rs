@@ -20,6 +20,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use xet_hash::MerkleHash;
 
+use crate::error::{Result, UploadError};
+
 /// Entries whose file was modified this close to (or after) the time they were recorded
 /// are not trusted.
 pub const RACY_WINDOW: Duration = Duration::from_secs(2);
@@ -110,10 +112,10 @@ impl Unchanged {
 
     pub fn record(&mut self, file: &Path, entry: Entry) {
         // The record file is JSON: paths that are not UTF-8 are simply not remembered.
-        if let Ok(key) = std::fs::canonicalize(file) {
-            if key.to_str().is_some() {
-                self.entries.insert(key, entry);
-            }
+        if let Ok(key) = std::fs::canonicalize(file)
+            && key.to_str().is_some()
+        {
+            self.entries.insert(key, entry);
         }
     }
 
@@ -125,7 +127,7 @@ impl Unchanged {
     }
 
     /// Write the records atomically (temporary file, then rename).
-    pub fn save(mut self) -> std::io::Result<()> {
+    pub fn save(mut self) -> Result<()> {
         if self.entries.len() > MAX_ENTRIES {
             let mut by_age: Vec<(i128, PathBuf)> = self
                 .entries
@@ -137,6 +139,10 @@ impl Unchanged {
                 self.entries.remove(&p);
             }
         }
+        self.write().map_err(|e| UploadError::cache(&self.path, e))
+    }
+
+    fn write(&self) -> std::io::Result<()> {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
         let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
@@ -205,6 +211,19 @@ mod tests {
         let id2 = Identity::of(&std::fs::metadata(&f).unwrap()).unwrap();
         assert_ne!(id, id2);
         assert!(u.lookup(&f, &id2).is_none());
+    }
+
+    #[test]
+    fn a_failed_save_names_the_record_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // The cache directory is a file: nothing can be written under it.
+        let not_a_dir = dir.path().join("cache");
+        std::fs::write(&not_a_dir, b"").unwrap();
+        let u = Unchanged::load(&not_a_dir);
+        match u.save() {
+            Err(UploadError::Cache { path, .. }) => assert_eq!(path, not_a_dir.join(FILE_NAME)),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
