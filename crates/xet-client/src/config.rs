@@ -180,3 +180,21 @@ impl ClientConfig {
         self
     }
 }
+
+/// Why an [`crate::HttpCas`] cannot be set up. URLs in it are redacted (no query
+/// string), so it can be shown as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The CAS endpoint does not parse as a URL.
+    #[error("invalid CAS endpoint {endpoint:?}: {reason}")]
+    InvalidEndpoint { endpoint: String, reason: String },
+    /// The CAS endpoint is a URL, but not an `http://` or `https://` one.
+    #[error("CAS endpoint {endpoint:?} must be an http:// or https:// URL")]
+    EndpointScheme { endpoint: String },
+    /// The token refresh URL does not parse as a URL.
+    #[error("invalid token refresh URL {url:?}: {reason}")]
+    InvalidRefreshUrl { url: String, reason: String },
+    /// The HTTP client could not be built (TLS initialisation).
+    #[error("cannot set up the HTTP client: {0}")]
+    HttpClient(String),
+}

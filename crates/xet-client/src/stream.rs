@@ -6,88 +6,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use reqwest::Response;
-use reqwest::header::{CONTENT_RANGE, RANGE};
-use reqwest::{Method, StatusCode};
 use xet_cas::{ByteRange, CasError, RangeStream, Result, XorbFetch};
 use xet_hash::MerkleHash;
 
-use crate::transport::{Fail, Progress, Transport, network};
-use crate::{HttpCas, header_str, no_url, util};
-
-/// A presigned GET's answer that passed the status and header checks.
-pub(crate) enum RangeAnswer {
-    /// The body is exactly the asked-for bytes (206, or a 200 of that length).
-    Body(Response),
-    /// The server ignored `Range` and sent more: the asked-for bytes, cut out of it.
-    Whole(Bytes),
-}
-
-impl HttpCas {
-    /// Send the presigned GET for bytes `range` of `xorb` at `url` and check what comes
-    /// back (status, `Content-Range`, length) before any of the body is read.
-    pub(crate) async fn open_range(
-        &self,
-        xorb: &MerkleHash,
-        url: &str,
-        range: ByteRange,
-        what: &str,
-        p: &Progress,
-    ) -> std::result::Result<RangeAnswer, Fail> {
-        let header = util::range_header(&range).expect("non-empty range");
-        let rb = self.t.external(Method::GET, url).header(RANGE, &header);
-        let resp = self.t.send(rb, what, p).await?;
-        let status = resp.status();
-        if !status.is_success() {
-            let rej = self.t.rejection(resp, p).await;
-            return Err(Self::fetch_rejection(xorb, rej, what));
-        }
-        let corrupt = |message: String| {
-            Fail::Fatal(CasError::Corrupt {
-                what: what.to_string(),
-                message,
-            })
-        };
-        let want = range.len();
-        let length = Transport::content_length(&resp);
-        if status == StatusCode::PARTIAL_CONTENT {
-            let crange = header_str(&resp, CONTENT_RANGE);
-            if let Some((a, _, _)) = crange.as_deref().and_then(util::parse_content_range) {
-                if a != range.start {
-                    return Err(corrupt(format!(
-                        "asked for bytes from {}, got from {a}",
-                        range.start
-                    )));
-                }
-            }
-            if let Some(n) = length.filter(|&n| n != want) {
-                return Err(corrupt(format!(
-                    "asked for {want} bytes, the answer has {n}; the range may lie past the end of the xorb"
-                )));
-            }
-            return Ok(RangeAnswer::Body(resp));
-        }
-        // 200: exactly the range, or the whole object (the server ignored Range).
-        if length == Some(want) {
-            return Ok(RangeAnswer::Body(resp));
-        }
-        let body = self.t.read_body(resp, what, p).await?;
-        if body.len() as u64 == want {
-            Ok(RangeAnswer::Whole(body))
-        } else if body.len() as u64 >= range.end {
-            Ok(RangeAnswer::Whole(
-                body.slice(range.start as usize..range.end as usize),
-            ))
-        } else {
-            Err(corrupt(format!(
-                "asked for bytes {}..{}, got a {} answer of {} bytes",
-                range.start,
-                range.end,
-                status.as_u16(),
-                body.len()
-            )))
-        }
-    }
-}
+use crate::fetch::{RangeAnswer, no_url};
+use crate::transport::{Fail, Progress, network};
+use crate::{HttpCas, util};
 
 /// Open a stream of `fetch`'s bytes. The first request is retried like any other
 /// (its errors come from here); breaks after that are [`XorbStream`]'s.

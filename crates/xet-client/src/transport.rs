@@ -1,7 +1,7 @@
-//! One HTTP attempt (send, read, stall detection, status triage) and the retry loop
-//! around attempts.
+//! One HTTP attempt (send, read, stall detection, status triage), the retry loop
+//! around attempts, and the `HEAD` size query that xorbs and files share.
 
-use crate::config::{ClientConfig, RetryPolicy, Secret, TokenSource};
+use crate::config::{ClientConfig, ConfigError, RetryPolicy, Secret, TokenSource};
 use crate::util::{self, redact_url};
 use bytes::{Bytes, BytesMut};
 use reqwest::header::{ACCEPT, CONTENT_LENGTH, HeaderMap, RETRY_AFTER, USER_AGENT};
@@ -175,7 +175,8 @@ impl Rejection {
                 "{what} answered 401: {reason}"
             ))),
             403 => Fail::Fatal(CasError::Forbidden(format!(
-                "{what} answered 403: {reason}; the token does not allow this (check its scope and the repository)"
+                "{what} answered 403: {reason}; the token does not allow this \
+                 (check its scope and the repository)"
             ))),
             429 | 500..=599 => Fail::Retry {
                 err: CasError::Server {
@@ -210,29 +211,32 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
-    pub(crate) fn new(cfg: ClientConfig) -> Result<Self, String> {
+    pub(crate) fn new(cfg: ClientConfig) -> Result<Self, ConfigError> {
         let refresh = matches!(cfg.token, TokenSource::Refresh(_));
         if !(refresh && cfg.endpoint.is_empty()) {
-            let u = reqwest::Url::parse(&cfg.endpoint).map_err(|e| {
-                format!("invalid CAS endpoint {:?}: {e}", redact_url(&cfg.endpoint))
-            })?;
+            let u =
+                reqwest::Url::parse(&cfg.endpoint).map_err(|e| ConfigError::InvalidEndpoint {
+                    endpoint: redact_url(&cfg.endpoint),
+                    reason: e.to_string(),
+                })?;
             if u.scheme() != "http" && u.scheme() != "https" {
-                return Err(format!(
-                    "CAS endpoint {:?} must be an http:// or https:// URL",
-                    redact_url(&cfg.endpoint)
-                ));
+                return Err(ConfigError::EndpointScheme {
+                    endpoint: redact_url(&cfg.endpoint),
+                });
             }
         }
         if let TokenSource::Refresh(r) = &cfg.token {
-            reqwest::Url::parse(&r.url)
-                .map_err(|e| format!("invalid token refresh URL {:?}: {e}", redact_url(&r.url)))?;
+            reqwest::Url::parse(&r.url).map_err(|e| ConfigError::InvalidRefreshUrl {
+                url: redact_url(&r.url),
+                reason: e.to_string(),
+            })?;
         }
         let http = reqwest::Client::builder()
             .connect_timeout(cfg.connect_timeout)
             .pool_idle_timeout(Duration::from_secs(60))
             .tcp_nodelay(true)
             .build()
-            .map_err(|e| format!("cannot set up the HTTP client: {}", reqwest_message(e)))?;
+            .map_err(|e| ConfigError::HttpClient(reqwest_message(e)))?;
         let (token, exp) = match &cfg.token {
             TokenSource::None => (None, None),
             TokenSource::Static(t) => (Some(t.clone()), None),
@@ -384,7 +388,10 @@ impl Transport {
             r = resp.chunk() => r.map_err(|e| classify(e, what)),
             _ = p.stalled(idle) => Err(Fail::retry(network(
                 what,
-                format!("no data for {}s while reading the answer (connection stalled)", idle.as_secs_f64()),
+                format!(
+                    "no data for {}s while reading the answer (connection stalled)",
+                    idle.as_secs_f64()
+                ),
             ))),
         };
         if matches!(r, Ok(Some(_))) {
@@ -475,7 +482,10 @@ impl Transport {
             if start.elapsed() + delay > policy.max_duration {
                 return Err(self.gave_up(err, n, start.elapsed()));
             }
-            tracing::warn!(%what, attempt = n, delay_ms = delay.as_millis() as u64, error = %err, "retrying");
+            tracing::warn!(
+                %what, attempt = n, delay_ms = delay.as_millis() as u64, error = %err,
+                "retrying"
+            );
             tokio::time::sleep(delay).await;
         }
     }
@@ -491,7 +501,8 @@ impl Transport {
             CasError::Network { what, message } => CasError::Network {
                 what,
                 message: format!(
-                    "{message} (gave up after {tries} in {took:.1}s; check that {} is reachable, then retry)",
+                    "{message} (gave up after {tries} in {took:.1}s; \
+                     check that {} is reachable, then retry)",
                     redact_url(&self.endpoint())
                 ),
             },
@@ -503,7 +514,8 @@ impl Transport {
                 status,
                 what,
                 message: format!(
-                    "{message} (still failing after {tries} in {took:.1}s; retry later or check the server's logs)"
+                    "{message} (still failing after {tries} in {took:.1}s; \
+                     retry later or check the server's logs)"
                 ),
             },
             e => e,
@@ -516,5 +528,29 @@ impl Transport {
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// `HEAD` of a CAS route: the object's size, `None` when the server does not have it.
+    pub(crate) async fn head_size(&self, path: &str) -> xet_cas::Result<Option<u64>> {
+        let what = format!("HEAD {path}");
+        self.retrying(&what, || async {
+            let p = Progress::new();
+            let rb = self.cas(Method::HEAD, path).await?;
+            let resp = self.send(rb, &what, &p).await?;
+            if resp.status().is_success() {
+                return Self::content_length(&resp).map(Some).ok_or_else(|| {
+                    Fail::Fatal(CasError::Corrupt {
+                        what: what.clone(),
+                        message: "no Content-Length in the answer".into(),
+                    })
+                });
+            }
+            let rej = self.rejection(resp, &p).await;
+            match rej.status {
+                404 => Ok(None),
+                _ => Err(rej.into_fail(&what)),
+            }
+        })
+        .await
     }
 }

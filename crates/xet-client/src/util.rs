@@ -36,18 +36,6 @@ pub fn range_header(r: &ByteRange) -> Option<String> {
     Some(format!("bytes={}-{}", r.start, r.end - 1))
 }
 
-/// `bytes=a-b,c-d` for several non-empty end-exclusive ranges.
-pub fn multi_range_header(ranges: &[ByteRange]) -> Option<String> {
-    if ranges.is_empty() || ranges.iter().any(|r| r.is_empty()) {
-        return None;
-    }
-    let parts: Vec<String> = ranges
-        .iter()
-        .map(|r| format!("{}-{}", r.start, r.end - 1))
-        .collect();
-    Some(format!("bytes={}", parts.join(",")))
-}
-
 /// `Retry-After` in delay-seconds (integer or decimal). HTTP-dates are not honoured
 /// (the normal backoff applies instead).
 pub fn parse_retry_after(v: &str) -> Option<Duration> {
@@ -175,12 +163,6 @@ mod tests {
             "bytes=5-"
         );
         assert!(range_header(&ByteRange::new(5, 5)).is_none());
-        let m = [ByteRange::new(0, 1460046), ByteRange::new(1660778, 3146112)];
-        assert_eq!(
-            multi_range_header(&m).unwrap(),
-            "bytes=0-1460045,1660778-3146111"
-        );
-        assert!(multi_range_header(&[]).is_none());
     }
 
     #[test]

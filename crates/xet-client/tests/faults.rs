@@ -332,7 +332,10 @@ async fn ndjson_error_frames_and_truncated_streams() {
     // Retryable error frame, then a stream that ends without a terminal frame: both retried.
     proxy.inject(
         Match::prefix(SHARDS_V2),
-        ndjson("{\"type\":\"validating\",\"verified\":0,\"total\":1}\n{\"type\":\"error\",\"message\":\"disk busy\",\"retryable\":true}\n"),
+        ndjson(concat!(
+            "{\"type\":\"validating\",\"verified\":0,\"total\":1}\n",
+            "{\"type\":\"error\",\"message\":\"disk busy\",\"retryable\":true}\n"
+        )),
         1,
     );
     proxy.inject(
@@ -460,69 +463,20 @@ async fn unreachable_server_is_a_network_error_after_bounded_retries() {
 }
 
 #[tokio::test]
-async fn multi_range_fetch_uses_one_request_and_falls_back() {
+async fn a_fetch_from_a_server_ignoring_range_is_sliced_from_the_whole_xorb() {
     let (_s, proxy, cas) = setup().await;
     let s = sample(19);
     within(30, upload(&cas, &s)).await;
-    let r0 = cas.reconstruction(&s.files[0].hash, None).await.unwrap();
     let r1 = cas.reconstruction(&s.files[1].hash, None).await.unwrap();
-    let mut fetches = vec![r0.fetches[0].clone(), r1.fetches[0].clone()];
-    // Same presigned URL for both: one xorb.
-    assert_eq!(fetches[0].url, fetches[1].url);
-    let want: Vec<Bytes> = s_body_slices(&s, &fetches);
-
-    proxy.clear_log();
-    let got = within(10, cas.fetch_xorb_ranges(&fetches)).await.unwrap();
-    assert_eq!(got, want);
-    let log = proxy.log();
-    assert_eq!(log.len(), 1, "{log:?}");
-    assert!(
-        log[0].range.as_deref().unwrap().contains(','),
-        "{:?}",
-        log[0].range
-    );
-
-    // The server answers only the first range: the rest come one by one.
-    proxy.clear_log();
-    proxy.inject(Match::prefix(XORB_DATA), Fault::FirstRangeOnly, 1);
-    assert_eq!(
-        within(10, cas.fetch_xorb_ranges(&fetches)).await.unwrap(),
-        want
-    );
-    assert_eq!(proxy.count("GET", XORB_DATA), 2);
-
-    // The server ignores Range: the whole xorb (200) is sliced.
-    proxy.clear_log();
+    let fetch = r1.fetches[0].clone();
+    let want = s
+        .body
+        .slice(fetch.bytes.start as usize..fetch.bytes.end as usize);
     proxy.inject(Match::prefix(XORB_DATA), Fault::RewriteRange(None), 1);
     assert_eq!(
-        within(10, cas.fetch_xorb_ranges(&fetches)).await.unwrap(),
+        within(10, cas.fetch_xorb_range(&fetch)).await.unwrap(),
         want
     );
-    assert_eq!(proxy.count("GET", XORB_DATA), 1);
-
-    // Single fetches with a server ignoring Range, and a duplicate range.
-    proxy.inject(Match::prefix(XORB_DATA), Fault::RewriteRange(None), 1);
-    assert_eq!(
-        within(10, cas.fetch_xorb_range(&fetches[1])).await.unwrap(),
-        want[1]
-    );
-    fetches.push(fetches[0].clone());
-    let got = within(10, cas.fetch_xorb_ranges(&fetches)).await.unwrap();
-    assert_eq!(got[2], want[0]);
-
-    // A transient failure of the multi-range request is retried.
-    proxy.inject(Match::prefix(XORB_DATA), Fault::DropMidBody, 1);
-    assert_eq!(
-        within(10, cas.fetch_xorb_ranges(&fetches)).await.unwrap()[..2],
-        want[..]
-    );
-}
-
-fn s_body_slices(s: &support::Sample, fetches: &[xet_cas::XorbFetch]) -> Vec<Bytes> {
-    fetches
-        .iter()
-        .map(|f| s.body.slice(f.bytes.start as usize..f.bytes.end as usize))
-        .collect()
 }
 
 #[tokio::test]
@@ -578,47 +532,6 @@ async fn ranged_reconstruction_and_range_errors() {
     fetch.bytes.end = s.body.len() as u64 + 1;
     let e = within(10, cas.fetch_xorb_range(&fetch)).await.unwrap_err();
     assert!(matches!(e, CasError::Corrupt { .. }), "{e:?}");
-}
-
-#[tokio::test]
-async fn many_ranges_are_batched_and_a_refused_multi_range_falls_back() {
-    let (_s, proxy, cas) = setup().await;
-    let s = sample(21);
-    within(30, upload(&cas, &s)).await;
-    let base = cas
-        .reconstruction(&s.files[0].hash, None)
-        .await
-        .unwrap()
-        .fetches[0]
-        .clone();
-    let fetches: Vec<xet_cas::XorbFetch> = (0..70u64)
-        .map(|i| {
-            let mut f = base.clone();
-            f.bytes = ByteRange::new(i * 1000, i * 1000 + 1 + i);
-            f
-        })
-        .collect();
-    let want = s_body_slices(&s, &fetches);
-    proxy.clear_log();
-    assert_eq!(
-        within(10, cas.fetch_xorb_ranges(&fetches)).await.unwrap(),
-        want
-    );
-    assert_eq!(proxy.count("GET", XORB_DATA), 2, "64 + 6 ranges");
-
-    proxy.clear_log();
-    proxy.inject(Match::prefix(XORB_DATA), Fault::Status(400), 1);
-    assert_eq!(
-        within(10, cas.fetch_xorb_ranges(&fetches[..3]))
-            .await
-            .unwrap(),
-        want[..3]
-    );
-    assert_eq!(
-        proxy.count("GET", XORB_DATA),
-        4,
-        "refused multi-range, then 3 single GETs"
-    );
 }
 
 #[tokio::test]

@@ -335,10 +335,8 @@ async fn handle(State(st): State<Arc<ProxyState>>, req: Request) -> Response {
             } else {
                 Response::new(Body::from(data))
             };
-            if is_head {
-                if let Some(l) = upstream_len {
-                    out_headers.insert(header::CONTENT_LENGTH, l);
-                }
+            if is_head && let Some(l) = upstream_len {
+                out_headers.insert(header::CONTENT_LENGTH, l);
             }
             *r.headers_mut() = out_headers;
             r

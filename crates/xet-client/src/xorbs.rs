@@ -1,0 +1,315 @@
+//! Xorb uploads: through an upload grant (send the body to the grant's URL, then
+//! commit), or with `POST /v1/xorbs` on servers that hand out no grants.
+
+use reqwest::Method;
+use reqwest::header::{CONTENT_LENGTH, HeaderName, HeaderValue};
+use xet_cas::wire::{Checksum, Grant, GrantRequest, WasInserted};
+use xet_cas::{CasError, Result, XorbPieces, routes};
+use xet_hash::MerkleHash;
+
+use crate::transport::{Fail, Progress, Rejection, progress_pieces};
+use crate::{HttpCas, redact_url};
+
+/// At most this many grants are requested for one xorb (`client.max_xorb_grant_attempts`).
+pub const MAX_GRANTS_PER_XORB: u32 = 3;
+
+enum GrantAnswer {
+    Grant(Grant),
+    Exists,
+    Unsupported,
+}
+
+enum GrantUpload {
+    Done,
+    Rejected { status: u16, reason: String },
+}
+
+enum Commit {
+    Done(bool),
+    NoData(String),
+}
+
+/// What a grant asks to be sent with the body.
+type GrantHeaders = Vec<(HeaderName, HeaderValue)>;
+
+impl HttpCas {
+    /// `Ok(true)` when the xorb was new. Grants first, unless the legacy switch asks for
+    /// direct uploads or the server has no grant route.
+    pub(crate) async fn upload_xorb(&self, hash: &MerkleHash, body: XorbPieces) -> Result<bool> {
+        if self.t.cfg.legacy.direct_xorb_upload {
+            return self.put_xorb_direct(hash, body).await;
+        }
+        let crc = body.crc64_nvme();
+        let mut last = (0u16, String::new());
+        for n in 1..=MAX_GRANTS_PER_XORB {
+            let grant = match self.request_grant(hash, body.len(), crc).await? {
+                GrantAnswer::Exists => return Ok(false),
+                GrantAnswer::Unsupported => {
+                    tracing::debug!(
+                        %hash,
+                        "no upload grants (404): uploading the xorb directly"
+                    );
+                    return self.put_xorb_direct(hash, body).await;
+                }
+                GrantAnswer::Grant(g) => g,
+            };
+            match self.upload_to_grant(hash, &grant, &body).await? {
+                GrantUpload::Done => {}
+                GrantUpload::Rejected { status, reason } => {
+                    tracing::debug!(
+                        %hash, grant = %grant.id, attempt = n, status,
+                        "grant upload refused: new grant"
+                    );
+                    last = (
+                        status,
+                        format!("the upload URL answered {status}: {reason}"),
+                    );
+                    continue;
+                }
+            }
+            match self.commit_grant(hash, &grant.id).await? {
+                Commit::Done(inserted) => return Ok(inserted),
+                Commit::NoData(reason) => {
+                    tracing::debug!(
+                        %hash, grant = %grant.id, attempt = n,
+                        "commit found no data: new grant"
+                    );
+                    last = (404, format!("the commit found no uploaded data: {reason}"));
+                }
+            }
+        }
+        Err(CasError::Server {
+            status: last.0,
+            what: format!("upload of xorb {hash}"),
+            message: format!(
+                "{MAX_GRANTS_PER_XORB} upload grants in a row failed (last: {}); retry later",
+                last.1
+            ),
+        })
+    }
+
+    async fn request_grant(&self, hash: &MerkleHash, len: u64, crc: u64) -> Result<GrantAnswer> {
+        let path = routes::xorb_grant(hash);
+        let what = format!("POST {path}");
+        let req = GrantRequest {
+            length: len,
+            checksum: Checksum {
+                algo: "crc64nvme".into(),
+                value: crc.to_string(),
+            },
+        };
+        self.t
+            .retrying(&what, || async {
+                let p = Progress::new();
+                let rb = self.t.cas(Method::POST, &path).await?.json(&req);
+                let resp = self.t.send(rb, &what, &p).await?;
+                let status = resp.status().as_u16();
+                match status {
+                    200..=299 => {
+                        let body = self.t.read_body(resp, &what, &p).await?;
+                        grant_answer(status, &body, &what)
+                    }
+                    404 => {
+                        let _ = self.t.rejection(resp, &p).await;
+                        Ok(GrantAnswer::Unsupported)
+                    }
+                    _ => Err(xorb_rejection(
+                        hash,
+                        self.t.rejection(resp, &p).await,
+                        &what,
+                    )),
+                }
+            })
+            .await
+    }
+
+    async fn upload_to_grant(
+        &self,
+        hash: &MerkleHash,
+        grant: &Grant,
+        body: &XorbPieces,
+    ) -> Result<GrantUpload> {
+        let what = format!(
+            "{} {} (grant {} for xorb {hash})",
+            grant.method,
+            redact_url(&grant.url),
+            grant.id
+        );
+        let (method, headers) = grant_request(grant, body.len(), &what)?;
+        self.t
+            .retrying(&what, || async {
+                let p = Progress::new();
+                let mut rb = self.t.external(method.clone(), &grant.url);
+                for (k, v) in &headers {
+                    rb = rb.header(k, v);
+                }
+                let rb = rb
+                    .header(CONTENT_LENGTH, body.len())
+                    .body(progress_pieces(body.pieces().to_vec(), p.clone()));
+                let resp = self.t.send(rb, &what, &p).await?;
+                let status = resp.status().as_u16();
+                if resp.status().is_success() {
+                    self.t.read_body(resp, &what, &p).await?;
+                    return Ok(GrantUpload::Done);
+                }
+                let rej = self.t.rejection(resp, &p).await;
+                match status {
+                    // The object is already at the grant's URL.
+                    412 => Ok(GrantUpload::Done),
+                    // Expired or refused grant: ask for a new one.
+                    403 => Ok(GrantUpload::Rejected {
+                        status,
+                        reason: rej.reason(),
+                    }),
+                    400 | 413 | 422 => Err(Fail::Fatal(CasError::InvalidXorb {
+                        hash: *hash,
+                        reason: rej.reason(),
+                    })),
+                    _ => Err(rej.into_fail(&what)),
+                }
+            })
+            .await
+    }
+
+    async fn commit_grant(&self, hash: &MerkleHash, id: &str) -> Result<Commit> {
+        let path = routes::xorb_commit(hash, id);
+        let what = format!("POST {path}");
+        self.t
+            .retrying(&what, || async {
+                let p = Progress::new();
+                let rb = self.t.cas(Method::POST, &path).await?.body(Vec::new());
+                let resp = self.t.send(rb, &what, &p).await?;
+                if resp.status().is_success() {
+                    let body = self.t.read_body(resp, &what, &p).await?;
+                    // The body is ignored by the reference; ours says whether it was new.
+                    let inserted = serde_json::from_slice::<WasInserted>(&body)
+                        .map(|w| w.was_inserted)
+                        .unwrap_or(true);
+                    return Ok(Commit::Done(inserted));
+                }
+                let rej = self.t.rejection(resp, &p).await;
+                match rej.status {
+                    404 => Ok(Commit::NoData(rej.reason())),
+                    _ => Err(xorb_rejection(hash, rej, &what)),
+                }
+            })
+            .await
+    }
+
+    async fn put_xorb_direct(&self, hash: &MerkleHash, body: XorbPieces) -> Result<bool> {
+        let path = routes::xorb(hash);
+        let what = format!("POST {path}");
+        self.t
+            .retrying(&what, || async {
+                let p = Progress::new();
+                let rb = self
+                    .t
+                    .cas(Method::POST, &path)
+                    .await?
+                    .header(CONTENT_LENGTH, body.len())
+                    .body(progress_pieces(body.pieces().to_vec(), p.clone()));
+                let resp = self.t.send(rb, &what, &p).await?;
+                if resp.status().is_success() {
+                    let b = self.t.read_body(resp, &what, &p).await?;
+                    return direct_inserted(&b, &what);
+                }
+                let rej = self.t.rejection(resp, &p).await;
+                if rej.status == 404 {
+                    return Err(no_upload_route(rej, &what));
+                }
+                Err(xorb_rejection(hash, rej, &what))
+            })
+            .await
+    }
+}
+
+/// A 2xx answer to a grant request: 200 means the xorb is stored already.
+fn grant_answer(status: u16, body: &[u8], what: &str) -> std::result::Result<GrantAnswer, Fail> {
+    if status == 200 {
+        return Ok(GrantAnswer::Exists);
+    }
+    match serde_json::from_slice::<Grant>(body) {
+        Ok(g) => Ok(GrantAnswer::Grant(g)),
+        Err(_) if status != 201 => Ok(GrantAnswer::Exists),
+        Err(e) => Err(Fail::Fatal(CasError::Corrupt {
+            what: what.to_string(),
+            message: format!("the grant is not {{\"id\",\"method\",\"url\",\"headers\"}}: {e}"),
+        })),
+    }
+}
+
+/// The grant's method and headers, checked before anything is sent: a grant that
+/// cannot be followed is corrupt, and retrying it would not help. `Content-Length` is
+/// left out (the body sets it) but must match the xorb's length.
+fn grant_request(grant: &Grant, len: u64, what: &str) -> Result<(Method, GrantHeaders)> {
+    let corrupt = |message: String| CasError::Corrupt {
+        what: what.to_string(),
+        message,
+    };
+    let method = Method::from_bytes(grant.method.as_bytes()).map_err(|_| {
+        corrupt(format!(
+            "the grant's method {:?} is not an HTTP method",
+            grant.method
+        ))
+    })?;
+    let mut headers = Vec::new();
+    for (k, v) in &grant.headers {
+        let bad = || corrupt(format!("the grant's header {k:?} is invalid"));
+        let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| bad())?;
+        if name == CONTENT_LENGTH {
+            if v.trim().parse::<u64>().ok() != Some(len) {
+                return Err(corrupt(format!(
+                    "the grant expects Content-Length {v} but the xorb is {len} bytes"
+                )));
+            }
+            continue;
+        }
+        headers.push((name, HeaderValue::from_str(v).map_err(|_| bad())?));
+    }
+    Ok((method, headers))
+}
+
+/// The `{"was_inserted"}` answer of `POST /v1/xorbs`.
+fn direct_inserted(body: &[u8], what: &str) -> std::result::Result<bool, Fail> {
+    serde_json::from_slice::<WasInserted>(body)
+        .map(|w| w.was_inserted)
+        .map_err(|e| {
+            Fail::Fatal(CasError::Corrupt {
+                what: what.to_string(),
+                message: format!("expected {{\"was_inserted\": bool}}: {e}"),
+            })
+        })
+}
+
+/// A 404 from `POST /v1/xorbs`, tried last: the endpoint is not a CAS that takes xorbs.
+fn no_upload_route(rej: Rejection, what: &str) -> Fail {
+    Fail::Fatal(CasError::Server {
+        status: 404,
+        what: what.to_string(),
+        message: format!(
+            "{}; the server accepts neither upload grants nor direct xorb uploads: \
+             check the endpoint URL",
+            rej.reason()
+        ),
+    })
+}
+
+/// A refused xorb upload: 400/409/413/422 mean the xorb itself was refused.
+fn xorb_rejection(hash: &MerkleHash, rej: Rejection, what: &str) -> Fail {
+    match rej.status {
+        400 | 409 | 413 | 422 => {
+            let reason = rej.reason();
+            // Our server's reason is the CasError text: do not say "rejected" twice.
+            let prefix = format!("xorb {hash} rejected: ");
+            let reason = reason
+                .strip_prefix(&prefix)
+                .map(str::to_string)
+                .unwrap_or(reason);
+            Fail::Fatal(CasError::InvalidXorb {
+                hash: *hash,
+                reason,
+            })
+        }
+        _ => rej.into_fail(what),
+    }
+}
