@@ -102,3 +102,244 @@ fn ci_runs_the_readme_test_command() {
         ".ci/run must call exactly the README's test command:\n{ci}"
     );
 }
+
+/// `cargo metadata` of the workspace (the lock file already resolves it).
+fn metadata() -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1"])
+        .current_dir(root())
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Each package's name and its normal (not dev, not build) dependencies, by package id.
+fn normal_graph(
+    meta: &serde_json::Value,
+) -> std::collections::BTreeMap<String, (String, Vec<String>)> {
+    let names: std::collections::HashMap<&str, &str> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap(), p["name"].as_str().unwrap()))
+        .collect();
+    meta["resolve"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            let deps = n["deps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| {
+                    d["dep_kinds"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|k| k["kind"].is_null())
+                })
+                .map(|d| d["pkg"].as_str().unwrap().to_string())
+                .collect();
+            let id = n["id"].as_str().unwrap();
+            (id.to_string(), (names[id].to_string(), deps))
+        })
+        .collect()
+}
+
+/// The "must never depend on" table of docs/ARCHITECTURE.md: crate -> patterns (a name,
+/// or a prefix ending in `*`).
+fn dependency_rules(doc: &str) -> Vec<(String, Vec<String>)> {
+    let section = doc
+        .split("\n## Dependency rules\n")
+        .nth(1)
+        .expect("docs/ARCHITECTURE.md has a `## Dependency rules` section");
+    section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2) // header and separator
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+            let name = cells[0].trim_matches('`').to_string();
+            let banned = if cells[1].starts_with("nothing") {
+                Vec::new()
+            } else {
+                cells[1]
+                    .split(',')
+                    .map(|s| s.trim().trim_matches('`').to_string())
+                    .collect()
+            };
+            (name, banned)
+        })
+        .collect()
+}
+
+fn matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => pattern == name,
+    }
+}
+
+/// Every crate's row of "must never depend on" holds for its normal dependencies,
+/// direct or not (a format crate that gains tokio through anything fails here).
+#[test]
+fn architecture_dependency_rules_hold() {
+    let doc = std::fs::read_to_string(root().join("docs/ARCHITECTURE.md")).unwrap();
+    let rules = dependency_rules(&doc);
+    let crate_names: Vec<String> = crates().into_iter().map(|c| c.0).collect();
+    for name in &crate_names {
+        assert!(
+            rules.iter().any(|r| &r.0 == name),
+            "docs/ARCHITECTURE.md's dependency rules have no row for {name}"
+        );
+    }
+    let graph = normal_graph(&metadata());
+    let mut broken = Vec::new();
+    for (krate, banned) in &rules {
+        let start = graph
+            .iter()
+            .find(|(_, (n, _))| n == krate)
+            .unwrap_or_else(|| panic!("ARCHITECTURE.md names {krate}, not in the workspace"))
+            .0
+            .clone();
+        // Everything reachable, with the path it was reached by (for the message).
+        let mut seen = std::collections::HashMap::from([(start.clone(), vec![krate.clone()])]);
+        let mut stack = vec![start];
+        while let Some(id) = stack.pop() {
+            let path = seen[&id].clone();
+            for dep in &graph[&id].1 {
+                if !seen.contains_key(dep) {
+                    let mut p = path.clone();
+                    p.push(graph[dep].0.clone());
+                    seen.insert(dep.clone(), p);
+                    stack.push(dep.clone());
+                }
+            }
+        }
+        for path in seen.values() {
+            let dep = path.last().unwrap();
+            if dep != krate && banned.iter().any(|b| matches(b, dep)) {
+                broken.push(format!(
+                    "{krate} must never depend on {dep}: {}",
+                    path.join(" -> ")
+                ));
+            }
+        }
+    }
+    broken.sort();
+    assert!(
+        broken.is_empty(),
+        "dependency rules broken:\n{}",
+        broken.join("\n")
+    );
+}
+
+/// The workspace's `rust-version` is at least every locked dependency's, so the README's
+/// stated toolchain builds it.
+#[test]
+fn rust_version_covers_every_dependency() {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let ours = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .expect("workspace rust-version")
+        .trim_matches('"')
+        .to_string();
+    let version = |v: &str| -> Vec<u32> { v.split('.').map(|x| x.parse().unwrap()).collect() };
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("Rust {ours}")),
+        "README.md must state the toolchain as `Rust {ours}`"
+    );
+    let meta = metadata();
+    let mut newer = Vec::new();
+    for p in meta["packages"].as_array().unwrap() {
+        if let Some(rv) = p["rust_version"].as_str() {
+            if version(rv) > version(&ours) {
+                newer.push(format!("{} {} needs {rv}", p["name"], p["version"]));
+            }
+        }
+    }
+    assert!(
+        newer.is_empty(),
+        "the workspace claims rust-version {ours}, but: {}",
+        newer.join(", ")
+    );
+}
+
+/// Names declared in one `[...dependencies]` table of a manifest.
+fn declared(manifest: &str, table: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in manifest.lines() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            inside = l == format!("[{table}]")
+                || (l.starts_with("[target.") && l.ends_with(&format!(".{table}]")));
+            continue;
+        }
+        if inside && !l.is_empty() && !l.starts_with('#') {
+            // `name = ...` or `name.workspace = true`.
+            if let Some((key, _)) = l.split_once('=') {
+                let name = key.split('.').next().unwrap_or(key);
+                out.push(name.trim().trim_matches('"').to_string());
+            }
+        }
+    }
+    out
+}
+
+fn mentions(files: &[PathBuf], ident: &str) -> bool {
+    files.iter().any(|f| {
+        let text = std::fs::read_to_string(f).unwrap();
+        text.match_indices(ident).any(|(i, _)| {
+            let before = text[..i].chars().next_back();
+            let after = text[i + ident.len()..].chars().next();
+            let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+            !word(before) && !word(after)
+        })
+    })
+}
+
+/// Every declared dependency is named in the code that can use it (normal ones in
+/// `src/`, dev ones in `src/`, `tests/` or `benches/`): what cargo-machete checks.
+#[test]
+fn no_unused_dependencies() {
+    let mut members: Vec<(String, PathBuf)> = crates();
+    members.push(("xtask".into(), root().join("xtask")));
+    members.push(("xet".into(), root()));
+    let mut unused = Vec::new();
+    for (name, dir) in members {
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        let mut src = Vec::new();
+        rust_files(&dir.join("src"), &mut src);
+        if dir.join("build.rs").exists() {
+            src.push(dir.join("build.rs"));
+        }
+        let mut all = src.clone();
+        for sub in ["tests", "benches", "examples"] {
+            if dir.join(sub).is_dir() {
+                rust_files(&dir.join(sub), &mut all);
+            }
+        }
+        for (table, files) in [("dependencies", &src), ("dev-dependencies", &all)] {
+            for dep in declared(&manifest, table) {
+                if !mentions(files, &dep.replace('-', "_")) {
+                    unused.push(format!("{name}: [{table}] {dep}"));
+                }
+            }
+        }
+    }
+    assert!(
+        unused.is_empty(),
+        "declared but never used:\n{}",
+        unused.join("\n")
+    );
+}

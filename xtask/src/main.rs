@@ -3,7 +3,8 @@
 //! - `vectors`: regenerate the golden vectors in `tests/vectors/` with the reference client.
 //! - `ref-venv`: create the virtualenv with the reference client (`target/refvenv`).
 //! - `bench`: throughput and peak RSS of `xet` next to the reference (see `bench.rs`).
-//! - `test`: the whole suite, as CI runs it: reference venv, fmt check, every test.
+//! - `test`: the whole suite, as CI runs it: reference venv, fmt check, clippy and rustdoc
+//!   with warnings denied, every test (tidy checks included).
 
 mod bench;
 mod bench_transfer;
@@ -38,26 +39,71 @@ pub fn workspace_root() -> PathBuf {
 }
 
 /// The whole suite. Installs the reference client first (interop tests drive it), so a
-/// fresh clone needs only cargo and python3.
+/// fresh clone needs only cargo and python3. Lints and docs are part of it, with
+/// warnings denied: what the docs promise, CI enforces.
 fn test() -> Result<()> {
     let py = reference::python()?;
     let root = workspace_root();
-    let run = |args: &[&str]| -> Result<()> {
+    let run = |args: &[&str], env: &[(&str, &str)]| -> Result<()> {
         eprintln!("$ cargo {}", args.join(" "));
-        let st = std::process::Command::new(env!("CARGO"))
-            .args(args)
+        let mut cmd = std::process::Command::new(env!("CARGO"));
+        cmd.args(args)
             .current_dir(&root)
             .env("XET_REF_PYTHON", &py)
-            .env("XET_REQUIRE_REFERENCE", "1")
-            .status()?;
+            .env("XET_REQUIRE_REFERENCE", "1");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        clean_cargo_env(&mut cmd);
+        let st = cmd.status()?;
         if !st.success() {
             bail!("cargo {} failed: {st}", args.join(" "));
         }
         Ok(())
     };
-    run(&["fmt", "--all", "--", "--check"])?;
-    run(&["test", "--workspace", "--no-fail-fast"])?;
+    run(&["fmt", "--all", "--", "--check"], &[])?;
+    run(
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[],
+    )?;
+    run(
+        &["doc", "--workspace", "--no-deps"],
+        &[("RUSTDOCFLAGS", "-D warnings")],
+    )?;
+    run(&["test", "--workspace", "--no-fail-fast"], &[])?;
     Ok(())
+}
+
+/// `cargo xtask` runs under `cargo run`, which sets variables describing the xtask
+/// package (`CARGO_PKG_*`, `CARGO_MANIFEST_DIR`, ...). Passed on, they would make the inner cargo see a different environment than a plain
+/// `cargo test` does, and rebuild the workspace for each; only cargo's configuration
+/// variables go through.
+fn clean_cargo_env(cmd: &mut std::process::Command) {
+    const KEEP: &[&str] = &[
+        "CARGO_HOME",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_",
+        "CARGO_TERM_",
+        "CARGO_NET_",
+        "CARGO_HTTP_",
+        "CARGO_REGISTRIES_",
+        "CARGO_REGISTRY_",
+        "CARGO_PROFILE_",
+        "CARGO_INCREMENTAL",
+    ];
+    for (k, _) in std::env::vars_os() {
+        let Some(k) = k.to_str() else { continue };
+        if k.starts_with("CARGO_") && !KEEP.iter().any(|p| k.starts_with(p)) {
+            cmd.env_remove(k);
+        }
+    }
 }
 
 fn write_corpus(dir: &Path, files: &[xet_testdata::CorpusFile]) -> Result<()> {
