@@ -118,6 +118,12 @@ impl From<CasError> for ApiError {
     }
 }
 
+impl From<crate::range::RangeError> for ApiError {
+    fn from(e: crate::range::RangeError) -> Self {
+        ApiError::bad_request(code::BAD_RANGE, e.to_string())
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if self.status.is_server_error() {

@@ -244,10 +244,11 @@ impl Grants {
 
     fn abort_upload(&self, id: &str, upload: u64) {
         let mut t = self.lock();
-        if let Some(e) = t.get_mut(id) {
-            if matches!(e.state, State::Uploading(u) if u == upload) {
-                e.state = State::Issued;
-            }
+        if let Some(e) = t
+            .get_mut(id)
+            .filter(|e| matches!(e.state, State::Uploading(u) if u == upload))
+        {
+            e.state = State::Issued;
         }
     }
 

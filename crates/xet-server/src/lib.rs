@@ -73,7 +73,9 @@ pub mod auth;
 pub mod config;
 pub mod error;
 pub mod grants;
+pub mod multipart;
 pub mod range;
+mod routes;
 pub mod sign;
 
 pub use config::{Access, ServerConfig, Token, TokenError, load_token_file, parse_token_file};
@@ -87,9 +89,10 @@ use xet_cas::Cas;
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
+    /// Worded for any caller; a CLI adds how to pass a token.
     #[error(
         "refusing to serve {listen} without a token: only loopback addresses (127.0.0.1, ::1, localhost) may be served \
-         without authentication; pass --token or --token-file"
+         without one"
     )]
     NoTokenOnPublicAddress { listen: String },
     #[error("cannot resolve listen address {listen}: {message}")]
@@ -135,10 +138,12 @@ impl Server {
         if config.tokens.is_empty() && !addrs.iter().all(|a| a.ip().is_loopback()) {
             return Err(ServerError::NoTokenOnPublicAddress { listen });
         }
-        if let Some(u) = &config.public_url {
-            if !(u.starts_with("http://") || u.starts_with("https://")) {
-                return Err(ServerError::PublicUrl { url: u.clone() });
-            }
+        if let Some(u) = config
+            .public_url
+            .as_ref()
+            .filter(|u| !(u.starts_with("http://") || u.starts_with("https://")))
+        {
+            return Err(ServerError::PublicUrl { url: u.clone() });
         }
         let spool_dir = config.spool_dir.clone().unwrap_or_else(std::env::temp_dir);
         if !spool_dir.is_dir() {
@@ -221,31 +226,6 @@ pub fn nodelay(
     listener.tap_io(set as fn(&mut tokio::net::TcpStream))
 }
 
-/// Bind and serve until `shutdown` completes.
-pub async fn serve<F>(
-    config: ServerConfig,
-    cas: Arc<dyn Cas>,
-    shutdown: F,
-) -> Result<(), ServerError>
-where
-    F: Future<Output = ()> + Send + 'static,
-{
-    Server::bind(config, cas).await?.serve(shutdown).await
-}
-
-/// What `xet serve` runs: bind, print `listening on http://HOST:PORT` as the first line of
-/// stdout, serve until SIGINT or SIGTERM, finish in-flight requests, return.
-pub async fn run(config: ServerConfig, cas: Arc<dyn Cas>) -> Result<(), ServerError> {
-    let server = Server::bind(config, cas).await?;
-    {
-        use std::io::Write;
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "listening on {}", server.url())?;
-        out.flush()?;
-    }
-    server.serve(shutdown_signal()).await
-}
-
 /// Completes on SIGINT (Ctrl-C) or, on Unix, SIGTERM.
 pub async fn shutdown_signal() {
     let ctrl_c = async {
@@ -272,6 +252,16 @@ pub async fn shutdown_signal() {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn refusing_to_serve_without_a_token_leaves_flag_advice_to_the_cli() {
+        let e = super::ServerError::NoTokenOnPublicAddress {
+            listen: "0.0.0.0:80".into(),
+        };
+        let m = e.to_string();
+        assert!(m.contains("0.0.0.0:80") && m.contains("loopback"), "{m}");
+        assert!(!m.contains("--"), "{m}");
+    }
+
     #[tokio::test]
     async fn accepted_connections_do_not_wait_to_coalesce_small_writes() {
         use axum::serve::Listener;

@@ -13,53 +13,82 @@ pub enum RangeSpec {
     Suffix(u64),
 }
 
+/// Why a `Range` header value was refused. Each variant carries the offending text, so
+/// the 400 it becomes names what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RangeError {
+    #[error("range {0:?} is not of the form bytes=S-E")]
+    NotBytesForm(String),
+    #[error("range unit {0:?} is not supported (only bytes)")]
+    Unit(String),
+    #[error("range {0:?} has no '-'")]
+    NoDash(String),
+    #[error("range {part:?} has a bad number {number:?}")]
+    BadNumber { part: String, number: String },
+    #[error("range {part:?}: number {number:?} is too large")]
+    NumberTooLarge { part: String, number: String },
+    #[error("range {0:?} has neither start nor end")]
+    NoBounds(String),
+    #[error("range {0:?} ends before it starts")]
+    EndBeforeStart(String),
+    #[error("range {0:?} names no byte range")]
+    NoRanges(String),
+}
+
 /// Parse a `Range` header value. Only the `bytes` unit is understood.
-pub fn parse_range_header(value: &str) -> Result<Vec<RangeSpec>, String> {
+pub fn parse_range_header(value: &str) -> Result<Vec<RangeSpec>, RangeError> {
     let value = value.trim();
     let Some((unit, set)) = value.split_once('=') else {
-        return Err(format!("range {value:?} is not of the form bytes=S-E"));
+        return Err(RangeError::NotBytesForm(value.to_string()));
     };
     if !unit.trim().eq_ignore_ascii_case("bytes") {
-        return Err(format!(
-            "range unit {:?} is not supported (only bytes)",
-            unit.trim()
-        ));
+        return Err(RangeError::Unit(unit.trim().to_string()));
     }
     let mut out = Vec::new();
-    for part in set.split(',') {
-        let part = part.trim();
-        if part.is_empty() {
-            continue;
-        }
-        let Some((s, e)) = part.split_once('-') else {
-            return Err(format!("range {part:?} has no '-'"));
-        };
-        let (s, e) = (s.trim(), e.trim());
-        let num = |x: &str| {
-            if x.is_empty() || !x.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!("range {part:?} has a bad number {x:?}"));
-            }
-            x.parse::<u64>()
-                .map_err(|_| format!("range {part:?}: number {x:?} is too large"))
-        };
-        let spec = match (s.is_empty(), e.is_empty()) {
-            (true, true) => return Err(format!("range {part:?} has neither start nor end")),
-            (true, false) => RangeSpec::Suffix(num(e)?),
-            (false, true) => RangeSpec::From(num(s)?),
-            (false, false) => {
-                let (s, e) = (num(s)?, num(e)?);
-                if e < s {
-                    return Err(format!("range {part:?} ends before it starts"));
-                }
-                RangeSpec::FromTo(s, e)
-            }
-        };
-        out.push(spec);
+    for part in set.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        out.push(parse_spec(part)?);
     }
     if out.is_empty() {
-        return Err(format!("range {value:?} names no byte range"));
+        return Err(RangeError::NoRanges(value.to_string()));
     }
     Ok(out)
+}
+
+/// One `S-E`, `S-` or `-N` of a range set.
+fn parse_spec(part: &str) -> Result<RangeSpec, RangeError> {
+    let Some((s, e)) = part.split_once('-') else {
+        return Err(RangeError::NoDash(part.to_string()));
+    };
+    let (s, e) = (s.trim(), e.trim());
+    let num = |x: &str| {
+        if x.is_empty() || !x.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(RangeError::BadNumber {
+                part: part.to_string(),
+                number: x.to_string(),
+            });
+        }
+        x.parse::<u64>().map_err(|_| RangeError::NumberTooLarge {
+            part: part.to_string(),
+            number: x.to_string(),
+        })
+    };
+    Ok(match (s.is_empty(), e.is_empty()) {
+        (true, true) => return Err(RangeError::NoBounds(part.to_string())),
+        (true, false) => RangeSpec::Suffix(num(e)?),
+        (false, true) => RangeSpec::From(num(s)?),
+        (false, false) => {
+            let (s, e) = (num(s)?, num(e)?);
+            if e < s {
+                return Err(RangeError::EndBeforeStart(part.to_string()));
+            }
+            RangeSpec::FromTo(s, e)
+        }
+    })
+}
+
+/// The `Content-Range` value of a satisfied `r` of a `size`-byte object.
+pub fn content_range(r: &ByteRange, size: u64) -> String {
+    format!("bytes {}-{}/{size}", r.start, r.end - 1)
 }
 
 impl RangeSpec {
@@ -124,6 +153,37 @@ mod tests {
         ] {
             assert!(parse_range_header(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn errors_say_what_was_wrong() {
+        let err = |v: &str| parse_range_header(v).unwrap_err();
+        let cases = [
+            ("0-5", "range \"0-5\" is not of the form bytes=S-E"),
+            (
+                "items=0-5",
+                "range unit \"items\" is not supported (only bytes)",
+            ),
+            ("bytes=5", "range \"5\" has no '-'"),
+            ("bytes=a-b", "range \"a-b\" has a bad number \"a\""),
+            (
+                "bytes=0-99999999999999999999",
+                "range \"0-99999999999999999999\": number \"99999999999999999999\" is too large",
+            ),
+            ("bytes= - ", "range \"-\" has neither start nor end"),
+            ("bytes=5-4", "range \"5-4\" ends before it starts"),
+            ("bytes= , ", "range \"bytes= ,\" names no byte range"),
+        ];
+        for (value, message) in cases {
+            assert_eq!(err(value).to_string(), message, "{value}");
+        }
+        assert_eq!(err("bytes=5-4"), RangeError::EndBeforeStart("5-4".into()));
+    }
+
+    #[test]
+    fn content_range_ends_are_inclusive() {
+        assert_eq!(content_range(&ByteRange::new(0, 10), 10), "bytes 0-9/10");
+        assert_eq!(content_range(&ByteRange::new(7, 8), 100), "bytes 7-7/100");
     }
 
     #[test]

@@ -1,0 +1,184 @@
+//! Extractors and request parsing shared by the handlers: path parameters, the base URL
+//! of handed-out URLs, hashes and prefixes, `Range` headers, and bounded body reading.
+
+use super::AppState;
+use crate::error::{ApiError, ApiResult, code};
+use crate::range::{RangeSpec, parse_range_header};
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Path};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use serde::de::DeserializeOwned;
+use std::convert::Infallible;
+use xet_cas::{ReceivedXorb, XorbReceiver, routes};
+use xet_hash::MerkleHash;
+
+/// `Path<T>` with a JSON rejection.
+pub struct PathParams<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for PathParams<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(t)) => Ok(PathParams(t)),
+            Err(e) => Err(ApiError::bad_request(code::BAD_REQUEST, e.body_text())),
+        }
+    }
+}
+
+/// Base URL for URLs handed to the client: the configured public URL, or `http://` + the
+/// `Host` the client connected to (so loopback clients get loopback URLs), or the bound
+/// address.
+pub struct BaseUrl(pub String);
+
+fn plausible_host(h: &str) -> bool {
+    !h.is_empty()
+        && h.len() <= 255
+        && h.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']')
+        })
+}
+
+impl FromRequestParts<AppState> for BaseUrl {
+    type Rejection = Infallible;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Infallible> {
+        if let Some(p) = &state.config.public_url {
+            return Ok(BaseUrl(p.trim_end_matches('/').to_string()));
+        }
+        let host = parts
+            .headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| parts.uri.authority().map(|a| a.as_str()))
+            .filter(|h| plausible_host(h));
+        Ok(BaseUrl(match host {
+            Some(h) => format!("http://{h}"),
+            None => format!("http://{}", state.local_addr),
+        }))
+    }
+}
+
+/// `s`, cut to 80 characters, for echoing client input in error messages.
+pub(crate) fn shorten(s: &str) -> String {
+    if s.chars().count() <= 80 {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(80).collect::<String>())
+    }
+}
+
+pub(crate) fn parse_hash(what: &str, s: &str) -> ApiResult<MerkleHash> {
+    MerkleHash::from_hex(s).map_err(|e| {
+        ApiError::bad_request(
+            code::BAD_HASH,
+            format!("{what} hash {:?} is not 64 hex digits: {e}", shorten(s)),
+        )
+    })
+}
+
+pub(crate) fn check_prefix(p: &str) -> ApiResult<()> {
+    if routes::is_known_prefix(p) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            code::BAD_PREFIX,
+            format!(
+                "unknown prefix {:?} (expected {:?} or {:?})",
+                shorten(p),
+                routes::DEFAULT_PREFIX,
+                routes::MERKLEDB_PREFIX
+            ),
+        ))
+    }
+}
+
+/// The `Range` header, as sent and parsed, if there is one (`400 bad_range` if it is
+/// not ASCII or not a byte-range set).
+pub(crate) fn range_header(headers: &HeaderMap) -> ApiResult<Option<(&str, Vec<RangeSpec>)>> {
+    let Some(v) = headers.get(header::RANGE) else {
+        return Ok(None);
+    };
+    let v = v
+        .to_str()
+        .map_err(|_| ApiError::bad_request(code::BAD_RANGE, "Range header is not ASCII"))?;
+    Ok(Some((v, parse_range_header(v)?)))
+}
+
+pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Read a whole request body, refusing more than `limit` bytes (413).
+pub async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    what: &str,
+) -> ApiResult<Bytes> {
+    receive_body(headers, body, limit, what, |_| {}).await
+}
+
+/// [`read_body`] for the xorb `hash`, verified as it arrives if its length is declared
+/// (see [`XorbReceiver`]).
+pub(crate) async fn read_xorb_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    hash: &MerkleHash,
+) -> ApiResult<ReceivedXorb> {
+    let Some(declared) = content_length(headers) else {
+        return Ok(ReceivedXorb::unverified(
+            read_body(headers, body, limit, "xorb").await?,
+        ));
+    };
+    let mut receiver = XorbReceiver::new(declared);
+    // As for grant uploads: a frame's worth of hashing on the runtime thread, while the
+    // frame is in the cache.
+    let body = receive_body(headers, body, limit, "xorb", |b| receiver.advance(b)).await?;
+    Ok(receiver.finish(body, hash))
+}
+
+/// Read a whole request body, refusing more than `limit` bytes (413); `seen` is given
+/// the body so far after each frame.
+async fn receive_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    what: &str,
+    mut seen: impl FnMut(&[u8]),
+) -> ApiResult<Bytes> {
+    let declared = content_length(headers);
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::too_large(what, limit));
+    }
+    // Large (xorb) bodies go into recycled buffers (see `xet_cas::buffers`).
+    // Page-aligned, so the store's direct writes need no staging copy.
+    let mut buf =
+        xet_cas::buffers::BodyBuf::with_capacity(declared.unwrap_or(0).min(limit) as usize);
+    let mut body = body;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            ApiError::bad_request(code::BAD_REQUEST, format!("{what} body failed: {e}"))
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if (buf.len() + data.len()) as u64 > limit {
+                return Err(ApiError::too_large(what, limit));
+            }
+            buf.extend_from_slice(&data);
+            seen(buf.as_slice());
+        }
+    }
+    Ok(buf.freeze())
+}

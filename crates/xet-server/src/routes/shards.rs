@@ -1,0 +1,136 @@
+//! Shard registration (`POST /v1/shards`, `POST /v2/shards`) and global dedup queries
+//! (`GET /v1/chunks/..`, answered with a shard).
+
+use super::{json_ok, octets};
+use crate::app::extract::{check_prefix, parse_hash};
+use crate::app::{AppState, PathParams, read_body};
+use crate::auth::{ReadAccess, WriteAccess};
+use crate::error::{ApiError, ApiResult};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use bytes::Bytes;
+use std::convert::Infallible;
+use tokio::sync::mpsc;
+use xet_cas::wire::ShardResultV1;
+use xet_cas::{Cas, CasError, routes};
+
+pub(crate) async fn shards_v1(
+    State(s): State<AppState>,
+    _: WriteAccess,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let _permit = s.upload_permit().await?;
+    let body = read_body(&headers, body, s.config.max_shard_bytes, "shard").await?;
+    let inserted = s.cas.put_shard(body).await?;
+    Ok(json_ok(
+        StatusCode::OK,
+        &ShardResultV1 {
+            result: inserted as u8,
+        },
+    ))
+}
+
+/// `POST /v2/shards`: the shard is read and size-checked first (413/400 as HTTP
+/// statuses), then the answer is a `200` NDJSON stream ending in
+/// `{"type":"result","was_inserted":b}` or an error frame. Validation failures arrive as
+/// `{"type":"error","message":..,"retryable":false,"error":<code>}` (hf_xet shows the
+/// message to the user; a 400 would only show the status); storage failures as the same
+/// frame with `retryable: true`.
+pub(crate) async fn shards_v2(
+    State(s): State<AppState>,
+    _: WriteAccess,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let permit = s.upload_permit().await?;
+    let body = read_body(&headers, body, s.config.max_shard_bytes, "shard").await?;
+    let (tx, rx) = mpsc::channel::<Bytes>(8);
+    let cas = s.cas.clone();
+    tokio::spawn(async move {
+        let _permit = permit;
+        register_with_progress(cas.as_ref(), body, &tx).await;
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<Bytes, Infallible>(b), rx))
+    });
+    let mut resp = Response::new(Body::from_stream(stream));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(routes::NDJSON),
+    );
+    Ok(resp)
+}
+
+/// Register `shard`, sending the `/v2/shards` frames to `tx`; stops sending once the
+/// client has gone away.
+async fn register_with_progress(cas: &dyn Cas, shard: Bytes, tx: &mpsc::Sender<Bytes>) {
+    let _ = tx
+        .send(frame(
+            serde_json::json!({"type": "validating", "verified": 0, "total": 1}),
+        ))
+        .await;
+    match cas.put_shard(shard).await {
+        Ok(inserted) => {
+            for f in [
+                serde_json::json!({"type": "validating", "verified": 1, "total": 1}),
+                serde_json::json!({"type": "committing", "stage": "uploading"}),
+                serde_json::json!({"type": "committing", "stage": "syncing"}),
+                // `was_inserted` is our addition (hf_xet ignores it): false when the shard
+                // was already registered.
+                serde_json::json!({"type": "result", "was_inserted": inserted}),
+            ] {
+                if tx.send(frame(f)).await.is_err() {
+                    break;
+                }
+            }
+        }
+        Err(e) => {
+            let retry = retryable(&e);
+            if retry {
+                tracing::error!("shard upload failed: {e}");
+            } else {
+                tracing::debug!("shard rejected: {e}");
+            }
+            let _ = tx
+                .send(frame(serde_json::json!({
+                    "type": "error",
+                    "message": e.to_string(),
+                    "retryable": retry,
+                    "error": ApiError::code_of(&e),
+                })))
+                .await;
+        }
+    }
+}
+
+/// One NDJSON line.
+fn frame(v: serde_json::Value) -> Bytes {
+    let mut line = serde_json::to_vec(&v).expect("json");
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+/// Whether an error frame for `e` should tell the client to retry.
+fn retryable(e: &CasError) -> bool {
+    matches!(e, CasError::Storage(_)) || e.is_retryable()
+}
+
+/// `GET /v1/chunks/{prefix}/{chunk}`: a shard naming the xorb that holds `chunk`, for
+/// clients to dedup against.
+pub(crate) async fn dedup_chunk(
+    State(s): State<AppState>,
+    _: ReadAccess,
+    PathParams((prefix, hash)): PathParams<(String, String)>,
+) -> ApiResult<Response> {
+    check_prefix(&prefix)?;
+    let chunk = parse_hash("chunk", &hash)?;
+    match s.cas.dedup_shard(&chunk).await? {
+        Some(shard) => Ok(octets(shard)),
+        None => Err(ApiError::not_found(format!(
+            "chunk {chunk} is not tracked for global dedup"
+        ))),
+    }
+}

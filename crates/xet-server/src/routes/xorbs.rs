@@ -1,0 +1,41 @@
+//! Direct xorb uploads (`POST /v1/xorbs/..`) and existence checks (`HEAD`).
+
+use super::{head_response, json_ok};
+use crate::app::AppState;
+use crate::app::PathParams;
+use crate::app::extract::{check_prefix, parse_hash, read_xorb_body};
+use crate::auth::{ReadAccess, WriteAccess};
+use crate::error::{ApiError, ApiResult};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use xet_cas::wire::WasInserted;
+
+pub(crate) async fn xorb_post(
+    State(s): State<AppState>,
+    _: WriteAccess,
+    PathParams((prefix, hash)): PathParams<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    check_prefix(&prefix)?;
+    let xorb = parse_hash("xorb", &hash)?;
+    let _permit = s.upload_permit().await?;
+    let body = read_xorb_body(&headers, body, s.config.max_xorb_bytes, &xorb).await?;
+    let was_inserted = s.cas.put_received_xorb(&xorb, body).await?;
+    Ok(json_ok(StatusCode::OK, &WasInserted { was_inserted }))
+}
+
+pub(crate) async fn xorb_head(
+    State(s): State<AppState>,
+    _: ReadAccess,
+    PathParams((prefix, hash)): PathParams<(String, String)>,
+) -> ApiResult<Response> {
+    check_prefix(&prefix)?;
+    let xorb = parse_hash("xorb", &hash)?;
+    match s.cas.xorb_size(&xorb).await? {
+        Some(n) => Ok(head_response(n)),
+        None => Err(ApiError::not_found(format!("xorb {xorb} not found"))),
+    }
+}

@@ -1,0 +1,13 @@
+//! The server over real HTTP on 127.0.0.1 (reqwest), backed by the in-memory store. One
+//! test binary (one build, one link), its tests grouped by route in modules.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod support;
+
+mod auth;
+mod grants;
+mod reconstructions;
+mod server;
+mod uploads;
+mod xorb_data;
