@@ -143,6 +143,7 @@
 //! Cancelling [`DownloadOptions::cancel`] stops at once with
 //! [`DownloadError::Interrupted`]; every term recorded in the journal so far is kept.
 
+mod budget;
 mod cache;
 mod decode;
 mod dest;
@@ -151,9 +152,11 @@ mod error;
 mod fetch;
 mod fsio;
 mod journal;
+mod part;
 mod pipeline;
 mod plan;
 mod types;
+mod verify;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -170,7 +173,8 @@ pub use types::{
     FileReport, ProgressEvent, ProgressFn, Verification, default_cache_dir,
 };
 
-use pipeline::{MemoryBudget, Shared};
+use budget::MemoryBudget;
+use pipeline::Shared;
 
 /// Download `requests` from `cas`. Returns a report per file (in request order) and
 /// totals, or the first error. `progress` receives [`ProgressEvent`]s from any thread.

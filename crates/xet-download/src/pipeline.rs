@@ -1,8 +1,9 @@
 //! The per-file pipeline: segments → groups (one fetch each) → decode + verify →
-//! positional writes into `<dest>.part` → journal → final file-hash check → rename.
+//! positional writes into `<dest>.part` → journal → final check and rename, or copy to
+//! the writer ([`crate::verify`]).
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,15 +15,18 @@ use tokio_util::sync::CancellationToken;
 use xet_cas::{ByteRange, Cas, ChunkRange, Term, XorbFetch};
 use xet_hash::MerkleHash;
 
-use crate::cache::{ChunkCache, FileTerm};
+use crate::budget::MemoryBudget;
+use crate::cache::{ChunkCache, PendingEntry};
 use crate::decode;
 use crate::dest::{self, Target};
 use crate::error::{DownloadError, Result};
 use crate::fetch;
 use crate::fsio;
-use crate::journal::{self, DoneTerm, Journal, JournalHeader};
+use crate::journal::{DoneTerm, Journal, JournalHeader};
+use crate::part::{self, Output};
 use crate::plan::{self, Group, Item};
 use crate::types::*;
+use crate::verify::{self, XorbCandidate};
 
 /// State shared by all files of one [`crate::download`] call.
 pub(crate) struct Shared {
@@ -43,38 +47,6 @@ impl Shared {
     }
 }
 
-/// A byte budget: a semaphore whose permits are KiB.
-pub(crate) struct MemoryBudget {
-    sem: Arc<Semaphore>,
-    units: u32,
-}
-
-impl MemoryBudget {
-    pub fn new(bytes: u64) -> Self {
-        let units = (bytes / 1024).clamp(1, u64::from(u32::MAX >> 4)) as u32;
-        MemoryBudget {
-            sem: Arc::new(Semaphore::new(units as usize)),
-            units,
-        }
-    }
-    /// Reserve `bytes` (at most the whole budget, so one large request still runs).
-    pub async fn reserve(&self, bytes: u64) -> OwnedSemaphorePermit {
-        let units = bytes.div_ceil(1024).clamp(1, u64::from(self.units)) as u32;
-        self.sem
-            .clone()
-            .acquire_many_owned(units)
-            .await
-            .expect("memory semaphore is never closed")
-    }
-    /// Give back all of `permit` above `bytes`.
-    pub fn shrink(&self, permit: &mut OwnedSemaphorePermit, bytes: u64) {
-        let keep = bytes.div_ceil(1024).clamp(1, u64::from(self.units)) as usize;
-        if let Some(extra) = permit.num_permits().checked_sub(keep).filter(|&e| e > 0) {
-            drop(permit.split(extra));
-        }
-    }
-}
-
 #[derive(Default)]
 struct FileStats {
     fetched: AtomicU64,
@@ -82,49 +54,47 @@ struct FileStats {
     fetches: AtomicU64,
 }
 
-/// A fetch that started at chunk 0, byte 0 of its xorb: if it turns out to be the
-/// whole xorb, its chunk hashes can be checked against the xorb hash when the file
-/// hash does not match (to say which xorb is corrupt).
-struct XorbCandidate {
-    fetch: XorbFetch,
-    chunks: Vec<(MerkleHash, u32)>,
-}
-
-struct FileCtx {
-    shared: Arc<Shared>,
+/// One file being downloaded.
+pub(crate) struct FileCtx {
+    pub shared: Arc<Shared>,
     index: usize,
-    file: MerkleHash,
+    pub file: MerkleHash,
     /// Wanted file bytes.
     out: ByteRange,
     /// Whole-file download: the file hash is checked.
-    whole: bool,
+    pub whole: bool,
     /// The verified file is hard-linked into the chunk cache at the end, so fetched
     /// chunks are not also copied into it.
-    link_cache: bool,
-    part: Arc<File>,
-    part_path: PathBuf,
+    pub link_cache: bool,
+    pub part: Arc<File>,
+    pub part_path: PathBuf,
     /// The part is renamed into place (fsynced first, so written back as it goes); a
     /// part that is only copied to a writer and deleted never needs the disk.
     renamed: bool,
-    journal: Option<Journal>,
+    pub journal: Option<Journal>,
     stats: FileStats,
     /// Cache entries this file used or added (removed if verification fails).
     cache_touched: Mutex<Vec<(MerkleHash, u32, u32)>>,
-    candidates: Mutex<Vec<XorbCandidate>>,
+    /// Fetches that may be whole xorbs, checked if the file hash is wrong.
+    pub candidates: Mutex<Vec<XorbCandidate>>,
     /// Taken while writing to `part` (see `write_clipped`); holds the direct writer
     /// for a large part that is renamed into place.
-    write_turn: Mutex<Option<fsio::DirectWriter>>,
+    pub write_turn: Mutex<Option<fsio::DirectWriter>>,
     /// Waits for the direct writer's queued writes (before terms are journaled).
     written: Option<fsio::WriteWaiter>,
     /// Set after an error: queued groups give up instead of fetching.
     stop: CancellationToken,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// Lock `m`, even if a holder panicked.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+/// Run `f` on a blocking thread.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| DownloadError::Internal(format!("blocking task failed: {e}")))
@@ -144,128 +114,30 @@ pub(crate) async fn download_file(
         size,
     } = req;
     let shown = dest.display();
-    let (final_path, writer, _tmpdir) = match dest {
-        Destination::Path(p) => match blocking(move || dest::resolve(&p)).await?? {
-            Target::Replace(p) => (p, None, None),
-            Target::WriteInto(p) => staged(&shared.opts, Box::new(dest::OpenOnWrite::new(p)))?,
-        },
-        Destination::Writer(w) => staged(&shared.opts, w)?,
-    };
-    let resumable = writer.is_none();
-    if let Some(parent) = final_path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| DownloadError::io("creating directory", parent, e))?;
-    }
-
-    // The empty file: no request at all.
+    let output = resolve_destination(&shared.opts, dest).await?;
     if file.is_zero() {
-        if let Some(r) = range {
-            if r.start > 0 || r.end.is_some() {
-                return Err(DownloadError::RangeNotSatisfiable {
-                    file,
-                    start: r.start,
-                    size: 0,
-                });
-            }
-        }
-        shared.emit(ProgressEvent::FileStarted {
-            index,
-            file,
-            dest: shown.clone(),
-            total: 0,
-            resumed: 0,
-        });
-        let p = final_path.clone();
-        blocking(move || finish_empty(&p)).await??;
-        if let Some(mut w) = writer {
-            // Opens a device or FIFO destination, so its reader sees the (empty) end.
-            blocking(move || w.flush())
-                .await?
-                .map_err(|e| DownloadError::io("writing", &shown, e))?;
-        }
-        shared.emit(ProgressEvent::FileFinished { index });
-        return Ok(FileReport {
-            hash: file.to_string(),
-            path: shown,
-            bytes: 0,
-            bytes_fetched: 0,
-            bytes_from_cache: 0,
-            bytes_resumed: 0,
-            fetches: 0,
-            verification: Verification::Empty,
-            elapsed_secs: started.elapsed().as_secs_f64(),
-        });
+        check_empty_range(file, range)?;
+        return download_empty(&shared, index, file, output, shown, started).await;
     }
+    // `_staging` keeps a writer's temporary directory until the file is done.
+    let Output {
+        path: final_path,
+        writer,
+        staging: _staging,
+    } = output;
+    let resumable = writer.is_none();
 
     let size = match size {
         Some(s) => s,
         None => fetch::query_file_size(&shared, file).await?,
     };
-    let out = match range {
-        None => ByteRange::new(0, size),
-        Some(r) => {
-            if let Some(e) = r.end {
-                if e < r.start {
-                    return Err(DownloadError::InvalidRequest {
-                        file,
-                        reason: format!("range end {e} is before its start {}", r.start),
-                    });
-                }
-            }
-            if r.start >= size {
-                return Err(DownloadError::RangeNotSatisfiable {
-                    file,
-                    start: r.start,
-                    size,
-                });
-            }
-            ByteRange::new(
-                r.start,
-                r.end.map_or(size, |e| e.saturating_add(1).min(size)),
-            )
-        }
-    };
+    let out = wanted_bytes(file, range, size)?;
     let whole = out.start == 0 && out.end == size;
-
-    // The .part file and the journal.
-    let part_path = part_path(&final_path);
-    let journal_path = journal_path(&final_path);
     let header = JournalHeader::new(&file, size, out.start, out.end);
-    let do_resume = resumable && shared.opts.resume;
-    let (part, journal, done, direct) = {
-        let (pp, jp, header) = (part_path.clone(), journal_path.clone(), header.clone());
-        blocking(move || {
-            let (part, journal, done) = open_part(
-                &pp,
-                &jp,
-                &header,
-                out.len(),
-                do_resume,
-                resumable && out.len() >= JOURNAL_MIN,
-            )?;
-            let part = Arc::new(part);
-            // Only a part that is fsynced and renamed must reach the disk anyway.
-            let direct = (resumable && out.len() >= DIRECT_MIN)
-                .then(|| fsio::DirectWriter::open(&pp, part.clone()))
-                .flatten();
-            Ok::<_, DownloadError>((part, journal, done, direct))
-        })
-        .await??
-    };
-    let resumed: u64 = done.values().map(|t| t.len).sum();
-    let link_cache = match (&shared.cache, &shared.opts.cache) {
-        (Some(cache), Some(cfg)) if whole && resumable && cfg.link_files => {
-            let (root, pp) = (cache.root().to_path_buf(), part_path.clone());
-            // Room for the file and its references (36 bytes per chunk of at least
-            // 8 KiB, and 20 per term, far below 1/128 of the file).
-            size.saturating_add(size / 128 + 4096) <= cache.max_bytes()
-                && blocking(move || {
-                    fsio::same_file_system(&root, pp.parent().unwrap_or(Path::new(".")))
-                })
-                .await?
-        }
-        _ => false,
-    };
+    let resume = resumable && shared.opts.resume;
+    let opened = open_part_and_journal(&final_path, header, out.len(), resume, resumable).await?;
+    let resumed: u64 = opened.done.values().map(|t| t.len).sum();
+    let link_cache = links_into_cache(&shared, whole && resumable, size, &opened.part_path).await?;
     shared.emit(ProgressEvent::FileStarted {
         index,
         file,
@@ -281,126 +153,250 @@ pub(crate) async fn download_file(
         out,
         whole,
         link_cache,
-        part,
-        part_path: part_path.clone(),
+        part: opened.part,
+        part_path: opened.part_path,
         renamed: resumable,
-        journal,
+        journal: opened.journal,
         stats: FileStats::default(),
         cache_touched: Mutex::new(Vec::new()),
         candidates: Mutex::new(Vec::new()),
-        written: direct.as_ref().map(fsio::DirectWriter::waiter),
-        write_turn: Mutex::new(direct),
+        written: opened.direct.as_ref().map(fsio::DirectWriter::waiter),
+        write_turn: Mutex::new(opened.direct),
         stop: CancellationToken::new(),
     });
-
     let cancel = shared.cancel.clone();
     let res = tokio::select! {
-        r = run_segments(ctx.clone(), done) => r,
+        r = run_segments(ctx.clone(), opened.done) => r,
         _ = cancel.cancelled() => Err(DownloadError::Interrupted { file, resumable }),
     };
     let res = match res {
-        Ok(chunks) => verify_and_finish(&ctx, chunks, size, &final_path, writer, &shown).await,
+        Ok(assembled) => {
+            verify::verify_and_finish(&ctx, assembled, size, &final_path, writer, &shown).await
+        }
         Err(e) => Err(e),
     };
     if let Err(e) = &res {
-        if e.kind() == crate::ErrorKind::Verification || !resumable {
-            // Bad data must not be resumed from, or served again from the cache.
-            let _ = fsio::remove_if_exists(&part_path);
-            let _ = fsio::remove_if_exists(&journal_path);
-            if e.kind() == crate::ErrorKind::Verification {
-                if let Some(cache) = &shared.cache {
-                    for (x, a, b) in lock(&ctx.cache_touched).drain(..) {
-                        cache.remove_overlapping(&x, a, b);
-                    }
-                }
-            }
-        }
+        clean_up_after_failure(&ctx, e, resumable, &opened.journal_path);
     }
     res?;
+    shared.emit(ProgressEvent::FileFinished { index });
+    Ok(report(&ctx, shown, resumed, started))
+}
+
+/// Where the verified bytes go. A path that may be replaced is the part's rename
+/// target; a writer, or a device or FIFO (never replaced), gets a copy of a part staged
+/// in a temporary directory. The directory the part goes to is created.
+async fn resolve_destination(opts: &DownloadOptions, destination: Destination) -> Result<Output> {
+    let output = match destination {
+        Destination::Path(p) => match blocking(move || dest::resolve(&p)).await?? {
+            Target::Replace(path) => Output {
+                path,
+                writer: None,
+                staging: None,
+            },
+            Target::WriteInto(p) => part::staged(opts, Box::new(dest::OpenOnWrite::new(p)))?,
+        },
+        Destination::Writer(w) => part::staged(opts, w)?,
+    };
+    if let Some(parent) = output.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| DownloadError::io("creating directory", parent, e))?;
+    }
+    Ok(output)
+}
+
+/// The empty file has no bytes to ask for: only the whole file (no range) is allowed.
+fn check_empty_range(file: MerkleHash, range: Option<FileRange>) -> Result<()> {
+    match range {
+        Some(r) if r.start > 0 || r.end.is_some() => Err(DownloadError::RangeNotSatisfiable {
+            file,
+            start: r.start,
+            size: 0,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The empty file (hash zero): created with no request at all.
+async fn download_empty(
+    shared: &Shared,
+    index: usize,
+    file: MerkleHash,
+    output: Output,
+    shown: String,
+    started: Instant,
+) -> Result<FileReport> {
+    shared.emit(ProgressEvent::FileStarted {
+        index,
+        file,
+        dest: shown.clone(),
+        total: 0,
+        resumed: 0,
+    });
+    let p = output.path.clone();
+    blocking(move || part::finish_empty(&p)).await??;
+    if let Some(mut w) = output.writer {
+        // Opens a device or FIFO destination, so its reader sees the (empty) end.
+        blocking(move || w.flush())
+            .await?
+            .map_err(|e| DownloadError::io("writing", &shown, e))?;
+    }
     shared.emit(ProgressEvent::FileFinished { index });
     Ok(FileReport {
         hash: file.to_string(),
         path: shown,
-        bytes: out.len(),
+        bytes: 0,
+        bytes_fetched: 0,
+        bytes_from_cache: 0,
+        bytes_resumed: 0,
+        fetches: 0,
+        verification: Verification::Empty,
+        elapsed_secs: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The file bytes wanted: the whole file, or `range` (its end inclusive, clipped to
+/// the file).
+fn wanted_bytes(file: MerkleHash, range: Option<FileRange>, size: u64) -> Result<ByteRange> {
+    let Some(r) = range else {
+        return Ok(ByteRange::new(0, size));
+    };
+    if let Some(e) = r.end
+        && e < r.start
+    {
+        return Err(DownloadError::InvalidRequest {
+            file,
+            reason: format!("range end {e} is before its start {}", r.start),
+        });
+    }
+    if r.start >= size {
+        return Err(DownloadError::RangeNotSatisfiable {
+            file,
+            start: r.start,
+            size,
+        });
+    }
+    Ok(ByteRange::new(
+        r.start,
+        r.end.map_or(size, |e| e.saturating_add(1).min(size)),
+    ))
+}
+
+/// Outputs smaller than this keep no resume journal: fetching such a file again after an
+/// interruption costs less than creating, syncing and renaming a journal for every one
+/// (a third of the time of downloading thousands of small files).
+const JOURNAL_MIN: u64 = 1 << 20;
+
+/// Parts at least this large are written with `O_DIRECT` where possible
+/// ([`fsio::DirectWriter`]).
+const DIRECT_MIN: u64 = 8 << 20;
+
+/// A part ready to be written.
+struct OpenedPart {
+    part: Arc<File>,
+    /// `<dest>.part`.
+    part_path: PathBuf,
+    journal: Option<Journal>,
+    /// `<dest>.part.jsonl`, whether or not a journal is kept.
+    journal_path: PathBuf,
+    /// Terms an earlier run recorded (and that still verify), by offset in the part.
+    done: HashMap<u64, DoneTerm>,
+    /// The direct writer of a large part.
+    direct: Option<fsio::DirectWriter>,
+}
+
+/// Open the part of `final_path` (`len` bytes) and its journal (`header` says what is
+/// downloaded), resuming from the journal if `resume`. Only a part that is renamed
+/// into place (`renamed`) keeps a journal or gets a direct writer.
+async fn open_part_and_journal(
+    final_path: &Path,
+    header: JournalHeader,
+    len: u64,
+    resume: bool,
+    renamed: bool,
+) -> Result<OpenedPart> {
+    let part_path = part::part_path(final_path);
+    let journal_path = part::journal_path(final_path);
+    blocking(move || {
+        let journaled = renamed && len >= JOURNAL_MIN;
+        let (part, journal, done) =
+            part::open_part(&part_path, &journal_path, &header, len, resume, journaled)?;
+        let part = Arc::new(part);
+        // Only a part that is fsynced and renamed must reach the disk anyway.
+        let direct = (renamed && len >= DIRECT_MIN)
+            .then(|| fsio::DirectWriter::open(&part_path, part.clone()))
+            .flatten();
+        Ok(OpenedPart {
+            part,
+            part_path,
+            journal,
+            journal_path,
+            done,
+            direct,
+        })
+    })
+    .await?
+}
+
+/// Whether the verified file is hard-linked into the chunk cache (so fetched chunks
+/// are not also copied into it): a whole file renamed into place
+/// (`whole_and_renamed`), with [`CacheConfig::link_files`], room in the cache for the
+/// file and its references, and the part on the cache's file system.
+async fn links_into_cache(
+    shared: &Shared,
+    whole_and_renamed: bool,
+    size: u64,
+    part_path: &Path,
+) -> Result<bool> {
+    match (&shared.cache, &shared.opts.cache) {
+        (Some(cache), Some(cfg)) if whole_and_renamed && cfg.link_files => {
+            let (root, pp) = (cache.root().to_path_buf(), part_path.to_path_buf());
+            // Room for the file and its references (36 bytes per chunk of at least
+            // 8 KiB, and 20 per term, far below 1/128 of the file).
+            Ok(size.saturating_add(size / 128 + 4096) <= cache.max_bytes()
+                && blocking(move || {
+                    fsio::same_file_system(&root, pp.parent().unwrap_or(Path::new(".")))
+                })
+                .await?)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// After a failed download: bad data (a verification failure) must not be resumed
+/// from, or served again from the cache; a part that cannot be resumed is of no use.
+/// Otherwise the part and journal stay for a rerun.
+fn clean_up_after_failure(ctx: &FileCtx, e: &DownloadError, resumable: bool, journal_path: &Path) {
+    let bad_data = e.kind() == crate::ErrorKind::Verification;
+    if !bad_data && resumable {
+        return;
+    }
+    let _ = fsio::remove_if_exists(&ctx.part_path);
+    let _ = fsio::remove_if_exists(journal_path);
+    if bad_data && let Some(cache) = &ctx.shared.cache {
+        for (x, a, b) in lock(&ctx.cache_touched).drain(..) {
+            cache.remove_overlapping(&x, a, b);
+        }
+    }
+}
+
+/// The report of a downloaded file.
+fn report(ctx: &FileCtx, shown: String, resumed: u64, started: Instant) -> FileReport {
+    FileReport {
+        hash: ctx.file.to_string(),
+        path: shown,
+        bytes: ctx.out.len(),
         bytes_fetched: ctx.stats.fetched.load(Ordering::Relaxed),
         bytes_from_cache: ctx.stats.from_cache.load(Ordering::Relaxed),
         bytes_resumed: resumed,
         fetches: ctx.stats.fetches.load(Ordering::Relaxed),
-        verification: if whole {
+        verification: if ctx.whole {
             Verification::FileHash
         } else {
             Verification::TermLengths
         },
         elapsed_secs: started.elapsed().as_secs_f64(),
-    })
-}
-
-type BoxWriter = Box<dyn std::io::Write + Send>;
-
-/// A writer destination: the file is assembled and verified in a temporary directory
-/// (kept alive by the returned guard) and copied to `w` only then.
-fn staged(
-    opts: &DownloadOptions,
-    w: BoxWriter,
-) -> Result<(PathBuf, Option<BoxWriter>, Option<tempfile::TempDir>)> {
-    let mut b = tempfile::Builder::new();
-    b.prefix("xet-download");
-    let dir = match &opts.temp_dir {
-        Some(d) => b.tempdir_in(d),
-        None => b.tempdir(),
     }
-    .map_err(|e| {
-        let at = opts.temp_dir.clone().unwrap_or_else(std::env::temp_dir);
-        DownloadError::io("creating a temporary directory in", at, e)
-    })?;
-    Ok((dir.path().join("staged"), Some(w), Some(dir)))
-}
-
-fn finish_empty(dest: &Path) -> Result<()> {
-    let part = part_path(dest);
-    let f = File::create(&part).map_err(|e| DownloadError::io("creating", &part, e))?;
-    f.sync_all()
-        .map_err(|e| DownloadError::io("syncing", &part, e))?;
-    std::fs::rename(&part, dest).map_err(|e| DownloadError::io("renaming into place", dest, e))?;
-    fsio::sync_dir(dest.parent().unwrap_or(Path::new(".")));
-    let _ = fsio::remove_if_exists(&journal_path(dest));
-    Ok(())
-}
-
-type Opened = (File, Option<Journal>, HashMap<u64, DoneTerm>);
-
-fn open_part(
-    part: &Path,
-    jp: &Path,
-    header: &JournalHeader,
-    len: u64,
-    resume: bool,
-    journaled: bool,
-) -> Result<Opened> {
-    let done = if resume {
-        journal::load_verified(jp, part, header)
-    } else {
-        HashMap::new()
-    };
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(part)
-        .map_err(|e| DownloadError::io("opening", part, e))?;
-    if done.is_empty() {
-        f.set_len(0)
-            .map_err(|e| DownloadError::io("truncating", part, e))?;
-    }
-    f.set_len(len)
-        .map_err(|e| DownloadError::io("sizing", part, e))?;
-    let journal = if journaled {
-        Some(Journal::create(jp, header, &done).map_err(|e| DownloadError::io("writing", jp, e))?)
-    } else {
-        None
-    };
-    Ok((f, journal, done))
 }
 
 /// Result of one group: `(item idx, kept chunks)` per item.
@@ -477,21 +473,7 @@ async fn walk_segments(
         }
         results.resize(results.len() + items.len(), None);
         terms.extend(items.iter().map(|i| i.term.clone()));
-        let mut needed = Vec::with_capacity(items.len());
-        for item in items {
-            // Only whole items are journaled, and those start inside the output.
-            let recorded = if item.is_whole() {
-                done.get(&(item.data_start - out.start))
-            } else {
-                None
-            };
-            match recorded {
-                Some(t) if t.len == item.term.unpacked_length => {
-                    results[item.idx] = Some(t.chunks.clone());
-                }
-                _ => needed.push(item),
-            }
-        }
+        let needed = resume_recorded(items, &done, out, &mut results);
         let groups = plan::group_items(ctx.file, &recon, needed)?;
         if !groups.is_empty() {
             pending.push_back((seg_id, groups.len()));
@@ -520,6 +502,32 @@ async fn walk_segments(
         .collect()
 }
 
+/// Take the chunks of the items an earlier run recorded (with the right length) from
+/// the journal into `results`; returns the items still to fetch.
+fn resume_recorded(
+    items: Vec<Item>,
+    done: &HashMap<u64, DoneTerm>,
+    out: ByteRange,
+    results: &mut [Option<Vec<(MerkleHash, u32)>>],
+) -> Vec<Item> {
+    let mut needed = Vec::with_capacity(items.len());
+    for item in items {
+        // Only whole items are journaled, and those start inside the output.
+        let recorded = if item.is_whole() {
+            done.get(&(item.data_start - out.start))
+        } else {
+            None
+        };
+        match recorded {
+            Some(t) if t.len == item.term.unpacked_length => {
+                results[item.idx] = Some(t.chunks.clone());
+            }
+            _ => needed.push(item),
+        }
+    }
+    needed
+}
+
 /// Fetch (or read from the cache), decode, verify and write the items of one group.
 async fn run_group(ctx: Arc<FileCtx>, segment: ByteRange, group: Group) -> Result<GroupResult> {
     let shared = ctx.shared.clone();
@@ -530,21 +538,20 @@ async fn run_group(ctx: Arc<FileCtx>, segment: ByteRange, group: Group) -> Resul
     let xorb = planned.xorb;
 
     // 1. The chunk cache: all items must be covered, else the fetch serves them all.
-    if let Some(cache) = shared.cache.clone() {
-        if items
+    if let Some(cache) = shared.cache.clone()
+        && items
             .iter()
             .all(|i| cache.contains(&xorb, i.term.chunks.start, i.term.chunks.end))
-        {
-            // Reading streams chunk by chunk; reserve a little for the buffers.
-            let Some(_mem) = ctx.unless_stopped(shared.memory.reserve(1 << 20)).await else {
-                return Ok(Vec::new());
-            };
-            let (c2, items2) = (ctx.clone(), items.clone());
-            if let Some(done) = blocking(move || read_cached(&c2, &cache, &items2)).await?? {
-                let bytes: u64 = items.iter().map(|i| i.term.unpacked_length).sum();
-                ctx.stats.from_cache.fetch_add(bytes, Ordering::Relaxed);
-                return Ok(report_written(&ctx, done, true));
-            }
+    {
+        // Reading streams chunk by chunk; reserve a little for the buffers.
+        let Some(_mem) = ctx.unless_stopped(shared.memory.reserve(1 << 20)).await else {
+            return Ok(Vec::new());
+        };
+        let (c2, items2) = (ctx.clone(), items.clone());
+        if let Some(done) = blocking(move || read_cached(&c2, &cache, &items2)).await?? {
+            let bytes: u64 = items.iter().map(|i| i.term.unpacked_length).sum();
+            ctx.stats.from_cache.fetch_add(bytes, Ordering::Relaxed);
+            return Ok(report_written(&ctx, done, true));
         }
     }
 
@@ -666,15 +673,6 @@ fn report_written(ctx: &FileCtx, done: Written, from_cache: bool) -> GroupResult
 /// buffer of the direct writer; 16 MiB measured no faster and held more memory).
 const WRITE_BATCH: u64 = 8 << 20;
 
-/// Parts at least this large are written with `O_DIRECT` where possible
-/// ([`fsio::DirectWriter`]).
-const DIRECT_MIN: u64 = 8 << 20;
-
-/// Outputs smaller than this keep no resume journal: fetching such a file again after an
-/// interruption costs less than creating, syncing and renaming a journal for every one
-/// (a third of the time of downloading thousands of small files).
-const JOURNAL_MIN: u64 = 1 << 20;
-
 /// Write the part of consecutive chunks `pieces` (the first at file offset `at`) that
 /// falls in `item.write`, with one vectored positional write. Writers of one file take
 /// turns: concurrent writes to one file only contend on its inode lock in the kernel.
@@ -731,15 +729,15 @@ fn writes_landed(ctx: &FileCtx) -> Result<()> {
 fn finish_item(ctx: &FileCtx, item: &Item, entries: Vec<(MerkleHash, u32)>) -> Result<WrittenItem> {
     let len: u64 = entries.iter().map(|e| u64::from(e.1)).sum();
     check_term_len(ctx, item, len)?;
-    if item.is_whole() {
-        if let Some(j) = &ctx.journal {
-            let t = DoneTerm {
-                len,
-                chunks: entries.clone(),
-            };
-            j.append(item.data_start - ctx.out.start, &t)
-                .map_err(|e| DownloadError::io("writing", j.path(), e))?;
-        }
+    if item.is_whole()
+        && let Some(j) = &ctx.journal
+    {
+        let t = DoneTerm {
+            len,
+            chunks: entries.clone(),
+        };
+        j.append(item.data_start - ctx.out.start, &t)
+            .map_err(|e| DownloadError::io("writing", j.path(), e))?;
     }
     let kept = if ctx.whole {
         kept_chunks(ctx, item, entries)?
@@ -787,60 +785,18 @@ fn decode_and_write(
     items: &[Item],
     mut rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
 ) -> Result<Option<Written>> {
-    let bad = |rel: Option<usize>, message: &str| {
-        let chunk = rel.map_or(String::new(), |r| {
-            format!("chunk {} of ", fetch.chunks.start as usize + r)
-        });
-        let users: Vec<String> = items.iter().map(Item::describe).collect();
-        DownloadError::Verification {
-            file: ctx.file,
-            detail: format!(
-                "{chunk}xorb {} (fetched bytes {}..{} for chunks {}..{}, used by {}): {message}",
-                fetch.xorb,
-                fetch.bytes.start,
-                fetch.bytes.end,
-                fetch.chunks.start,
-                fetch.chunks.end,
-                users.join(", "),
-            ),
-        }
-    };
+    let bad = |rel: Option<usize>, message: &str| range_error(ctx, fetch, items, rel, message);
     let n = fetch.chunks.len() as usize;
     let mut decoder = decode::RangeDecoder::new(fetch.bytes.len(), n, WRITE_BATCH)
         .map_err(|e| bad(e.chunk, &e.message))?;
-    // Each item's chunks relative to the fetch.
-    let spans: Vec<(usize, usize)> = items
-        .iter()
-        .map(|i| {
-            (
-                (i.term.chunks.start - fetch.chunks.start) as usize,
-                (i.term.chunks.end - fetch.chunks.start) as usize,
-            )
-        })
-        .collect();
+    let spans = item_spans(fetch, items);
     let mut pending = match &ctx.shared.cache {
         Some(c) if !ctx.link_cache => c.begin(&fetch.xorb, fetch.chunks.start, n),
         _ => None,
     };
     let mut cache_ok = true;
     let mut sink = |first: usize, pieces: &[decode::Piece], ends: &[u64]| {
-        let start_of = |i: usize| if i == 0 { 0 } else { ends[i - 1] };
-        let last = first + pieces.len();
-        for (item, &(a, b)) in items.iter().zip(&spans) {
-            let (lo, hi) = (a.max(first), b.min(last));
-            if lo < hi {
-                // Clipped to the item's part of the output, so chunks of a wrong length
-                // (caught below) cannot land outside it.
-                write_clipped(
-                    ctx,
-                    item,
-                    item.data_start + start_of(lo) - start_of(a),
-                    pieces[lo - first..hi - first]
-                        .iter()
-                        .map(decode::Piece::bytes),
-                )?;
-            }
-        }
+        write_pieces(ctx, items, &spans, first, pieces, ends)?;
         if let Some(p) = pending.as_mut().filter(|_| cache_ok) {
             cache_ok = pieces.iter().all(|piece| p.append(piece.bytes()).is_ok());
         }
@@ -857,30 +813,121 @@ fn decode_and_write(
         return Ok(None);
     }
     let (hashes, ends) = decoder.finish(&mut sink).map_err(failed)?;
-    let start_of = |i: usize| if i == 0 { 0 } else { ends[i - 1] };
     for (item, &(a, b)) in items.iter().zip(&spans) {
-        check_term_len(ctx, item, start_of(b) - start_of(a))?;
+        check_term_len(ctx, item, start_of(&ends, b) - start_of(&ends, a))?;
     }
-    if let (Some(p), Some(cache)) = (pending, &ctx.shared.cache) {
-        if cache_ok {
-            cache.commit(p, &hashes);
-            lock(&ctx.cache_touched).push((fetch.xorb, fetch.chunks.start, fetch.chunks.end));
-        }
-    }
-    let entry = |i: usize| (hashes[i], (start_of(i + 1) - start_of(i)) as u32);
-    if ctx.whole && fetch.chunks.start == 0 && fetch.bytes.start == 0 {
-        lock(&ctx.candidates).push(XorbCandidate {
-            fetch: fetch.clone(),
-            chunks: (0..hashes.len()).map(entry).collect(),
-        });
-    }
+    let chunks: Vec<(MerkleHash, u32)> = (0..hashes.len())
+        .map(|i| {
+            (
+                hashes[i],
+                (start_of(&ends, i + 1) - start_of(&ends, i)) as u32,
+            )
+        })
+        .collect();
+    keep_decoded(ctx, fetch, pending.filter(|_| cache_ok), &hashes, &chunks);
     writes_landed(ctx)?;
     items
         .iter()
         .zip(&spans)
-        .map(|(item, &(a, b))| finish_item(ctx, item, (a..b).map(entry).collect()))
+        .map(|(item, &(a, b))| finish_item(ctx, item, chunks[a..b].to_vec()))
         .collect::<Result<_>>()
         .map(Some)
+}
+
+/// Where chunk `i` of a decoded range starts in its data, given each chunk's end.
+fn start_of(ends: &[u64], i: usize) -> u64 {
+    if i == 0 { 0 } else { ends[i - 1] }
+}
+
+/// Each item's chunks, relative to the fetch.
+fn item_spans(fetch: &XorbFetch, items: &[Item]) -> Vec<(usize, usize)> {
+    items
+        .iter()
+        .map(|i| {
+            (
+                (i.term.chunks.start - fetch.chunks.start) as usize,
+                (i.term.chunks.end - fetch.chunks.start) as usize,
+            )
+        })
+        .collect()
+}
+
+/// What is wrong with chunk `rel` of `fetch` (relative to the fetch; `None`: the
+/// range as a whole), naming the terms it serves.
+fn range_error(
+    ctx: &FileCtx,
+    fetch: &XorbFetch,
+    items: &[Item],
+    rel: Option<usize>,
+    message: &str,
+) -> DownloadError {
+    let chunk = rel.map_or(String::new(), |r| {
+        format!("chunk {} of ", fetch.chunks.start as usize + r)
+    });
+    let users: Vec<String> = items.iter().map(Item::describe).collect();
+    DownloadError::Verification {
+        file: ctx.file,
+        detail: format!(
+            "{chunk}xorb {} (fetched bytes {}..{} for chunks {}..{}, used by {}): {message}",
+            fetch.xorb,
+            fetch.bytes.start,
+            fetch.bytes.end,
+            fetch.chunks.start,
+            fetch.chunks.end,
+            users.join(", "),
+        ),
+    }
+}
+
+/// Write the decoded chunks `first..first + pieces.len()` of a fetch (`ends`: where
+/// each chunk of the fetch ends in its data, so far) into the items they belong to.
+fn write_pieces(
+    ctx: &FileCtx,
+    items: &[Item],
+    spans: &[(usize, usize)],
+    first: usize,
+    pieces: &[decode::Piece],
+    ends: &[u64],
+) -> std::io::Result<()> {
+    let last = first + pieces.len();
+    for (item, &(a, b)) in items.iter().zip(spans) {
+        let (lo, hi) = (a.max(first), b.min(last));
+        if lo < hi {
+            // Clipped to the item's part of the output, so chunks of a wrong length
+            // (caught once the range is whole) cannot land outside it.
+            write_clipped(
+                ctx,
+                item,
+                item.data_start + start_of(ends, lo) - start_of(ends, a),
+                pieces[lo - first..hi - first]
+                    .iter()
+                    .map(decode::Piece::bytes),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Keep what a whole decoded range offers beyond its items: the chunk cache entry
+/// written alongside (`pending`, published with the chunks' `hashes`), and, for a
+/// range that may be a whole xorb, its `chunks` for [`XorbCandidate`].
+fn keep_decoded(
+    ctx: &FileCtx,
+    fetch: &XorbFetch,
+    pending: Option<PendingEntry>,
+    hashes: &[MerkleHash],
+    chunks: &[(MerkleHash, u32)],
+) {
+    if let (Some(p), Some(cache)) = (pending, &ctx.shared.cache) {
+        cache.commit(p, hashes);
+        lock(&ctx.cache_touched).push((fetch.xorb, fetch.chunks.start, fetch.chunks.end));
+    }
+    if ctx.whole && fetch.chunks.start == 0 && fetch.bytes.start == 0 {
+        lock(&ctx.candidates).push(XorbCandidate {
+            fetch: fetch.clone(),
+            chunks: chunks.to_vec(),
+        });
+    }
 }
 
 impl FileCtx {
@@ -934,147 +981,4 @@ fn kept_chunks(
             item.keep_from
         ),
     })
-}
-
-/// The final check (whole files: the file hash over every chunk), then fsync and
-/// rename (or copy to the writer).
-async fn verify_and_finish(
-    ctx: &Arc<FileCtx>,
-    assembled: Assembled,
-    size: u64,
-    final_path: &Path,
-    writer: Option<Box<dyn std::io::Write + Send>>,
-    shown: &str,
-) -> Result<()> {
-    if ctx.whole {
-        let n_terms = assembled.len();
-        let all: Vec<(MerkleHash, u64)> = assembled
-            .iter()
-            .flat_map(|(_, c)| c.iter())
-            .map(|(h, s)| (*h, u64::from(*s)))
-            .collect();
-        let total: u64 = all.iter().map(|c| c.1).sum();
-        if total != size {
-            return Err(DownloadError::Verification {
-                file: ctx.file,
-                detail: format!(
-                    "reassembled {total} bytes from {n_terms} terms, but the file is {size} bytes"
-                ),
-            });
-        }
-        let n_chunks = all.len();
-        let computed = blocking(move || xet_hash::file_hash(&all)).await?;
-        if computed != ctx.file {
-            let mut culprit = crate::diagnose::find_corrupt_chunk(&ctx.shared, &assembled).await;
-            if culprit.is_none() {
-                culprit = find_corrupt_xorb(ctx).await;
-            }
-            return Err(DownloadError::Verification {
-                file: ctx.file,
-                detail: format!(
-                    "the {n_chunks} chunks of {n_terms} terms hash to file hash {computed}, not the requested one{}",
-                    culprit.map_or_else(
-                        || " (a xorb holds corrupt data, the cache was corrupted, or the reconstruction is wrong)".to_string(),
-                        |c| format!("; {c}")
-                    )
-                ),
-            });
-        }
-    }
-    // Each term's kept chunks, where they sit in the file (kept chunks are a suffix
-    // of the term's), for the chunk cache.
-    let link = match &ctx.shared.cache {
-        Some(cache) if ctx.link_cache => {
-            let mut offset = 0u64;
-            let terms: Vec<FileTerm> = assembled
-                .iter()
-                .map(|(term, kept)| {
-                    let t = FileTerm {
-                        xorb: term.xorb,
-                        start: term.chunks.end - kept.len() as u32,
-                        offset,
-                        chunks: kept.clone(),
-                    };
-                    offset += kept.iter().map(|c| u64::from(c.1)).sum::<u64>();
-                    t
-                })
-                .collect();
-            Some((cache.clone(), terms))
-        }
-        _ => None,
-    };
-    let file = ctx.file;
-    let part = ctx.part.clone();
-    let part_path = ctx.part_path.clone();
-    let dest = final_path.to_path_buf();
-    let journal = ctx.journal.as_ref().map(|j| j.path().to_path_buf());
-    let c = ctx.clone();
-    let shown = PathBuf::from(shown);
-    blocking(move || -> Result<()> {
-        if let Some(direct) = lock(&c.write_turn).as_mut() {
-            direct
-                .finish()
-                .map_err(|e| DownloadError::io("writing", &part_path, e))?;
-        }
-        // A file renamed into place must be on disk first; a part copied to a writer
-        // is deleted right after.
-        if writer.is_none() {
-            part.sync_all()
-                .map_err(|e| DownloadError::io("syncing", &part_path, e))?;
-        }
-        if let Some((cache, terms)) = link {
-            if let Err(e) = cache.link_file(&file, &part_path, size, &terms) {
-                tracing::debug!(
-                    "linking {} into the chunk cache: {e}; copying",
-                    part_path.display()
-                );
-                cache.copy_from_file(&part, &terms);
-            }
-        }
-        match writer {
-            Some(mut w) => {
-                let mut f = File::open(&part_path)
-                    .map_err(|e| DownloadError::io("reading", &part_path, e))?;
-                std::io::copy(&mut f, &mut w)
-                    .map_err(|e| DownloadError::io("writing", &shown, e))?;
-                w.flush()
-                    .map_err(|e| DownloadError::io("writing", &shown, e))?;
-                let _ = fsio::remove_if_exists(&part_path);
-            }
-            None => {
-                std::fs::rename(&part_path, &dest)
-                    .map_err(|e| DownloadError::io("renaming into place", &dest, e))?;
-                fsio::sync_dir(dest.parent().unwrap_or(Path::new(".")));
-                if let Some(j) = journal {
-                    let _ = fsio::remove_if_exists(&j);
-                }
-            }
-        }
-        Ok(())
-    })
-    .await?
-}
-
-/// After a file-hash mismatch: check every fetched range that was a whole xorb against
-/// its xorb hash, to name the corrupt xorb.
-async fn find_corrupt_xorb(ctx: &FileCtx) -> Option<String> {
-    let candidates: Vec<XorbCandidate> = std::mem::take(&mut *lock(&ctx.candidates));
-    for c in candidates {
-        let Ok(Some(len)) = ctx.shared.cas.xorb_size(&c.fetch.xorb).await else {
-            continue;
-        };
-        if len != c.fetch.bytes.end {
-            continue;
-        }
-        let entries: Vec<(MerkleHash, u64)> =
-            c.chunks.iter().map(|(h, s)| (*h, u64::from(*s))).collect();
-        let computed = xet_hash::xorb_hash(&entries);
-        if computed != c.fetch.xorb {
-            return Some(format!(
-                "xorb {} (chunks 0..{}) decodes to chunks hashing to {computed}, not to its name: its stored data is corrupt",
-                c.fetch.xorb, c.fetch.chunks.end
-            ));
-        }
-    }
-    None
 }

@@ -144,18 +144,19 @@ pub(crate) fn merge_fetches(fetches: &mut Vec<XorbFetch>) {
     });
     let mut out: Vec<XorbFetch> = Vec::with_capacity(list.len());
     for f in list {
-        if let Some(m) = out.last_mut() {
-            if m.xorb == f.xorb && m.url == f.url {
-                let touching = f.chunks.start == m.chunks.end && f.bytes.start == m.bytes.end;
-                let overlapping = f.chunks.start < m.chunks.end
-                    && f.bytes.start < m.bytes.end
-                    && (f.chunks.start > m.chunks.start) == (f.bytes.start > m.bytes.start)
-                    && (f.chunks.end > m.chunks.end) == (f.bytes.end > m.bytes.end);
-                if touching || overlapping {
-                    m.chunks.end = m.chunks.end.max(f.chunks.end);
-                    m.bytes.end = m.bytes.end.max(f.bytes.end);
-                    continue;
-                }
+        if let Some(m) = out.last_mut()
+            && m.xorb == f.xorb
+            && m.url == f.url
+        {
+            let touching = f.chunks.start == m.chunks.end && f.bytes.start == m.bytes.end;
+            let overlapping = f.chunks.start < m.chunks.end
+                && f.bytes.start < m.bytes.end
+                && (f.chunks.start > m.chunks.start) == (f.bytes.start > m.bytes.start)
+                && (f.chunks.end > m.chunks.end) == (f.bytes.end > m.bytes.end);
+            if touching || overlapping {
+                m.chunks.end = m.chunks.end.max(f.chunks.end);
+                m.bytes.end = m.bytes.end.max(f.bytes.end);
+                continue;
             }
         }
         out.push(f);

@@ -1,7 +1,7 @@
 //! Requests, options, progress events and the report.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -275,16 +275,4 @@ pub struct DownloadReport {
     pub bytes_resumed: u64,
     pub fetches: u64,
     pub elapsed_secs: f64,
-}
-
-pub(crate) fn part_path(dest: &Path) -> PathBuf {
-    let mut s = dest.as_os_str().to_owned();
-    s.push(".part");
-    PathBuf::from(s)
-}
-
-pub(crate) fn journal_path(dest: &Path) -> PathBuf {
-    let mut s = dest.as_os_str().to_owned();
-    s.push(".part.jsonl");
-    PathBuf::from(s)
 }

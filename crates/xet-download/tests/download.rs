@@ -895,6 +895,51 @@ async fn writer_destination_gets_verified_bytes() {
     );
 }
 
+/// A FIFO or a symbolic link named as a path destination is never replaced: the FIFO's
+/// reader gets the verified bytes (of the empty file too), the link's target gets the
+/// file and the link stays.
+#[cfg(unix)]
+#[tokio::test]
+async fn fifos_and_symlinks_are_written_through_not_replaced() {
+    use std::os::unix::fs::FileTypeExt;
+    let c = corpus();
+    let (store, _) = store(&c).await;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    for f in [&c.files[3], &c.files[6]] {
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read(fifo).unwrap())
+        };
+        get(store.clone(), vec![req(f, &fifo)], opts())
+            .await
+            .unwrap();
+        let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+        // Checked before joining: a replaced FIFO would leave the reader waiting.
+        assert!(kind.is_fifo(), "the FIFO stays");
+        assert_eq!(reader.join().unwrap(), f.data);
+    }
+
+    let target = dir.path().join("target.bin");
+    std::fs::write(&target, b"old").unwrap();
+    let link = dir.path().join("link.bin");
+    std::os::unix::fs::symlink("target.bin", &link).unwrap();
+    get(store.clone(), vec![req(&c.files[4], &link)], opts())
+        .await
+        .unwrap();
+    let kind = std::fs::symlink_metadata(&link).unwrap().file_type();
+    assert!(kind.is_symlink(), "the link stays");
+    assert_eq!(std::fs::read(&target).unwrap(), c.files[4].data);
+    let mut left = leftovers(dir.path());
+    left.sort();
+    assert_eq!(left, ["link.bin", "pipe", "target.bin"]);
+}
+
 #[tokio::test]
 async fn fetch_concurrency_and_memory_are_bounded() {
     let c = build(&[random(3_000_000, 71)], 150_000);
