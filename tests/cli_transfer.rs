@@ -1,4 +1,7 @@
-//! Black-box upload/download through the real binary on the embedded store (no server).
+//! Black-box upload/download through the real binary on the embedded store (and, for
+//! `--token-url`, through `xet serve`).
+
+mod common;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -16,14 +19,47 @@ impl Env {
     fn path(&self, p: &str) -> std::path::PathBuf {
         self.dir.path().join(p)
     }
-    fn xet(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_xet"))
-            .args(args)
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_xet"));
+        c.args(args)
             .env("XET_STORE", self.path("store"))
             .env("XET_CACHE", self.path("cache"))
             .env_remove("XET_ENDPOINT")
+            .env_remove("XET_TOKEN")
+            .env_remove("XET_TOKEN_URL");
+        c
+    }
+    fn xet(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run xet")
+    }
+    /// `xet` run from `cwd`, where a download without `-o` writes.
+    fn xet_in(&self, cwd: &Path, args: &[&str]) -> Output {
+        std::fs::create_dir_all(cwd).unwrap();
+        self.command(args)
+            .current_dir(cwd)
             .output()
             .expect("run xet")
+    }
+    /// Upload `contents` as files named after their index; their hashes, in order.
+    fn upload(&self, contents: &[&[u8]]) -> Vec<String> {
+        let dir = self.path("src");
+        std::fs::create_dir_all(&dir).unwrap();
+        let paths: Vec<String> = contents
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let p = dir.join(i.to_string());
+                std::fs::write(&p, c).unwrap();
+                p.to_str().unwrap().to_string()
+            })
+            .collect();
+        let mut args = vec!["upload"];
+        args.extend(paths.iter().map(String::as_str));
+        self.json(&args);
+        contents
+            .iter()
+            .map(|c| xet_chunk::file_hash(c).to_string())
+            .collect()
     }
     fn json(&self, args: &[&str]) -> serde_json::Value {
         let mut a = vec!["--json"];
@@ -477,4 +513,323 @@ fn download_writes_into_devices_fifos_and_links_without_replacing_them() {
         .collect();
     names.sort();
     assert!(names.is_empty(), "left behind: {names:?}");
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Several files go to a directory only when `-o` names one: an existing directory or a
+/// path written with a trailing `/`. `-o FILE` with several hashes is a usage error
+/// instead of FILE silently becoming a directory.
+#[test]
+fn several_files_need_an_output_directory() {
+    let env = Env::new();
+    let h = env.upload(&[b"first file", b"second file"]);
+    let (h0, h1) = (h[0].as_str(), h[1].as_str());
+
+    let file = env.path("out");
+    let o = env.xet(&["download", h0, h1, "-o", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("-o DIR"), "{}", stderr(&o));
+    assert!(!file.exists());
+    // The same through --files-from: two entries in all.
+    let list = env.path("list");
+    std::fs::write(&list, format!("{h1}\n")).unwrap();
+    let o = env.xet(&[
+        "download",
+        h0,
+        "--files-from",
+        list.to_str().unwrap(),
+        "-o",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(!file.exists());
+
+    // A trailing slash names a directory to create.
+    let new_dir = format!("{}/", env.path("new").display());
+    env.json(&["download", h0, h1, "-o", &new_dir]);
+    assert_eq!(
+        std::fs::read(env.path("new").join(h0)).unwrap(),
+        b"first file"
+    );
+    assert_eq!(
+        std::fs::read(env.path("new").join(h1)).unwrap(),
+        b"second file"
+    );
+    // An existing directory, without the slash.
+    std::fs::create_dir(env.path("existing")).unwrap();
+    env.json(&[
+        "download",
+        h0,
+        h1,
+        "-o",
+        env.path("existing").to_str().unwrap(),
+    ]);
+    assert_eq!(
+        std::fs::read(env.path("existing").join(h1)).unwrap(),
+        b"second file"
+    );
+}
+
+#[test]
+fn size_and_range_apply_to_one_file_only() {
+    let env = Env::new();
+    let h = env.upload(&[b"first file", b"second file"]);
+    let dir = format!("{}/", env.path("out").display());
+    let list = env.path("list");
+    std::fs::write(&list, format!("{}\n", h[1])).unwrap();
+    for extra in [&["--size", "10"][..], &["--range", "0-3"]] {
+        for hashes in [
+            vec![h[0].as_str(), h[1].as_str()],
+            vec![h[0].as_str(), "--files-from", list.to_str().unwrap()],
+        ] {
+            let mut args = vec!["download", "-o", &dir];
+            args.extend(extra);
+            args.extend(&hashes);
+            let o = env.xet(&args);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+            assert!(stderr(&o).contains(extra[0]), "{}", stderr(&o));
+            assert!(!env.path("out").exists());
+        }
+    }
+    // With one file they still apply.
+    env.json(&["download", &h[1], "--range", "0-5", "-o", &dir]);
+    assert_eq!(
+        std::fs::read(env.path("out").join(&h[1])).unwrap(),
+        b"second"
+    );
+}
+
+/// `--files-from` lines `HASH PATH`: PATH is under `-o DIR` (or the current directory
+/// without `-o`); absolute paths, `..` and links leading out of DIR are refused before
+/// anything is written.
+#[test]
+fn files_from_paths_stay_under_the_output_directory() {
+    let env = Env::new();
+    let h = env.upload(&[b"first file", b"second file"]);
+    let (h0, h1) = (h[0].as_str(), h[1].as_str());
+    let cwd = env.path("cwd");
+    let list = env.path("list");
+    let out = env.path("out");
+    let download = |lines: &str, with_o: bool| {
+        std::fs::write(&list, lines).unwrap();
+        let mut args = vec!["download", "--files-from", list.to_str().unwrap()];
+        if with_o {
+            args.extend(["-o", out.to_str().unwrap()]);
+        }
+        env.xet_in(&cwd, &args)
+    };
+
+    // Relative to -o DIR, not to the current directory.
+    std::fs::create_dir(&out).unwrap();
+    let o = download(&format!("{h0} sub/a.bin\n{h1}\n"), true);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(out.join("sub/a.bin")).unwrap(), b"first file");
+    assert_eq!(std::fs::read(out.join(h1)).unwrap(), b"second file");
+    assert!(!cwd.join("sub").exists());
+    // Without -o: relative to the current directory, as before.
+    let o = download(&format!("{h0} sub/a.bin\n"), false);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(cwd.join("sub/a.bin")).unwrap(), b"first file");
+
+    // Refused, naming the line (comments and blank lines count), with or without -o.
+    let outside = env.path("outside");
+    let refused = [
+        format!("{}/abs.bin", outside.display()),
+        "../escape.bin".to_string(),
+        "sub/../../escape.bin".to_string(),
+    ];
+    for bad in &refused {
+        for with_o in [true, false] {
+            let o = download(&format!("# list\n{h1} ok.bin\n\n{h0} {bad}\n"), with_o);
+            assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+            assert!(stderr(&o).contains("line 4"), "{bad}: {}", stderr(&o));
+            assert!(!out.join("ok.bin").exists() && !cwd.join("ok.bin").exists());
+        }
+    }
+    assert!(!outside.exists() && !env.path("escape.bin").exists());
+
+    #[cfg(unix)]
+    {
+        // A directory link inside DIR that leads out of it, and one that stays inside.
+        std::fs::create_dir(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, out.join("away")).unwrap();
+        std::fs::create_dir(out.join("real")).unwrap();
+        std::os::unix::fs::symlink(out.join("real"), out.join("inside")).unwrap();
+        for bad in ["away/x.bin", "away/new/x.bin", "away"] {
+            let o = download(&format!("{h0} {bad}\n"), true);
+            assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+            assert!(stderr(&o).contains("line 1"), "{}", stderr(&o));
+            assert!(stderr(&o).contains("symbolic link"), "{}", stderr(&o));
+        }
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        let o = download(&format!("{h0} inside/x.bin\n"), true);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(
+            std::fs::read(out.join("real/x.bin")).unwrap(),
+            b"first file"
+        );
+    }
+
+    // A line's own PATH conflicts with -o FILE and -o -.
+    std::fs::write(&list, format!("{h0} a.bin\n")).unwrap();
+    for o_arg in [env.path("file").to_str().unwrap(), "-"] {
+        let o = env.xet_in(
+            &cwd,
+            &[
+                "download",
+                "--files-from",
+                list.to_str().unwrap(),
+                "-o",
+                o_arg,
+            ],
+        );
+        assert_eq!(o.status.code(), Some(2), "{o_arg}: {}", stderr(&o));
+        assert!(o.stdout.is_empty());
+    }
+}
+
+/// `-o` naming the file that is already stdout (`/dev/stdout`, `/proc/self/fd/1`) is
+/// `-o -`: the data alone on stdout, no report lines mixed into it.
+#[cfg(unix)]
+#[test]
+fn output_naming_stdout_is_stdout() {
+    let env = Env::new();
+    let data = xet_testdata::generate(xet_testdata::Kind::Random, 200_000, 3);
+    let h = env.upload(&[&data]);
+    for json in [false, true] {
+        let mut args = vec!["download", &h[0], "-o", "/dev/stdout"];
+        if json {
+            args.insert(0, "--json");
+        }
+        let o = env.xet(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(
+            o.stdout == data,
+            "stdout holds exactly the file (json: {json})"
+        );
+    }
+    // Stdout redirected to a file that -o also names.
+    let file = env.path("same.bin");
+    let o = env
+        .command(&["download", &h[0], "-o", file.to_str().unwrap()])
+        .stdout(std::fs::File::create(&file).unwrap())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read(&file).unwrap() == data);
+    // Several hashes cannot share stdout.
+    let o = env.xet(&["download", &h[0], &h[0], "-o", "/dev/stdout"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(o.stdout.is_empty());
+}
+
+/// A token endpoint on loopback: `/token` hands out `token` for `cas_url`; any other
+/// path answers 401.
+fn token_server(cas_url: String, token: &'static str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let mut req = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
+            let exp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+                + 3600;
+            let (status, body) = if req.starts_with(b"GET /token ") {
+                (
+                    "200 OK",
+                    format!(r#"{{"accessToken":"{token}","exp":{exp},"casUrl":"{cas_url}"}}"#),
+                )
+            } else {
+                ("401 Unauthorized", r#"{"error":"denied"}"#.to_string())
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// `--token-url` without `--endpoint` talks HTTP: messages name the token URL, not the
+/// embedded store, and the upload's caches are not the embedded store's (else what the
+/// store holds would be taken as already on the server).
+#[test]
+fn token_url_without_endpoint_is_http_throughout() {
+    const TOKEN: &str = "t0ken-for-the-cas";
+    let env = Env::new();
+    let server = common::Served::spawn(
+        Command::new(env!("CARGO_BIN_EXE_xet"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--token",
+                TOKEN,
+                "--store",
+            ])
+            .arg(env.path("served"))
+            .env_remove("XET_LOG")
+            .stderr(std::process::Stdio::null()),
+    );
+    let tokens = token_server(server.url.clone(), TOKEN);
+    let data = xet_testdata::generate(xet_testdata::Kind::Random, 400_000, 9);
+    let src = env.path("f.bin");
+    std::fs::write(&src, &data).unwrap();
+    let src = src.to_str().unwrap();
+
+    // The embedded store gets it first, with the same store and cache settings.
+    env.json(&["upload", src]);
+    let good = format!("{tokens}/token");
+    let up = env.json(&["upload", "--token-url", &good, src]);
+    assert_eq!(up["totals"]["new_bytes"], data.len(), "{up}");
+    let hash = up["files"][0]["hash"].as_str().unwrap();
+    let out = env.path("out.bin");
+    let o = env.xet(&[
+        "download",
+        "--endpoint",
+        &server.url,
+        "--token",
+        TOKEN,
+        hash,
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read(&out).unwrap() == data);
+    // And downloads through the token URL too.
+    let o = env.xet(&["download", "--token-url", &good, hash, "-o", "-"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stdout == data);
+
+    // The summary and the errors name the token URL.
+    let o = env.xet(&["upload", "--token-url", &good, src]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && text.contains(&good), "{text}");
+    assert!(!text.contains("embedded store"), "{text}");
+    let denied = format!("{tokens}/denied");
+    for args in [
+        vec!["upload", "--token-url", &denied, src],
+        vec!["download", "--token-url", &denied, hash, "-o", "-"],
+    ] {
+        let o = env.xet(&args);
+        assert_eq!(o.status.code(), Some(4), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(&denied), "{}", stderr(&o));
+        assert!(!stderr(&o).contains("embedded store"), "{}", stderr(&o));
+    }
 }

@@ -33,12 +33,16 @@ impl Out {
         }
     }
 
+    /// The failure on stderr, and as the JSON document in JSON mode.
     pub fn error(&self, f: &Failure) {
-        let msg = one_line(&f.error);
-        if self.json {
-            self.doc(&serde_json::json!({ "ok": false, "error": { "kind": f.code.name(), "code": f.code as u8, "message": msg } }));
-        }
-        eprintln!("xet: error: {msg}");
+        self.error_doc(f);
+        eprintln!("xet: error: {}", one_line(&f.error));
+    }
+
+    /// The failure as the JSON document (JSON mode only), the same shape for every
+    /// failure.
+    pub fn error_doc(&self, f: &Failure) {
+        self.doc(&serde_json::json!({ "ok": false, "error": { "kind": f.code.name(), "code": f.code as u8, "message": one_line(&f.error) } }));
     }
 }
 

@@ -1,11 +1,11 @@
-//! Where data goes: a CAS server (`--endpoint` / `XET_ENDPOINT`) or, without one, the
-//! embedded store on disk (`--store` / `XET_STORE` / the platform data dir), the same
-//! layout `xet serve --store` serves.
+//! Where data goes: a CAS server (`--endpoint` / `XET_ENDPOINT`, or the one a
+//! `--token-url` names) or, without either, the embedded store on disk (`--store` /
+//! `XET_STORE` / the platform data dir), the same layout `xet serve --store` serves.
 
 use crate::exit::{CliResult, Code, Failure};
 use anyhow::Context;
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use xet_cas::Cas;
 
@@ -60,34 +60,98 @@ pub fn cache_dir(dir: &Option<PathBuf>) -> PathBuf {
     })
 }
 
-/// What the command talks to, for messages.
-pub fn describe(r: &RemoteArgs) -> String {
-    match &r.endpoint {
-        Some(e) => e.clone(),
-        None => format!(
-            "embedded store {}",
-            r.store.clone().unwrap_or_else(default_store_dir).display()
-        ),
+/// What a command talks to, decided once from [`RemoteArgs`] so that opening, messages
+/// and cache keys cannot disagree.
+#[derive(Debug)]
+pub enum Target {
+    /// The store directory on this machine: no `--endpoint` and no `--token-url`.
+    Embedded(PathBuf),
+    /// A CAS server. With a `token_url`, the `casUrl` it answers replaces `endpoint`.
+    Http {
+        endpoint: Option<String>,
+        token_url: Option<String>,
+    },
+}
+
+impl RemoteArgs {
+    pub fn target(&self) -> Target {
+        if self.endpoint.is_none() && self.token_url.is_none() {
+            Target::Embedded(self.store.clone().unwrap_or_else(default_store_dir))
+        } else {
+            Target::Http {
+                endpoint: self.endpoint.clone(),
+                token_url: self.token_url.clone(),
+            }
+        }
     }
 }
 
-pub async fn open(r: &RemoteArgs) -> CliResult<Arc<dyn Cas>> {
-    if r.endpoint.is_none() && r.token_url.is_none() {
-        let dir = r.store.clone().unwrap_or_else(default_store_dir);
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create the store directory {}", dir.display()))
-            .map_err(Failure::input)?;
-        let store = xet_store::open_store(&dir)
-            .await
-            .with_context(|| format!("cannot open the store at {}", dir.display()))
-            .map_err(|e| Failure::new(Code::Failure, e))?;
-        return Ok(Arc::new(store));
+impl Target {
+    pub fn is_embedded(&self) -> bool {
+        matches!(self, Target::Embedded(_))
     }
-    let mut cfg = xet_client::ClientConfig::new(r.endpoint.clone().unwrap_or_default());
+
+    /// For messages: "upload to {describe} failed".
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Embedded(dir) => format!("embedded store {}", dir.display()),
+            Target::Http {
+                token_url: Some(u), ..
+            } => format!(
+                "the CAS server named by token URL {}",
+                xet_client::redact_url(u)
+            ),
+            Target::Http { endpoint, .. } => endpoint.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Names the CAS for per-CAS caches (the upload's shard cache): two CASes must never
+    /// share one, or what one holds would be taken as present on the other.
+    pub fn cache_identity(&self) -> String {
+        match self {
+            // The absolute path: `--store store` run from two directories names two
+            // stores. (After `open`, which creates the directory.)
+            Target::Embedded(dir) => std::fs::canonicalize(dir)
+                .unwrap_or_else(|_| dir.clone())
+                .display()
+                .to_string(),
+            // The server's URL is known only after the first refresh; the token URL
+            // decides it, so it stands for the server.
+            Target::Http {
+                token_url: Some(u), ..
+            } => u.clone(),
+            Target::Http { endpoint, .. } => endpoint.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// Open (creating it if needed) the store directory: the embedded store, or what
+/// `xet serve --store DIR` serves.
+pub async fn open_store(dir: &Path) -> CliResult<Arc<dyn Cas>> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the store directory {}", dir.display()))
+        .map_err(Failure::input)?;
+    let store = xet_store::open_store(dir)
+        .await
+        .with_context(|| format!("cannot open the store at {}", dir.display()))
+        .map_err(|e| Failure::new(Code::Failure, e))?;
+    Ok(Arc::new(store))
+}
+
+/// Open `target`; `r` gives the credentials and timeouts of an HTTP one.
+pub async fn open(target: &Target, r: &RemoteArgs) -> CliResult<Arc<dyn Cas>> {
+    let (endpoint, token_url) = match target {
+        Target::Embedded(dir) => return open_store(dir).await,
+        Target::Http {
+            endpoint,
+            token_url,
+        } => (endpoint, token_url),
+    };
+    let mut cfg = xet_client::ClientConfig::new(endpoint.clone().unwrap_or_default());
     if let Some(idle) = r.stall_timeout() {
         cfg.idle_timeout = idle;
     }
-    if let Some(url) = &r.token_url {
+    if let Some(url) = token_url {
         let mut refresh = xet_client::TokenRefresh::new(url.clone());
         if let Some(t) = &r.token {
             // A token for the refresh URL itself (e.g. a Hub token).

@@ -1,5 +1,6 @@
 //! `xet upload`, `xet download` and `xet cache`.
 
+use crate::dest;
 use crate::exit::{CliResult, Code, Failure};
 use crate::output::Out;
 use crate::remote::{self, RemoteArgs};
@@ -9,8 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use xet_hash::MerkleHash;
 
-/// Read `--files-from`: one entry per line, blank lines and `#` comments skipped.
-pub fn read_list(src: &Path) -> CliResult<Vec<String>> {
+/// Read `--files-from`: one entry per line, blank lines and `#` comments skipped; each
+/// with its line number (from 1).
+pub fn read_list(src: &Path) -> CliResult<Vec<(usize, String)>> {
     let text = if src == Path::new("-") {
         let mut s = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
@@ -25,8 +27,9 @@ pub fn read_list(src: &Path) -> CliResult<Vec<String>> {
     Ok(text
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(String::from)
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+        .map(|(i, l)| (i + 1, l.to_string()))
         .collect())
 }
 
@@ -84,15 +87,34 @@ pub fn cancel_on_signal(token: tokio_util::sync::CancellationToken) {
     });
 }
 
+#[derive(clap::Args, Debug)]
 pub struct DownloadArgs {
-    pub hashes: Vec<String>,
-    pub files_from: Option<PathBuf>,
-    pub output: Option<PathBuf>,
-    pub range: Option<String>,
-    pub size: Option<u64>,
-    pub chunk_cache_size: Option<u64>,
-    pub chunk_cache_copies: bool,
-    pub remote: RemoteArgs,
+    /// File hashes (hash string form).
+    hashes: Vec<String>,
+    /// Read more hashes from FILE (or - for stdin): "HASH" or "HASH PATH" per line.
+    #[arg(long, value_name = "FILE")]
+    files_from: Option<PathBuf>,
+    /// Output file, directory (one file per hash), or - for stdout.
+    #[arg(short, long, value_name = "PATH|DIR|-")]
+    output: Option<PathBuf>,
+    /// Only bytes START-END (inclusive) or START- of the file.
+    #[arg(long, value_name = "START-END")]
+    range: Option<String>,
+    /// The file's size, when known.
+    #[arg(long)]
+    size: Option<u64>,
+    /// Chunk cache limit for downloads over HTTP: bytes, or with a K, M, G or T
+    /// suffix (powers of 1024); 0 turns the cache off. Default 10G.
+    #[arg(long, env = "XET_CHUNK_CACHE_SIZE", value_name = "SIZE", value_parser = parse_size)]
+    chunk_cache_size: Option<u64>,
+    /// Give the chunk cache its own copy of what is downloaded. By default a whole
+    /// file downloaded to the cache's file system is hard-linked into the cache
+    /// (no second write or copy on disk); a file later changed in place then no
+    /// longer serves as a cache entry (chunks are re-hashed on every cache read).
+    #[arg(long, env = "XET_CHUNK_CACHE_COPIES")]
+    chunk_cache_copies: bool,
+    #[command(flatten)]
+    remote: RemoteArgs,
 }
 
 /// `--chunk-cache-size`: "0", "4096", "512M", "10G" (suffixes are powers of 1024).
@@ -122,59 +144,66 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{s:?} is too large"))
 }
 
-pub async fn download(out: &Out, a: DownloadArgs) -> CliResult {
-    // Entries: "HASH" or "HASH PATH".
-    let mut entries: Vec<(String, Option<PathBuf>)> =
-        a.hashes.iter().map(|h| (h.clone(), None)).collect();
+/// The positional hashes, then the `--files-from` lines (`HASH` or `HASH PATH`).
+fn download_entries(a: &DownloadArgs) -> CliResult<Vec<dest::Entry>> {
+    let mut entries: Vec<dest::Entry> = a
+        .hashes
+        .iter()
+        .map(|h| dest::Entry {
+            hash: h.clone(),
+            path: None,
+        })
+        .collect();
     if let Some(src) = &a.files_from {
-        for line in read_list(src)? {
-            let mut it = line.splitn(2, char::is_whitespace);
-            let h = it.next().unwrap_or_default().to_string();
-            let p = it.next().map(|p| PathBuf::from(p.trim()));
-            entries.push((h, p));
+        let list = if src == Path::new("-") {
+            "stdin".to_string()
+        } else {
+            src.display().to_string()
+        };
+        for (n, line) in read_list(src)? {
+            let (hash, path) = match line.split_once(char::is_whitespace) {
+                Some((h, p)) => (h, Some(PathBuf::from(p.trim()))),
+                None => (line.as_str(), None),
+            };
+            entries.push(dest::Entry {
+                hash: hash.to_string(),
+                path: path.map(|p| (p, format!("--files-from {list} line {n}"))),
+            });
         }
     }
+    Ok(entries)
+}
+
+pub async fn download(out: &Out, a: DownloadArgs) -> CliResult {
+    let entries = download_entries(&a)?;
     if entries.is_empty() {
         return Err(Failure::new(
             Code::Usage,
             anyhow!("give at least one file hash (or --files-from)"),
         ));
     }
-    let range = a.range.as_deref().map(parse_range).transpose()?;
-    let to_stdout = a.output.as_deref() == Some(Path::new("-"));
-    if to_stdout && entries.len() > 1 {
-        return Err(Failure::new(
-            Code::Usage,
-            anyhow!(
-                "-o - writes one file to stdout; {} hashes given",
-                entries.len()
-            ),
-        ));
-    }
-    let out_dir = match &a.output {
-        Some(o)
-            if !to_stdout
-                && (entries.len() > 1 || o.is_dir() || o.to_string_lossy().ends_with('/')) =>
-        {
-            Some(o.clone())
+    if entries.len() > 1 {
+        for (flag, given) in [("--size", a.size.is_some()), ("--range", a.range.is_some())] {
+            if given {
+                return Err(Failure::new(
+                    Code::Usage,
+                    anyhow!("{flag} applies to one file; {} hashes given", entries.len()),
+                ));
+            }
         }
-        _ => None,
-    };
+    }
+    let range = a.range.as_deref().map(parse_range).transpose()?;
+    let output = dest::Output::resolve(a.output.as_deref(), &entries)?;
+    let dests = output.destinations(&entries)?;
+    let to_stdout = dests.is_none();
     let mut requests = Vec::with_capacity(entries.len());
-    for (h, p) in entries {
-        let hash = MerkleHash::from_hex(&h)
-            .with_context(|| format!("{h:?} is not a xet file hash"))
+    for (i, e) in entries.iter().enumerate() {
+        let hash = MerkleHash::from_hex(&e.hash)
+            .with_context(|| format!("{:?} is not a xet file hash", e.hash))
             .map_err(|e| Failure::new(Code::Usage, e))?;
-        let mut req = if to_stdout {
-            xet_download::DownloadRequest::to_writer(hash, Box::new(std::io::stdout()))
-        } else {
-            let dest = match (p, &out_dir, &a.output) {
-                (Some(p), _, _) => p,
-                (None, Some(d), _) => d.join(&h),
-                (None, None, Some(o)) => o.clone(),
-                (None, None, None) => PathBuf::from(&h),
-            };
-            xet_download::DownloadRequest::to_path(hash, dest)
+        let mut req = match &dests {
+            Some(d) => xet_download::DownloadRequest::to_path(hash, d[i].clone()),
+            None => xet_download::DownloadRequest::to_writer(hash, Box::new(std::io::stdout())),
         };
         if let Some(r) = range {
             req = req.with_range(r);
@@ -184,17 +213,18 @@ pub async fn download(out: &Out, a: DownloadArgs) -> CliResult {
         }
         requests.push(req);
     }
-    if let Some(d) = &out_dir {
+    if let dest::Output::Dir(Some(d)) = &output {
         std::fs::create_dir_all(d)
             .with_context(|| format!("cannot create {}", d.display()))
             .map_err(Failure::input)?;
     }
 
-    let cas = remote::open(&a.remote).await?;
+    let target = a.remote.target();
+    let cas = remote::open(&target, &a.remote).await?;
     let cancel = tokio_util::sync::CancellationToken::new();
     cancel_on_signal(cancel.clone());
     let defaults = xet_download::DownloadOptions::default();
-    let embedded = a.remote.endpoint.is_none() && a.remote.token_url.is_none();
+    let embedded = target.is_embedded();
     let options = xet_download::DownloadOptions {
         // The embedded store is already on this disk: caching its chunks would only write
         // every byte twice.
@@ -230,10 +260,7 @@ pub async fn download(out: &Out, a: DownloadArgs) -> CliResult {
         let code = download_code(e.kind());
         Failure::new(
             code,
-            anyhow::Error::new(e).context(format!(
-                "download from {} failed",
-                remote::describe(&a.remote)
-            )),
+            anyhow::Error::new(e).context(format!("download from {} failed", target.describe())),
         )
     })?;
     if !to_stdout {
@@ -290,12 +317,23 @@ pub fn cache(out: &Out, clear: bool, dir: &Option<PathBuf>) -> CliResult {
     Ok(())
 }
 
+#[derive(clap::Args, Debug)]
 pub struct UploadArgs {
-    pub paths: Vec<PathBuf>,
-    pub files_from: Option<PathBuf>,
-    pub dry_run: bool,
-    pub rehash: bool,
-    pub remote: RemoteArgs,
+    /// Files and directories (recursively).
+    paths: Vec<PathBuf>,
+    /// Read more paths from FILE (or - for stdin), one per line.
+    #[arg(long, value_name = "FILE")]
+    files_from: Option<PathBuf>,
+    /// Upload nothing; report how many bytes would be new and how many are already stored.
+    #[arg(long)]
+    dry_run: bool,
+    /// Read every file, even those unchanged on disk (size, times, inode) since an
+    /// earlier upload to the same CAS, which are otherwise reported without reading;
+    /// such a file is chunked and hashed again, and uploaded if its content changed.
+    #[arg(long)]
+    rehash: bool,
+    #[command(flatten)]
+    remote: RemoteArgs,
 }
 
 struct UploadBar(indicatif::ProgressBar);
@@ -321,7 +359,7 @@ fn upload_code(e: &xet_upload::UploadError) -> Code {
 pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
     let mut roots = a.paths.clone();
     if let Some(src) = &a.files_from {
-        roots.extend(read_list(src)?.into_iter().map(PathBuf::from));
+        roots.extend(read_list(src)?.into_iter().map(|(_, l)| PathBuf::from(l)));
     }
     if roots.is_empty() {
         return Err(Failure::new(
@@ -333,23 +371,8 @@ pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
         let code = upload_code(&e);
         Failure::new(code, anyhow::Error::new(e))
     })?;
-    let cas = remote::open(&a.remote).await?;
-    let identity = match &a.remote.endpoint {
-        Some(e) => e.clone(),
-        None => {
-            // The store's absolute path: `--store store` run from two directories names
-            // two stores, which must not share a shard cache.
-            let dir = a
-                .remote
-                .store
-                .clone()
-                .unwrap_or_else(remote::default_store_dir);
-            std::fs::canonicalize(&dir)
-                .unwrap_or(dir)
-                .display()
-                .to_string()
-        }
-    };
+    let target = a.remote.target();
+    let cas = remote::open(&target, &a.remote).await?;
     let cancel = tokio_util::sync::CancellationToken::new();
     cancel_on_signal(cancel.clone());
     let options = xet_upload::UploadOptions {
@@ -357,7 +380,7 @@ pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
         rehash: a.rehash,
         cache_dir: Some(xet_upload::cache_dir_for(
             &remote::cache_dir(&a.remote.cache_dir),
-            &identity,
+            &target.cache_identity(),
         )),
         cancel: Some(cancel),
         ..Default::default()
@@ -373,8 +396,7 @@ pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
         let code = upload_code(&e);
         Failure::new(
             code,
-            anyhow::Error::new(e)
-                .context(format!("upload to {} failed", remote::describe(&a.remote))),
+            anyhow::Error::new(e).context(format!("upload to {} failed", target.describe())),
         )
     })?;
     for f in &report.files {
@@ -399,8 +421,28 @@ pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
                 t.files, t.bytes, t.new_bytes, t.deduped_bytes
             ));
         } else {
+            // What this run skipped or found already done, when anything.
+            let mut notes = String::new();
+            if t.xorbs_resumed > 0 {
+                notes += &format!(
+                    ", {} xorbs already sent by an interrupted run",
+                    t.xorbs_resumed
+                );
+            }
+            if t.files_unchanged > 0 {
+                notes += &format!(
+                    ", {} files unchanged since their last upload (not read; --rehash reads them)",
+                    t.files_unchanged
+                );
+            }
+            if t.files_verified > 0 {
+                notes += &format!(
+                    ", {} files re-read and found unchanged since their last upload",
+                    t.files_verified
+                );
+            }
             out.line(format!(
-                "{} files, {} bytes: {} new, {} deduped; {} xorbs ({} bytes) and {} shards sent{} in {:.2}s ({:.1} MB/s) to {}",
+                "{} files, {} bytes: {} new, {} deduped; {} xorbs ({} bytes) and {} shards sent{notes} in {:.2}s ({:.1} MB/s) to {}",
                 t.files,
                 t.bytes,
                 t.new_bytes,
@@ -408,12 +450,9 @@ pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
                 t.xorbs_sent,
                 t.xorb_bytes_sent,
                 t.shards_sent,
-                if t.xorbs_resumed > 0 { format!(", {} xorbs already sent by an interrupted run", t.xorbs_resumed) } else { String::new() }
-                    + &if t.files_unchanged > 0 { format!(", {} files unchanged since their last upload (not read; --rehash reads them)", t.files_unchanged) } else { String::new() }
-                    + &if t.files_verified > 0 { format!(", {} files re-read and found unchanged since their last upload", t.files_verified) } else { String::new() },
                 secs,
                 t.bytes as f64 / 1e6 / secs.max(1e-9),
-                remote::describe(&a.remote)
+                target.describe()
             ));
         }
     }
@@ -423,20 +462,47 @@ pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
     Ok(())
 }
 
+#[derive(clap::Args, Debug)]
 pub struct ServeArgs {
-    pub store: Option<PathBuf>,
-    pub listen: String,
-    pub tokens: Vec<String>,
-    pub token_file: Option<PathBuf>,
-    pub public_url: Option<String>,
-    pub no_grants: bool,
-    pub no_v2: bool,
-    pub url_ttl_secs: u64,
-    /// Endpoint of the S3-compatible server, for `--store s3://…`.
-    pub s3_endpoint: Option<String>,
-    pub s3_conditional_put: xet_store_s3::ConditionalPut,
-    /// Seconds between indexing shards other servers on the bucket wrote (0: never).
-    pub s3_refresh_secs: u64,
+    /// Store directory (default: the embedded store), or `s3://BUCKET[/PREFIX]` for
+    /// S3-compatible object storage (credentials, region and endpoint from the
+    /// standard AWS_* environment variables, e.g. AWS_ENDPOINT_URL).
+    #[arg(long, env = "XET_STORE")]
+    store: Option<PathBuf>,
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR:PORT")]
+    listen: String,
+    /// Accepted bearer token (repeatable); prefix with `read:` for read-only.
+    #[arg(long = "token", value_name = "TOKEN")]
+    tokens: Vec<String>,
+    /// File of tokens, one per line (`read:`/`write:` prefixes, `#` comments).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Base URL clients reach this server at (for presigned URLs); default: the Host header.
+    #[arg(long)]
+    public_url: Option<String>,
+    /// Answer xorb-grant routes with 404 (clients fall back to direct xorb upload).
+    #[arg(long)]
+    no_grants: bool,
+    /// Answer /v2 routes with 404 (clients fall back to /v1).
+    #[arg(long)]
+    no_v2: bool,
+    /// Lifetime of presigned URLs, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    url_ttl: u64,
+    /// Endpoint of the S3-compatible server for `--store s3://…` (overrides
+    /// AWS_ENDPOINT_URL); plain http is accepted for loopback addresses only, unless
+    /// AWS_ALLOW_HTTP=true.
+    #[arg(long, value_name = "URL")]
+    s3_endpoint: Option<String>,
+    /// Conditional writes (If-None-Match: *) for `--store s3://…`: auto (probe the
+    /// server), on (require them), off (never; only one process may create a new store).
+    #[arg(long, default_value = "auto", value_name = "auto|on|off")]
+    s3_conditional_put: xet_store_s3::ConditionalPut,
+    /// With `--store s3://…`: seconds between indexing files that other servers on the
+    /// same bucket registered (0: only at start).
+    #[arg(long, default_value_t = xet_store_s3::REFRESH_INTERVAL.as_secs(), value_name = "SECS")]
+    s3_refresh_secs: u64,
 }
 
 /// The store of `xet serve --store s3://BUCKET[/PREFIX]`.
@@ -459,7 +525,7 @@ async fn open_s3_store(url: &str, a: &ServeArgs) -> CliResult<Arc<dyn xet_cas::C
     Ok(store)
 }
 
-pub async fn serve(a: ServeArgs) -> CliResult {
+pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
     let mut tokens = Vec::new();
     for t in &a.tokens {
         tokens.push(
@@ -479,14 +545,7 @@ pub async fn serve(a: ServeArgs) -> CliResult {
             Some(url) => (open_s3_store(url, &a).await?, url.to_string()),
             None => {
                 let dir = a.store.clone().unwrap_or_else(remote::default_store_dir);
-                std::fs::create_dir_all(&dir)
-                    .with_context(|| format!("cannot create the store directory {}", dir.display()))
-                    .map_err(Failure::input)?;
-                let store = xet_store::open_store(&dir)
-                    .await
-                    .with_context(|| format!("cannot open the store at {}", dir.display()))
-                    .map_err(|e| Failure::new(Code::Failure, e))?;
-                (Arc::new(store), dir.display().to_string())
+                (remote::open_store(&dir).await?, dir.display().to_string())
             }
         };
     let config = xet_server::ServerConfig {
@@ -494,22 +553,33 @@ pub async fn serve(a: ServeArgs) -> CliResult {
         tokens,
         allow_v2: !a.no_v2,
         allow_grants: !a.no_grants,
-        url_ttl: std::time::Duration::from_secs(a.url_ttl_secs.max(1)),
+        url_ttl: std::time::Duration::from_secs(a.url_ttl.max(1)),
         public_url: a.public_url.clone(),
         ..Default::default()
     };
-    let server = xet_server::Server::bind(config, store).await.map_err(|e| {
-        let code = match e {
-            xet_server::ServerError::NoTokenOnPublicAddress { .. }
-            | xet_server::ServerError::PublicUrl { .. } => Code::Usage,
-            _ => Code::Failure,
-        };
-        Failure::new(code, anyhow::Error::new(e))
-    })?;
+    let server = xet_server::Server::bind(config, store)
+        .await
+        .map_err(|e| match e {
+            // The library's message is neutral; which flags give a token is ours to say.
+            xet_server::ServerError::NoTokenOnPublicAddress { .. } => {
+                Failure::new(Code::Usage, anyhow!("{e}; pass --token or --token-file"))
+            }
+            xet_server::ServerError::PublicUrl { .. } => {
+                Failure::new(Code::Usage, anyhow::Error::new(e))
+            }
+            _ => Failure::new(Code::Failure, anyhow::Error::new(e)),
+        })?;
     {
         use std::io::Write;
+        // The first line on stdout: scripts and tests wait for it to learn the port.
+        let url = server.url();
+        let line = if out.json {
+            json!({ "listening": url }).to_string()
+        } else {
+            format!("listening on {url}")
+        };
         let mut o = std::io::stdout().lock();
-        let _ = writeln!(o, "listening on {}", server.url());
+        let _ = writeln!(o, "{line}");
         let _ = o.flush();
     }
     eprintln!("xet: serving {serving} (Ctrl-C stops after requests in flight finish)");
