@@ -115,6 +115,20 @@ fn reqwest_message(e: reqwest::Error) -> String {
     msg
 }
 
+/// Whether the connection was refused (an `ECONNREFUSED` somewhere in the causes).
+fn refused(e: &reqwest::Error) -> bool {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = src {
+        if s.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        src = s.source();
+    }
+    false
+}
+
 fn classify(e: reqwest::Error, what: &str) -> Fail {
     if e.is_builder() {
         return Fail::Fatal(network(
@@ -208,6 +222,10 @@ pub(crate) struct Transport {
     pub session_id: String,
     auth: std::sync::Mutex<AuthState>,
     refresh_lock: tokio::sync::Mutex<()>,
+    /// Some answer has arrived in this session. Until then a refused connection means
+    /// nothing listens at the address (a wrong URL or port, a server not started) and
+    /// fails at once; after it, it means a server restarting, and is retried.
+    reached: std::sync::atomic::AtomicBool,
 }
 
 impl Transport {
@@ -255,6 +273,7 @@ impl Transport {
             session_id: uuid::Uuid::now_v7().to_string(),
             auth: std::sync::Mutex::new(auth),
             refresh_lock: tokio::sync::Mutex::new(()),
+            reached: std::sync::atomic::AtomicBool::new(false),
             cfg,
         })
     }
@@ -367,7 +386,22 @@ impl Transport {
         p.touch();
         let idle = self.cfg.idle_timeout;
         tokio::select! {
-            r = rb.send() => r.map_err(|e| classify(e, what)),
+            r = rb.send() => match r {
+                Ok(resp) => {
+                    self.reached.store(true, Ordering::Relaxed);
+                    Ok(resp)
+                }
+                Err(e) if !self.reached.load(Ordering::Relaxed)
+                    && refused(&e) => Err(Fail::Fatal(network(
+                    what,
+                    format!(
+                        "cannot connect: connection refused: nothing is listening at {} \
+                         (check the URL and port, and that the server is running)",
+                        redact_url(&self.endpoint())
+                    ),
+                ))),
+                Err(e) => Err(classify(e, what)),
+            },
             _ = p.stalled(idle) => Err(Fail::retry(network(
                 what,
                 format!("no progress for {}s (connection stalled)", idle.as_secs_f64()),

@@ -59,7 +59,7 @@ pub enum DownloadError {
     BadReconstruction { file: MerkleHash, detail: String },
 
     /// A network / server failure that persisted after `attempts` tries, or a stall.
-    #[error("file {file}: {what}{host}: {message} (after {attempts} attempt(s))", host = host_suffix(host))]
+    #[error("file {file}: {what}{host}: {message}{tries}", host = host_suffix(host), tries = attempts_suffix(*attempts))]
     Network {
         file: MerkleHash,
         what: String,
@@ -88,6 +88,16 @@ pub enum DownloadError {
     /// A background task panicked or was lost.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Only the pipeline's own retries are counted here; one attempt of the pipeline may
+/// already be many of the CAS client's, which its message then says.
+fn attempts_suffix(attempts: u32) -> String {
+    if attempts > 1 {
+        format!(" (after {attempts} attempts)")
+    } else {
+        String::new()
+    }
 }
 
 fn host_suffix(host: &Option<String>) -> String {
