@@ -640,10 +640,10 @@ fn upload_journal(cache: &Path) -> BTreeMap<String, u64> {
             continue;
         };
         for l in text.lines() {
-            if let Some((h, n)) = l.split_once(' ') {
-                if let (64, Ok(n)) = (h.len(), n.trim().parse()) {
-                    out.insert(h.to_string(), n);
-                }
+            if let Some((h, n)) = l.split_once(' ')
+                && let (64, Ok(n)) = (h.len(), n.trim().parse())
+            {
+                out.insert(h.to_string(), n);
             }
         }
     }

@@ -261,10 +261,10 @@ fn rust_version_covers_every_dependency() {
     let meta = metadata();
     let mut newer = Vec::new();
     for p in meta["packages"].as_array().unwrap() {
-        if let Some(rv) = p["rust_version"].as_str() {
-            if version(rv) > version(&ours) {
-                newer.push(format!("{} {} needs {rv}", p["name"], p["version"]));
-            }
+        if let Some(rv) = p["rust_version"].as_str()
+            && version(rv) > version(&ours)
+        {
+            newer.push(format!("{} {} needs {rv}", p["name"], p["version"]));
         }
     }
     assert!(

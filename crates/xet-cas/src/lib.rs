@@ -1,8 +1,11 @@
-//! The contract every CAS implementation keeps: the in-process stores (memory, the
-//! embedded filesystem store), the HTTP client speaking to a remote server, and what
-//! `xet serve` exposes. Pipelines are written against [`Cas`] only.
+//! The contract every CAS implementation keeps: the in-process stores (`xet-store`,
+//! `xet-store-s3`), the HTTP client speaking to a remote server (`xet-client`), and what
+//! `xet serve` exposes. Pipelines are written against [`Cas`] only. This crate holds the
+//! trait, its domain types ([`types`], [`XorbBody`]), the wire JSON types and route paths
+//! of the HTTP API ([`wire`], [`routes`]), [`CasError`], and the receive buffers the HTTP
+//! client and server share ([`buffers`]); no implementation and no test suite.
 //!
-//! Contract (each implementation's tests run the shared conformance suite):
+//! Contract (each implementation's tests run the shared suite of `xet-cas-conformance`):
 //! - Objects are immutable and content-addressed. `put_xorb` of an existing xorb is a
 //!   no-op returning `Ok(false)`; `put_shard` of an already registered shard likewise.
 //! - Nothing invalid is accepted: a xorb body must rehash to the hash it is stored
@@ -11,18 +14,19 @@
 //!   [`CasError::InvalidShard`] or [`CasError::MissingXorb`], and leave the store unchanged.
 //! - A failed write leaves no object that looks complete.
 //! - Missing files and xorbs are [`CasError::NotFound`]; callers branch on the variant.
+//!
+//! Who retries: `HttpCas` retries each request itself per its `RetryPolicy`; callers must
+//! not retry its errors again (an error from it is final, even where
+//! [`CasError::is_retryable`] says the kind could succeed later). In-process stores do not
+//! retry.
 
+mod body;
 pub mod buffers;
-pub mod conformance;
 pub mod routes;
-pub mod store;
 pub mod types;
 pub mod wire;
 
-pub use store::{
-    MemoryBackend, MemoryStore, ObjectBackend, ObjectKey, ReceivedXorb, StoreCas, StoreConfig,
-    XorbReceiver,
-};
+pub use body::{ReceivedXorb, XorbBody, XorbReceiver};
 pub use types::*;
 
 use bytes::Bytes;
@@ -105,27 +109,17 @@ pub type Result<T> = std::result::Result<T, CasError>;
 /// A content-addressed store of xorbs and shards that answers reconstructions.
 #[async_trait::async_trait]
 pub trait Cas: Send + Sync {
-    /// Store a xorb. `body` is the serialized chunk region, with or without the v1
-    /// footer. Returns `true` if it was newly inserted, `false` if already present.
-    async fn put_xorb(&self, hash: &MerkleHash, body: Bytes) -> Result<bool>;
+    /// Store a xorb. The body is the serialized chunk region, with or without the v1
+    /// footer (in pieces: without), in any form of [`XorbBody`]; each
+    /// implementation takes the one it works with best as it is and converts the others.
+    /// Returns `true` if it was newly inserted, `false` if already present.
+    async fn put_xorb(&self, hash: &MerkleHash, body: XorbBody) -> Result<bool>;
 
-    /// [`Cas::put_xorb`] with the upload body (no footer) in pieces, stored or sent as
-    /// their concatenation. The default joins the pieces into one buffer and calls
-    /// `put_xorb`.
-    async fn put_xorb_pieces(&self, hash: &MerkleHash, body: XorbPieces) -> Result<bool> {
-        self.put_xorb(hash, body.concat()).await
-    }
-
-    /// [`Cas::put_xorb`] for a body received through a [`XorbReceiver`]. A store may
-    /// take the receiver's verification instead of verifying the body again; the default
-    /// passes the body to `put_xorb`.
-    async fn put_received_xorb(&self, hash: &MerkleHash, xorb: ReceivedXorb) -> Result<bool> {
-        self.put_xorb(hash, xorb.into_body()).await
-    }
-
-    /// `true` if [`Cas::put_xorb_pieces`] uses the pieces as they are, without joining
-    /// them: a caller that can produce a body either way (as pieces that borrow its
-    /// chunk data, or written into one buffer) then skips the copy into one buffer.
+    /// A hint for callers that can produce a body either way: `true` if
+    /// [`Cas::put_xorb`] sends or stores [`XorbBody::Pieces`] as they are, without joining
+    /// them, so pieces that borrow the caller's chunk data save the copy into one buffer;
+    /// `false` (the default) if one buffer suits it better (an in-process store writes a
+    /// page-aligned one straight to disk).
     fn takes_xorb_pieces(&self) -> bool {
         false
     }

@@ -89,7 +89,7 @@ impl Reconstruction {
 }
 
 /// A xorb's upload body (chunk headers and payloads, no footer) as pieces whose
-/// concatenation is the body ([`crate::Cas::put_xorb_pieces`]), so that stored chunks can
+/// concatenation is the body ([`crate::XorbBody::Pieces`]), so that stored chunks can
 /// be sent straight from where they were read rather than first copied into one buffer.
 #[derive(Clone, Debug)]
 pub struct XorbPieces {

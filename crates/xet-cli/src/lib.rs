@@ -1,6 +1,6 @@
 //! The `xet` command line. The binary's `main` only calls [`main`].
 //!
-//! Exit codes are part of the interface (see [`exit`]); `--json` switches every command
+//! Exit codes are part of the interface (see [`Code`]); `--json` switches every command
 //! to one JSON document on stdout; progress goes to stderr and only on a terminal.
 
 mod dest;

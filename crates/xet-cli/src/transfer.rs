@@ -501,7 +501,7 @@ pub struct ServeArgs {
     s3_conditional_put: xet_store_s3::ConditionalPut,
     /// With `--store s3://…`: seconds between indexing files that other servers on the
     /// same bucket registered (0: only at start).
-    #[arg(long, default_value_t = xet_store_s3::REFRESH_INTERVAL.as_secs(), value_name = "SECS")]
+    #[arg(long, default_value_t = xet_store::REFRESH_INTERVAL.as_secs(), value_name = "SECS")]
     s3_refresh_secs: u64,
 }
 
@@ -520,7 +520,7 @@ async fn open_s3_store(url: &str, a: &ServeArgs) -> CliResult<Arc<dyn xet_cas::C
     let store = Arc::new(store);
     if a.s3_refresh_secs > 0 {
         let every = std::time::Duration::from_secs(a.s3_refresh_secs);
-        xet_store_s3::spawn_refresh(&store, every);
+        store.spawn_refresh(every);
     }
     Ok(store)
 }

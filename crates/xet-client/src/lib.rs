@@ -52,7 +52,7 @@ use bytes::Bytes;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use transport::Transport;
-use xet_cas::{ByteRange, Cas, RangeStream, Reconstruction, Result, XorbFetch, XorbPieces, routes};
+use xet_cas::{ByteRange, Cas, RangeStream, Reconstruction, Result, XorbBody, XorbFetch, routes};
 use xet_hash::MerkleHash;
 
 /// The CAS over HTTP. Cheap to clone; clones share connections, token and session id.
@@ -107,17 +107,13 @@ impl HttpCas {
 // fetch and stream for presigned ranges).
 #[async_trait::async_trait]
 impl Cas for HttpCas {
-    async fn put_xorb(&self, hash: &MerkleHash, body: Bytes) -> Result<bool> {
-        self.upload_xorb(hash, XorbPieces::from(body)).await
+    /// Pieces go out as they are: a body is never joined into one buffer to be sent.
+    async fn put_xorb(&self, hash: &MerkleHash, body: XorbBody) -> Result<bool> {
+        self.upload_xorb(hash, body.into_pieces()).await
     }
 
-    /// Pieces go out as they are: a body is never joined into one buffer to be sent.
     fn takes_xorb_pieces(&self) -> bool {
         true
-    }
-
-    async fn put_xorb_pieces(&self, hash: &MerkleHash, body: XorbPieces) -> Result<bool> {
-        self.upload_xorb(hash, body).await
     }
 
     async fn xorb_size(&self, hash: &MerkleHash) -> Result<Option<u64>> {

@@ -90,7 +90,7 @@ async fn unauthorized_is_immediate_and_never_shows_the_token() {
     ] {
         proxy.clear_log();
         let cas = with(cfg);
-        let e = within(10, cas.put_xorb(&s.xorb, s.body.clone()))
+        let e = within(10, cas.put_xorb(&s.xorb, s.body.clone().into()))
             .await
             .unwrap_err();
         assert!(matches!(e, CasError::Unauthorized(_)), "{e:?}");
@@ -110,7 +110,7 @@ async fn read_only_token_is_forbidden_to_upload() {
     let (_s, proxy) = auth_server(Duration::from_secs(3600)).await;
     let s = sample(32);
     let cas = with(support::config(&proxy.url).with_token(READ));
-    let e = within(10, cas.put_xorb(&s.xorb, s.body.clone()))
+    let e = within(10, cas.put_xorb(&s.xorb, s.body.clone().into()))
         .await
         .unwrap_err();
     assert!(matches!(e, CasError::Forbidden(_)), "{e:?}");

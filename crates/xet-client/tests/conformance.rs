@@ -1,10 +1,10 @@
-//! The shared `xet_cas::conformance` suite against `HttpCas` talking to a real
+//! The shared `xet_cas_conformance` suite against `HttpCas` talking to a real
 //! `xet_server` on 127.0.0.1 over an in-memory store, in three setups.
 
 mod support;
 
 use support::TestServer;
-use xet_cas::conformance::Subject;
+use xet_cas_conformance::Subject;
 use xet_client::{HttpCas, LegacyOptions};
 
 /// Grants and v2 routes on both sides (the default path).
@@ -15,7 +15,7 @@ mod grants_v2 {
         let cas = support::client(&server.url);
         Subject::with_guard(cas, server)
     }
-    xet_cas::cas_conformance_tests!(make);
+    xet_cas_conformance::cas_conformance_tests!(make);
 }
 
 /// A server without grants or v2 routes: the client falls back per request.
@@ -26,7 +26,7 @@ mod legacy_server {
         let cas = support::client(&server.url);
         Subject::with_guard(cas, server)
     }
-    xet_cas::cas_conformance_tests!(make);
+    xet_cas_conformance::cas_conformance_tests!(make);
 }
 
 /// A full server, the client forced onto the legacy routes.
@@ -42,5 +42,5 @@ mod legacy_client {
         let cas = HttpCas::new(support::config(&server.url).with_legacy(legacy)).expect("client");
         Subject::with_guard(cas, server)
     }
-    xet_cas::cas_conformance_tests!(make);
+    xet_cas_conformance::cas_conformance_tests!(make);
 }

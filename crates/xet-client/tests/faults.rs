@@ -36,7 +36,7 @@ async fn transient_5xx_on_every_upload_route_are_retried() {
     proxy.inject(Match::prefix(COMMITS), Fault::Status(502), 1);
     proxy.inject(Match::prefix(SHARDS_V2), Fault::Status(500), 1);
     within(30, async {
-        assert_eq!(cas.put_xorb(&s.xorb, s.body.clone()).await, Ok(true));
+        assert_eq!(cas.put_xorb(&s.xorb, s.body.clone().into()).await, Ok(true));
         assert_eq!(cas.put_shard(s.shard.clone()).await, Ok(true));
     })
     .await;
@@ -73,7 +73,7 @@ async fn persistent_503_gives_up_after_max_attempts_with_a_server_error() {
     let s = sample(2);
     proxy.inject(Match::prefix(GRANTS), Fault::Status(503), 1000);
     let start = Instant::now();
-    let e = within(30, cas.put_xorb(&s.xorb, s.body.clone()))
+    let e = within(30, cas.put_xorb(&s.xorb, s.body.clone().into()))
         .await
         .unwrap_err();
     assert_eq!(proxy.count("POST", GRANTS), 4, "max_attempts = 4");
@@ -99,7 +99,7 @@ async fn persistent_503_gives_up_after_max_attempts_with_a_server_error() {
 async fn retry_after_is_honoured_on_429() {
     let (_s, proxy, cas) = setup().await;
     let s = sample(3);
-    cas.put_xorb(&s.xorb, s.body.clone()).await.unwrap();
+    cas.put_xorb(&s.xorb, s.body.clone().into()).await.unwrap();
     proxy.inject(
         Match::prefix(SHARDS_V2),
         Fault::StatusRetryAfter(429, "1".into()),
@@ -120,13 +120,13 @@ async fn other_4xx_are_not_retried() {
     let (_s, proxy, cas) = setup().await;
     let s = sample(4);
     proxy.inject(Match::prefix(GRANTS), Fault::Status(409), 1);
-    let e = within(10, cas.put_xorb(&s.xorb, s.body.clone()))
+    let e = within(10, cas.put_xorb(&s.xorb, s.body.clone().into()))
         .await
         .unwrap_err();
     assert!(matches!(e, CasError::InvalidXorb { .. }), "{e:?}");
     assert_eq!(proxy.count("POST", GRANTS), 1);
     proxy.inject(Match::prefix(GRANTS), Fault::Status(418), 1);
-    let e = within(10, cas.put_xorb(&s.xorb, s.body.clone()))
+    let e = within(10, cas.put_xorb(&s.xorb, s.body.clone().into()))
         .await
         .unwrap_err();
     assert!(matches!(e, CasError::Server { status: 418, .. }), "{e:?}");
@@ -140,7 +140,7 @@ async fn expired_grant_url_gets_a_new_grant() {
     let s = sample(5);
     proxy.inject(Match::prefix(GRANT_PUT), Fault::Status(403), 1);
     assert_eq!(
-        within(30, cas.put_xorb(&s.xorb, s.body.clone())).await,
+        within(30, cas.put_xorb(&s.xorb, s.body.clone().into())).await,
         Ok(true)
     );
     assert_eq!(proxy.count("POST", GRANTS), 2);
@@ -155,7 +155,7 @@ async fn commit_without_data_gets_a_new_grant_at_most_three_times() {
     let s = sample(6);
     proxy.inject(Match::prefix(COMMITS), Fault::Status(404), 1);
     assert_eq!(
-        within(30, cas.put_xorb(&s.xorb, s.body.clone())).await,
+        within(30, cas.put_xorb(&s.xorb, s.body.clone().into())).await,
         Ok(true)
     );
     assert_eq!(proxy.count("POST", GRANTS), 2);
@@ -163,7 +163,7 @@ async fn commit_without_data_gets_a_new_grant_at_most_three_times() {
     let s = sample(7);
     proxy.clear_log();
     proxy.inject(Match::prefix(GRANT_PUT), Fault::Status(403), 1000);
-    let e = within(30, cas.put_xorb(&s.xorb, s.body.clone()))
+    let e = within(30, cas.put_xorb(&s.xorb, s.body.clone().into()))
         .await
         .unwrap_err();
     assert_eq!(proxy.count("POST", GRANTS), 3, "at most 3 grants per xorb");
@@ -180,7 +180,7 @@ async fn grant_upload_412_counts_as_uploaded() {
     // proxy answered it, so no data arrived: the commit's 404 starts over with a new grant.
     proxy.inject(Match::prefix(GRANT_PUT), Fault::Status(412), 1);
     assert_eq!(
-        within(30, cas.put_xorb(&s.xorb, s.body.clone())).await,
+        within(30, cas.put_xorb(&s.xorb, s.body.clone().into())).await,
         Ok(true)
     );
     assert_eq!(proxy.count("POST", GRANTS), 2);
@@ -323,7 +323,7 @@ async fn stalled_upload_is_cut_by_the_idle_timeout_and_retried() {
 async fn ndjson_error_frames_and_truncated_streams() {
     let (_s, proxy, cas) = setup().await;
     let s = sample(15);
-    cas.put_xorb(&s.xorb, s.body.clone()).await.unwrap();
+    cas.put_xorb(&s.xorb, s.body.clone().into()).await.unwrap();
     let ndjson = |body: &str| Fault::Respond {
         status: 200,
         content_type: "application/x-ndjson".into(),
@@ -439,7 +439,7 @@ async fn unreachable_server_is_a_network_error_naming_the_request() {
     };
     let cas = support::client(&format!("http://127.0.0.1:{port}"));
     let s = sample(18);
-    let e = within(30, cas.put_xorb(&s.xorb, s.body.clone()))
+    let e = within(30, cas.put_xorb(&s.xorb, s.body.clone().into()))
         .await
         .unwrap_err();
     match &e {

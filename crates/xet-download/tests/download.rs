@@ -111,7 +111,7 @@ async fn whole_files_are_byte_identical_and_verified() {
 
 #[tokio::test]
 async fn empty_file_needs_no_request() {
-    let w = Wrapper::new(Arc::new(xet_cas::MemoryStore::in_memory().await.unwrap()));
+    let w = Wrapper::new(Arc::new(xet_store::MemoryStore::in_memory().await.unwrap()));
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("sub/empty");
     let r = get(

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use xet_cas::{Cas, ObjectKey};
+use xet_cas::Cas;
 use xet_download::*;
+use xet_store::ObjectKey;
 
 fn opts() -> DownloadOptions {
     DownloadOptions {

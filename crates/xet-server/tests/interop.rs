@@ -13,8 +13,9 @@ use reference::*;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use xet_cas::{Cas, MemoryStore};
+use xet_cas::Cas;
 use xet_server::{ServerConfig, Token};
+use xet_store::MemoryStore;
 
 async fn corpus(python: &Path, work: &Path) {
     must(

@@ -20,9 +20,10 @@ use common::*;
 use reference::*;
 use std::path::Path;
 use std::sync::Arc;
-use xet_cas::{Cas, MemoryStore};
+use xet_cas::Cas;
 use xet_hash::MerkleHash;
 use xet_server::{ServerConfig, Token};
+use xet_store::MemoryStore;
 use xet_testdata::{Kind, generate};
 
 struct File {

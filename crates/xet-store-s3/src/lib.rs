@@ -38,7 +38,6 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -49,8 +48,8 @@ use object_store::{
     BackoffConfig, ClientConfigKey, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode,
     PutOptions, PutPayload, RetryConfig,
 };
-use xet_cas::store::{META_PREFIX, ObjectBackend, ObjectKey, check_range};
-use xet_cas::{ByteRange, CasError, Result, StoreCas, StoreConfig};
+use xet_cas::{ByteRange, CasError, Result};
+use xet_store::{META_PREFIX, ObjectBackend, ObjectKey, StoreCas, StoreConfig, check_range};
 
 /// The URL scheme of S3 stores: `s3://BUCKET[/PREFIX]`.
 pub const S3_SCHEME: &str = "s3://";
@@ -689,33 +688,6 @@ impl ObjectBackend for S3Backend {
             .map_err(|e| self.err("deleting", &path, &e))?;
         Ok(true)
     }
-}
-
-/// How often `xet serve` indexes shards that other servers sharing the bucket wrote.
-pub const REFRESH_INTERVAL: Duration = Duration::from_secs(15);
-
-/// Every `every`, index the shards other processes wrote to the store's backend since
-/// ([`StoreCas::refresh`]), so files they register become downloadable here. The task
-/// ends when the store is dropped.
-pub fn spawn_refresh<B: ObjectBackend>(
-    store: &Arc<StoreCas<B>>,
-    every: Duration,
-) -> tokio::task::JoinHandle<()> {
-    let store = Arc::downgrade(store);
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            let Some(store) = store.upgrade() else { break };
-            match store.refresh().await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(shards = n, "indexed shards written by other processes"),
-                Err(e) => tracing::warn!(error = %e, "cannot refresh the store index"),
-            }
-        }
-    })
 }
 
 /// A store in the bucket of `config` with the default configuration.

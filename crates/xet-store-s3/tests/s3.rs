@@ -9,9 +9,9 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use xet_cas::conformance::{self, Subject};
-use xet_cas::store::DedupKeys;
-use xet_cas::{Cas, ObjectBackend, ObjectKey, StoreConfig};
+use xet_cas::Cas;
+use xet_cas_conformance::{self as conformance, Subject};
+use xet_store::{DedupKeys, ObjectBackend, ObjectKey, StoreConfig};
 use xet_store_s3::{ConditionalPut, S3Backend, S3Config, S3Credentials, open_store};
 use xet_testdata::{MotoServer, shared_moto};
 
@@ -78,7 +78,7 @@ macro_rules! backend_cases {
                 let Some(moto) = shared_moto() else { return };
                 let b = super::backend(moto, $prefix, $mode).await;
                 assert_eq!(b.conditional_puts(), $mode != ConditionalPut::Disabled);
-                xet_cas::conformance::backend::$case(&b).await;
+                xet_cas_conformance::backend::$case(&b).await;
             }
         )*
     };
@@ -443,7 +443,7 @@ async fn periodic_refresh_picks_up_another_servers_files() {
     let cfg = fresh(moto, "r", ConditionalPut::Auto);
     let a = open_store(cfg.clone()).await.unwrap();
     let b = std::sync::Arc::new(open_store(cfg).await.unwrap());
-    let task = xet_store_s3::spawn_refresh(&b, Duration::from_millis(100));
+    let task = b.spawn_refresh(Duration::from_millis(100));
     conformance::populate(&a).await;
     let t = Instant::now();
     while b.stats().shards < 2 {

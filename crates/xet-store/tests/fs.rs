@@ -2,10 +2,11 @@
 
 use std::time::{Duration, SystemTime};
 
-use xet_cas::conformance::{self, Subject};
-use xet_cas::store::DedupKeys;
-use xet_cas::{Cas, ObjectBackend, ObjectKey, StoreConfig};
-use xet_store::{FsBackend, open_store, open_store_with};
+use xet_cas::Cas;
+use xet_cas_conformance::{self as conformance, Subject};
+use xet_store::{
+    DedupKeys, FsBackend, ObjectBackend, ObjectKey, StoreConfig, open_store, open_store_with,
+};
 
 async fn make() -> Subject {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -24,11 +25,11 @@ async fn make_unkeyed() -> Subject {
 }
 
 mod fs {
-    xet_cas::cas_conformance_tests!(super::make);
+    xet_cas_conformance::cas_conformance_tests!(super::make);
 }
 
 mod fs_unkeyed {
-    xet_cas::cas_conformance_tests!(super::make_unkeyed);
+    xet_cas_conformance::cas_conformance_tests!(super::make_unkeyed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

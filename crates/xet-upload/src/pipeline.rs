@@ -15,7 +15,7 @@ use bytes::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use xet_cas::{Cas, XorbPieces};
+use xet_cas::{Cas, XorbBody};
 use xet_hash::MerkleHash;
 use xet_shard::Shard;
 
@@ -637,8 +637,14 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
         // Sent as pieces: stored chunks go out straight from where they were read.
         rayon::spawn(move || {
             let mut sink = crate::build::PiecesSink::default();
-            let built = crate::build::build_xorb(&mut sealed, &mut sink)
-                .map(|h| (h, sink.finish(), sealed.slot, sealed.chunks));
+            let built = crate::build::build_xorb(&mut sealed, &mut sink).map(|h| {
+                (
+                    h,
+                    XorbBody::Pieces(sink.finish()),
+                    sealed.slot,
+                    sealed.chunks,
+                )
+            });
             let _ = tx.send(built);
         });
     } else {
@@ -653,7 +659,7 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
             let built = crate::build::build_xorb(&mut sealed, &mut body).map(|h| {
                 (
                     h,
-                    XorbPieces::from(pool.to_bytes(body)),
+                    XorbBody::Bytes(pool.to_bytes(body)),
                     sealed.slot,
                     sealed.chunks,
                 )
@@ -692,7 +698,7 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
     if shared.opts.dry_run {
         return Ok(built);
     }
-    shared.cas.put_xorb_pieces(&hash, body).await?;
+    shared.cas.put_xorb(&hash, body).await?;
     shared.progress.uploaded(body_len);
     if let Some(c) = &shared.cache {
         let c = c.clone();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use xet_cas::{ByteRange, Cas, Reconstruction, Result, XorbFetch};
+use xet_cas::{ByteRange, Cas, Reconstruction, Result, XorbBody, XorbFetch};
 use xet_hash::MerkleHash;
 use xet_upload::{NoProgress, UploadOptions, upload};
 
@@ -65,7 +65,7 @@ struct Sink;
 
 #[async_trait::async_trait]
 impl Cas for Sink {
-    async fn put_xorb(&self, _: &MerkleHash, _: Bytes) -> Result<bool> {
+    async fn put_xorb(&self, _: &MerkleHash, _: XorbBody) -> Result<bool> {
         Ok(true)
     }
     async fn xorb_size(&self, _: &MerkleHash) -> Result<Option<u64>> {

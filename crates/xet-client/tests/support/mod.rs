@@ -11,10 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use xet_cas::{ByteRange, Cas, MemoryStore};
+use xet_cas::{ByteRange, Cas};
 use xet_client::{ClientConfig, HttpCas, RetryPolicy};
 use xet_hash::MerkleHash;
 use xet_server::{Server, ServerConfig};
+use xet_store::MemoryStore;
 
 /// A server task; stops when dropped.
 pub struct TestServer {
@@ -173,7 +174,7 @@ pub fn sample(seed: u64) -> Sample {
 
 /// Upload a sample's xorb and shard.
 pub async fn upload(cas: &dyn Cas, s: &Sample) {
-    cas.put_xorb(&s.xorb, s.body.clone())
+    cas.put_xorb(&s.xorb, s.body.clone().into())
         .await
         .expect("put_xorb");
     cas.put_shard(s.shard.clone()).await.expect("put_shard");

@@ -9,12 +9,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use sha2::Digest;
-use xet_cas::{
-    ByteRange, Cas, CasError, MemoryBackend, ObjectKey, RangeStream, Reconstruction, StoreCas,
-    XorbFetch,
-};
+use xet_cas::{ByteRange, Cas, CasError, RangeStream, Reconstruction, XorbBody, XorbFetch};
 use xet_hash::MerkleHash;
 use xet_shard::{CasInfo, FileInfoBuilder, Shard};
+use xet_store::{MemoryBackend, ObjectKey, StoreCas};
 use xet_xorb::{Xorb, XorbBuilder};
 
 pub struct TestFile {
@@ -139,7 +137,7 @@ pub async fn store(corpus: &Corpus) -> (Arc<Store>, MemoryBackend) {
 pub async fn put(store: &dyn Cas, corpus: &Corpus) {
     for x in &corpus.xorbs {
         store
-            .put_xorb(&x.hash(), Bytes::copy_from_slice(x.body()))
+            .put_xorb(&x.hash(), Bytes::copy_from_slice(x.body()).into())
             .await
             .unwrap();
     }
@@ -151,7 +149,7 @@ pub async fn put(store: &dyn Cas, corpus: &Corpus) {
 
 /// Replace the stored object of `xorb` with a copy where byte `at` is flipped.
 pub async fn corrupt(backend: &MemoryBackend, xorb: &MerkleHash, at: usize) {
-    use xet_cas::ObjectBackend;
+    use xet_store::ObjectBackend;
     let key = ObjectKey::xorb(xorb);
     let mut obj = backend.get(&key).await.unwrap().unwrap().to_vec();
     obj[at] ^= 0x5a;
@@ -304,7 +302,7 @@ impl Drop for InFlight<'_> {
 
 #[async_trait::async_trait]
 impl Cas for Wrapper {
-    async fn put_xorb(&self, hash: &MerkleHash, body: Bytes) -> xet_cas::Result<bool> {
+    async fn put_xorb(&self, hash: &MerkleHash, body: XorbBody) -> xet_cas::Result<bool> {
         self.inner.put_xorb(hash, body).await
     }
     async fn xorb_size(&self, hash: &MerkleHash) -> xet_cas::Result<Option<u64>> {

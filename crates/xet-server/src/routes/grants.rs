@@ -13,6 +13,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use std::collections::BTreeMap;
+use xet_cas::XorbBody;
 use xet_cas::wire::{Grant, GrantRequest, WasInserted};
 use xet_hash::MerkleHash;
 
@@ -161,6 +162,6 @@ pub(crate) async fn xorb_commit(
     let held = s.grants.take_for_commit(&id, &xorb)?;
     let _permit = s.upload_permit().await?;
     let data = held.into_xorb().await?;
-    let was_inserted = s.cas.put_received_xorb(&xorb, data).await?;
+    let was_inserted = s.cas.put_xorb(&xorb, XorbBody::Received(data)).await?;
     Ok(json_ok(StatusCode::OK, &WasInserted { was_inserted }))
 }

@@ -10,6 +10,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+use xet_cas::XorbBody;
 use xet_cas::wire::WasInserted;
 
 pub(crate) async fn xorb_post(
@@ -23,7 +24,7 @@ pub(crate) async fn xorb_post(
     let xorb = parse_hash("xorb", &hash)?;
     let _permit = s.upload_permit().await?;
     let body = read_xorb_body(&headers, body, s.config.max_xorb_bytes, &xorb).await?;
-    let was_inserted = s.cas.put_received_xorb(&xorb, body).await?;
+    let was_inserted = s.cas.put_xorb(&xorb, XorbBody::Received(body)).await?;
     Ok(json_ok(StatusCode::OK, &WasInserted { was_inserted }))
 }
 

@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use xet_cas::wire::ReconstructionV2;
-use xet_cas::{ByteRange, Cas, MemoryStore, Reconstruction, XorbFetch};
+use xet_cas::{ByteRange, Cas, Reconstruction, XorbBody, XorbFetch};
 use xet_hash::MerkleHash;
 use xet_server::{Server, ServerConfig, ServerError};
+use xet_store::MemoryStore;
 
 pub struct TestServer {
     pub url: String,
@@ -258,7 +259,7 @@ pub fn fixture(seed: u64, chunk_sizes: &[usize]) -> Fixture {
 
 /// Store a fixture through the Cas directly.
 pub async fn put_fixture(cas: &dyn Cas, f: &Fixture) {
-    cas.put_xorb(&f.xorb, Bytes::from(f.xorb_body.clone()))
+    cas.put_xorb(&f.xorb, Bytes::from(f.xorb_body.clone()).into())
         .await
         .unwrap();
     cas.put_shard(Bytes::from(f.shard.clone())).await.unwrap();
@@ -366,7 +367,7 @@ pub fn count(c: &AtomicUsize) -> usize {
 
 #[async_trait::async_trait]
 impl<C: Cas> Cas for Counting<C> {
-    async fn put_xorb(&self, hash: &MerkleHash, body: Bytes) -> xet_cas::Result<bool> {
+    async fn put_xorb(&self, hash: &MerkleHash, body: XorbBody) -> xet_cas::Result<bool> {
         self.xorb_puts.fetch_add(1, Ordering::SeqCst);
         let r = self.inner.put_xorb(hash, body).await?;
         if r {

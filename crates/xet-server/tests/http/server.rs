@@ -6,8 +6,9 @@ use bytes::Bytes;
 use reqwest::StatusCode;
 use std::sync::Arc;
 use std::time::Duration;
-use xet_cas::{Cas, MemoryStore};
+use xet_cas::Cas;
 use xet_server::{Server, ServerConfig, ServerError, Token};
+use xet_store::MemoryStore;
 
 #[tokio::test]
 async fn health_and_unknown_routes() {
@@ -208,7 +209,7 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
     let mut counting = Counting::new(MemoryStore::in_memory().await.unwrap());
     counting.shard_delay = Duration::from_millis(800);
     let cas = Arc::new(counting);
-    cas.put_xorb(&f.xorb, Bytes::from(f.xorb_body.clone()))
+    cas.put_xorb(&f.xorb, Bytes::from(f.xorb_body.clone()).into())
         .await
         .unwrap();
     let mut s = TestServer::start(ServerConfig::default(), cas.clone()).await;

@@ -4,11 +4,11 @@ use crate::common::*;
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::sync::Arc;
-use xet_cas::MemoryStore;
 use xet_cas::wire::{Grant, GrantRequest};
 use xet_hash::MerkleHash;
 use xet_server::ServerConfig;
 use xet_server::grants::crc64_nvme;
+use xet_store::MemoryStore;
 
 /// Chunk sizes of the fixture file most tests use.
 pub(crate) const SIZES: &[usize] = &[9000, 20000, 4000, 15000, 7000];

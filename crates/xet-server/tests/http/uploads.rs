@@ -113,7 +113,7 @@ async fn v2_shards_stream_ndjson_frames() {
     let f = fixture(2, SIZES);
     let (s, store) = start(ServerConfig::default()).await;
     store
-        .put_xorb(&f.xorb, Bytes::from(f.xorb_body.clone()))
+        .put_xorb(&f.xorb, Bytes::from(f.xorb_body.clone()).into())
         .await
         .unwrap();
     let c = client();

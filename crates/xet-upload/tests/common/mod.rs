@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use xet_cas::{ByteRange, Cas, CasError, Reconstruction, Result, XorbFetch, XorbPieces};
+use xet_cas::{ByteRange, Cas, CasError, Reconstruction, Result, XorbBody, XorbFetch};
 use xet_hash::MerkleHash;
 
 /// Delegates to a real CAS, counting calls; `put_xorb` fails after `fail_after` calls.
@@ -51,7 +51,12 @@ impl Counting {
 
 #[async_trait::async_trait]
 impl Cas for Counting {
-    async fn put_xorb(&self, hash: &MerkleHash, body: Bytes) -> Result<bool> {
+    async fn put_xorb(&self, hash: &MerkleHash, body: XorbBody) -> Result<bool> {
+        let pieces = match &body {
+            XorbBody::Pieces(p) => p.pieces().len(),
+            _ => 1,
+        };
+        self.max_pieces.fetch_max(pieces, Ordering::SeqCst);
         let n = self.put_xorbs.fetch_add(1, Ordering::SeqCst);
         if self.fail_after.is_some_and(|f| n >= f) {
             return Err(CasError::Network {
@@ -63,11 +68,6 @@ impl Cas for Counting {
     }
     fn takes_xorb_pieces(&self) -> bool {
         self.takes_pieces.load(Ordering::SeqCst)
-    }
-    async fn put_xorb_pieces(&self, hash: &MerkleHash, body: XorbPieces) -> Result<bool> {
-        self.max_pieces
-            .fetch_max(body.pieces().len(), Ordering::SeqCst);
-        self.put_xorb(hash, body.concat()).await
     }
     async fn xorb_size(&self, hash: &MerkleHash) -> Result<Option<u64>> {
         self.inner.xorb_size(hash).await
@@ -98,7 +98,7 @@ impl Cas for Counting {
 
 pub async fn memory_store() -> Arc<dyn Cas> {
     Arc::new(
-        xet_cas::store::MemoryStore::in_memory()
+        xet_store::MemoryStore::in_memory()
             .await
             .expect("memory store"),
     )

@@ -1,10 +1,10 @@
-//! The store behind the embedded CAS and `xet serve`: [`StoreCas`] implements [`crate::Cas`]
-//! over any [`ObjectBackend`] ([`MemoryBackend`] here, the filesystem in `xet-store`, an
-//! S3-compatible one later). See `docs/STORE.md`.
+//! The engine: [`StoreCas`] implements [`xet_cas::Cas`] over any [`ObjectBackend`]
+//! ([`MemoryBackend`] here, [`crate::FsBackend`], the S3 backend of `xet-store-s3`). See
+//! `docs/STORE.md`.
 
 mod backend;
 mod cas;
-pub(crate) mod format;
+pub mod format;
 mod index;
 mod keys;
 mod meta;
@@ -14,8 +14,7 @@ mod validate;
 pub use backend::{
     META_PREFIX, MemoryBackend, ObjectBackend, ObjectKey, SHARD_PREFIX, XORB_PREFIX, check_range,
 };
-pub use cas::{DEDUP_SECRET_KEY, StoreCas, StoreConfig};
-pub use format::{ReceivedXorb, XorbReceiver};
+pub use cas::{DEDUP_SECRET_KEY, REFRESH_INTERVAL, StoreCas, StoreConfig};
 pub use index::IndexStats;
 pub use keys::DedupKeys;
 pub use meta::XorbMeta;
@@ -25,7 +24,7 @@ pub type MemoryStore = StoreCas<MemoryBackend>;
 
 impl MemoryStore {
     /// An empty in-memory store with the default configuration.
-    pub async fn in_memory() -> crate::Result<Self> {
+    pub async fn in_memory() -> xet_cas::Result<Self> {
         StoreCas::open(MemoryBackend::new()).await
     }
 }

@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use xet_cas::conformance::{self, Subject};
-use xet_cas::store::DedupKeys;
-use xet_cas::{Cas, MemoryBackend, MemoryStore, ObjectBackend, StoreCas, StoreConfig};
+use xet_cas::Cas;
+use xet_cas_conformance::{self as conformance, Subject};
+use xet_store::{DedupKeys, MemoryBackend, MemoryStore, ObjectBackend, StoreCas, StoreConfig};
 
 async fn make() -> Subject {
     Subject::new(MemoryStore::in_memory().await.expect("open"))
@@ -24,11 +24,11 @@ async fn make_unkeyed() -> Subject {
 }
 
 mod memory {
-    xet_cas::cas_conformance_tests!(super::make);
+    xet_cas_conformance::cas_conformance_tests!(super::make);
 }
 
 mod memory_unkeyed {
-    xet_cas::cas_conformance_tests!(super::make_unkeyed);
+    xet_cas_conformance::cas_conformance_tests!(super::make_unkeyed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,6 +61,27 @@ async fn refresh_picks_up_shards_written_by_another_instance() {
     conformance::check_populated(&reader).await;
 }
 
+/// The periodic refresh works over any shared backend, and its task ends with the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_refresh_picks_up_another_instances_files() {
+    let backend = MemoryBackend::new();
+    let writer = StoreCas::open(backend.clone()).await.expect("open");
+    let reader = std::sync::Arc::new(StoreCas::open(backend).await.expect("open"));
+    let task = reader.spawn_refresh(Duration::from_millis(20));
+    conformance::populate(&writer).await;
+    let t = std::time::Instant::now();
+    while reader.stats().shards < 2 {
+        assert!(t.elapsed() < Duration::from_secs(20), "not refreshed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    conformance::check_populated(&*reader).await;
+    drop(reader);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the refresh task ends with its store")
+        .unwrap();
+}
+
 #[tokio::test]
 async fn dedup_keys_are_stable_across_reopen_and_rotate_with_config() {
     let backend = MemoryBackend::new();
@@ -68,14 +89,14 @@ async fn dedup_keys_are_stable_across_reopen_and_rotate_with_config() {
     conformance::populate(&store).await;
     let secret = store
         .backend()
-        .get(&xet_cas::ObjectKey::meta(xet_cas::store::DEDUP_SECRET_KEY))
+        .get(&xet_store::ObjectKey::meta(xet_store::DEDUP_SECRET_KEY))
         .await
         .unwrap();
     drop(store);
     let store = StoreCas::open(backend.clone()).await.expect("reopen");
     let again = store
         .backend()
-        .get(&xet_cas::ObjectKey::meta(xet_cas::store::DEDUP_SECRET_KEY))
+        .get(&xet_store::ObjectKey::meta(xet_store::DEDUP_SECRET_KEY))
         .await
         .unwrap();
     assert_eq!(secret, again, "the dedup secret persists");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use xet_hash::MerkleHash;
 
 use super::meta::XorbMeta;
-use crate::{ByteRange, CasError, ChunkRange, Reconstruction, Result, Term, XorbFetch};
+use xet_cas::{ByteRange, CasError, ChunkRange, Reconstruction, Result, Term, XorbFetch};
 
 /// One term of a registered file, as validated at registration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Object backends: where a [`crate::store::StoreCas`] keeps its bytes.
+//! Object backends: where a [`crate::StoreCas`] keeps its bytes.
 //!
 //! The semantics are those of an object store (S3, GCS, a directory): whole objects are
 //! written once and never modified, reads may be ranged. A backend only ever sees keys
@@ -11,7 +11,7 @@ use std::sync::{Arc, RwLock};
 use bytes::Bytes;
 use xet_hash::MerkleHash;
 
-use crate::{ByteRange, CasError, Result};
+use xet_cas::{ByteRange, CasError, Result};
 
 /// Prefix of stored xorbs (footered form): `xorbs/<hash>`.
 pub const XORB_PREFIX: &str = "xorbs/";
@@ -106,7 +106,7 @@ fn valid_meta_name(name: &str) -> bool {
 
 /// An immutable-object store.
 ///
-/// Contract (checked by [`crate::conformance::backend`]):
+/// Contract (checked by `xet_cas_conformance::backend`):
 /// - [`put_if_absent`](ObjectBackend::put_if_absent) is atomic: a concurrent or later
 ///   reader sees either no object or the whole object, never a prefix, even if the
 ///   process dies mid-write. Two racing puts of one key: exactly one returns `true`.

@@ -2,7 +2,7 @@
 
 use xet_hash::MerkleHash;
 
-use crate::{ByteRange, ChunkRange};
+use xet_cas::{ByteRange, ChunkRange};
 
 /// Chunk hashes and boundaries of a stored xorb (from its footer; never from a client).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,9 +14,11 @@ use super::keys::{DedupKeys, KeyRing};
 use super::meta::XorbMeta;
 use super::plan;
 use super::validate;
-use crate::{
-    ByteRange, Cas, CasError, ObjectKind, ReceivedXorb, Reconstruction, Result, XorbFetch,
-};
+use xet_cas::{ByteRange, Cas, CasError, ObjectKind, Reconstruction, Result, XorbBody, XorbFetch};
+
+/// How often `xet serve` indexes shards that other servers sharing the store wrote
+/// (the default of [`StoreCas::spawn_refresh`]'s period).
+pub const REFRESH_INTERVAL: Duration = Duration::from_secs(15);
 
 /// Where the dedup-key secret lives.
 pub const DEDUP_SECRET_KEY: &str = "dedup-secret";
@@ -131,6 +133,31 @@ impl<B: ObjectBackend> StoreCas<B> {
         Ok(added)
     }
 
+    /// Every `every`, index the shards other processes wrote to the backend since
+    /// ([`refresh`](Self::refresh)), so files they register become downloadable here.
+    /// Works over any backend several processes share. The task holds the store weakly
+    /// and ends when the store is dropped.
+    pub fn spawn_refresh(self: &Arc<Self>, every: Duration) -> tokio::task::JoinHandle<()> {
+        let store = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // The first tick fires at once; the store was just indexed on open.
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(store) = store.upgrade() else { break };
+                match store.refresh().await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(shards = n, "indexed shards written by other processes")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot refresh the store index"),
+                }
+            }
+        })
+    }
+
     async fn index_stored_shard(&self, h: MerkleHash, key: &ObjectKey) -> Result<bool> {
         let Some(bytes) = self.backend.get(key).await? else {
             return Ok(false);
@@ -235,19 +262,14 @@ impl<B: ObjectBackend> StoreCas<B> {
 
 #[async_trait::async_trait]
 impl<B: ObjectBackend> Cas for StoreCas<B> {
-    async fn put_xorb(&self, hash: &MerkleHash, body: Bytes) -> Result<bool> {
-        self.put_received_xorb(hash, ReceivedXorb::unverified(body))
-            .await
-    }
-
     /// One path for every xorb upload: already stored, nothing to do; verified as it
-    /// arrived, stored as it is; else verified in full here first.
-    async fn put_received_xorb(&self, hash: &MerkleHash, xorb: ReceivedXorb) -> Result<bool> {
+    /// arrived, stored as it is; else (in one buffer) verified in full here first.
+    async fn put_xorb(&self, hash: &MerkleHash, body: XorbBody) -> Result<bool> {
         let key = ObjectKey::xorb(hash);
         if self.index.xorb_size(hash).is_some() || self.backend.exists(&key).await? {
             return Ok(false);
         }
-        let body = match xorb.into_valid(hash) {
+        let body = match format::valid_received(body.into_received(), hash) {
             Ok(valid) => return self.store_valid_xorb(&key, valid).await,
             Err(body) => body,
         };

@@ -16,6 +16,7 @@
 
 pub mod backend;
 mod fixture;
+mod format;
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -25,9 +26,11 @@ use std::ops::Deref;
 use bytes::Bytes;
 use xet_hash::MerkleHash;
 
-use crate::store::format::{self, ShardContent, ShardTerm};
-use crate::{ByteRange, Cas, CasError, ChunkRange, ObjectKind, Reconstruction, XorbPieces};
 use fixture::{Fixture, FixtureFile, fixture};
+use xet_cas::{
+    ByteRange, Cas, CasError, ChunkRange, ObjectKind, Reconstruction, XorbBody, XorbPieces,
+};
+use xet_store::format::{ShardChunk, ShardContent, ShardFile, ShardTerm, ShardXorb};
 
 /// A store under test, plus whatever must outlive it (a temporary directory, a server).
 /// Dropped in order: the store first, then the guard.
@@ -65,10 +68,10 @@ impl Deref for Subject {
 ///
 /// ```ignore
 /// mod conformance {
-///     async fn make() -> xet_cas::conformance::Subject {
-///         xet_cas::conformance::Subject::new(xet_cas::MemoryStore::in_memory().await.unwrap())
+///     async fn make() -> xet_cas_conformance::Subject {
+///         xet_cas_conformance::Subject::new(xet_store::MemoryStore::in_memory().await.unwrap())
 ///     }
-///     xet_cas::cas_conformance_tests!(make);
+///     xet_cas_conformance::cas_conformance_tests!(make);
 /// }
 /// ```
 #[macro_export]
@@ -84,7 +87,7 @@ macro_rules! cas_conformance_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
                 let subject = ($make)().await;
-                $crate::conformance::$case(&*subject).await;
+                $crate::$case(&*subject).await;
             }
         )*
     };
@@ -116,7 +119,7 @@ where
 
 #[track_caller]
 fn expect_err<T: std::fmt::Debug>(
-    r: crate::Result<T>,
+    r: xet_cas::Result<T>,
     what: &str,
     ok: impl Fn(&CasError) -> bool,
 ) -> CasError {
@@ -141,7 +144,9 @@ fn is_invalid_shard(e: &CasError) -> bool {
 
 async fn upload_xorbs(cas: &dyn Cas, f: &Fixture) {
     for (i, x) in f.xorbs.iter().enumerate() {
-        let r = cas.put_xorb(&x.hash, Bytes::from(x.body.clone())).await;
+        let r = cas
+            .put_xorb(&x.hash, Bytes::from(x.body.clone()).into())
+            .await;
         assert_eq!(r, Ok(true), "uploading fixture xorb {i} ({})", x.hash);
     }
 }
@@ -393,7 +398,7 @@ pub async fn xorb_rejections(cas: &dyn Cas) {
     ];
     for (what, hash, bytes) in cases {
         expect_err(
-            cas.put_xorb(&hash, Bytes::from(bytes)).await,
+            cas.put_xorb(&hash, Bytes::from(bytes).into()).await,
             &format!("xorb {what}"),
             is_invalid_xorb,
         );
@@ -414,17 +419,19 @@ pub async fn xorb_uploads(cas: &dyn Cas) {
     let f = fixture();
     let (x0, x1) = (&f.xorbs[0], &f.xorbs[1]);
     assert_eq!(
-        cas.put_xorb(&x0.hash, Bytes::from(x0.body.clone())).await,
+        cas.put_xorb(&x0.hash, Bytes::from(x0.body.clone()).into())
+            .await,
         Ok(true),
         "first upload"
     );
     assert_eq!(
-        cas.put_xorb(&x0.hash, Bytes::from(x0.body.clone())).await,
+        cas.put_xorb(&x0.hash, Bytes::from(x0.body.clone()).into())
+            .await,
         Ok(false),
         "second upload"
     );
     assert_eq!(
-        cas.put_xorb(&x0.hash, Bytes::from(x0.footered.clone()))
+        cas.put_xorb(&x0.hash, Bytes::from(x0.footered.clone()).into())
             .await,
         Ok(false),
         "footered re-upload"
@@ -436,7 +443,7 @@ pub async fn xorb_uploads(cas: &dyn Cas) {
     );
     // A footered upload is accepted and sized by its chunk region.
     assert_eq!(
-        cas.put_xorb(&x1.hash, Bytes::from(x1.footered.clone()))
+        cas.put_xorb(&x1.hash, Bytes::from(x1.footered.clone()).into())
             .await,
         Ok(true),
         "footered upload"
@@ -447,7 +454,8 @@ pub async fn xorb_uploads(cas: &dyn Cas) {
         "footered upload: xorb_size"
     );
     assert_eq!(
-        cas.put_xorb(&x1.hash, Bytes::from(x1.body.clone())).await,
+        cas.put_xorb(&x1.hash, Bytes::from(x1.body.clone()).into())
+            .await,
         Ok(false),
         "body after footered"
     );
@@ -459,7 +467,8 @@ pub async fn xorb_uploads(cas: &dyn Cas) {
     // Ranges served from the footered upload are the chunk region's bytes.
     let x2 = &f.xorbs[2];
     assert_eq!(
-        cas.put_xorb(&x2.hash, Bytes::from(x2.body.clone())).await,
+        cas.put_xorb(&x2.hash, Bytes::from(x2.body.clone()).into())
+            .await,
         Ok(true)
     );
     upload_shards(cas, f).await;
@@ -500,7 +509,7 @@ pub async fn xorb_pieces(cas: &dyn Cas) {
     let n = x0.body.len();
     for (what, hash, body) in bad_xorb_bodies(f) {
         expect_err(
-            cas.put_xorb_pieces(&hash, pieces_of(&body, &[1, 9, n / 3]))
+            cas.put_xorb(&hash, XorbBody::Pieces(pieces_of(&body, &[1, 9, n / 3])))
                 .await,
             &format!("xorb in pieces, {what}"),
             is_invalid_xorb,
@@ -516,7 +525,7 @@ pub async fn xorb_pieces(cas: &dyn Cas) {
         .enumerate()
     {
         assert_eq!(
-            cas.put_xorb_pieces(&x0.hash, pieces_of(&x0.body, &cuts))
+            cas.put_xorb(&x0.hash, XorbBody::Pieces(pieces_of(&x0.body, &cuts)))
                 .await,
             Ok(i == 0),
             "xorb in {} pieces, upload {i}",
@@ -527,7 +536,7 @@ pub async fn xorb_pieces(cas: &dyn Cas) {
     for x in &f.xorbs[1..] {
         let cuts: Vec<usize> = (7..x.body.len()).step_by(4099).collect();
         assert_eq!(
-            cas.put_xorb_pieces(&x.hash, pieces_of(&x.body, &cuts))
+            cas.put_xorb(&x.hash, XorbBody::Pieces(pieces_of(&x.body, &cuts)))
                 .await,
             Ok(true)
         );
@@ -538,17 +547,17 @@ pub async fn xorb_pieces(cas: &dyn Cas) {
     }
 }
 
-/// `body` through a [`crate::XorbReceiver`] as if it arrived in pieces ending at `cuts`,
+/// `body` through a [`xet_cas::XorbReceiver`] as if it arrived in pieces ending at `cuts`,
 /// declared as `hash`.
-fn received(body: &[u8], cuts: &[usize], hash: &MerkleHash) -> crate::ReceivedXorb {
-    let mut r = crate::XorbReceiver::new(body.len() as u64);
+fn received(body: &[u8], cuts: &[usize], hash: &MerkleHash) -> xet_cas::ReceivedXorb {
+    let mut r = xet_cas::XorbReceiver::new(body.len() as u64);
     for &c in cuts {
         r.advance(&body[..c]);
     }
     r.finish(Bytes::copy_from_slice(body), hash)
 }
 
-/// Xorbs received through a [`crate::XorbReceiver`]: a good footer-less body is verified
+/// Xorbs received through a [`xet_cas::XorbReceiver`]: a good footer-less body is verified
 /// on the way in and stored as if uploaded whole; a damaged one, one under another
 /// xorb's hash, or a footered one is not taken on the receiver's word, and is refused
 /// (or, footered, accepted) as `put_xorb` would.
@@ -561,7 +570,7 @@ pub async fn received_xorbs(cas: &dyn Cas) {
         let r = received(&body, &cuts, &hash);
         assert!(!r.is_verified(), "receiver verified a bad xorb ({what})");
         expect_err(
-            cas.put_received_xorb(&hash, r).await,
+            cas.put_xorb(&hash, XorbBody::Received(r)).await,
             &format!("received xorb, {what}"),
             is_invalid_xorb,
         );
@@ -573,8 +582,14 @@ pub async fn received_xorbs(cas: &dyn Cas) {
     }
     let r = received(&x0.body, &cuts, &x0.hash);
     assert!(r.is_verified(), "receiver did not verify a good xorb");
-    assert_eq!(cas.put_received_xorb(&x0.hash, r.clone()).await, Ok(true));
-    assert_eq!(cas.put_received_xorb(&x0.hash, r).await, Ok(false));
+    assert_eq!(
+        cas.put_xorb(&x0.hash, XorbBody::Received(r.clone())).await,
+        Ok(true)
+    );
+    assert_eq!(
+        cas.put_xorb(&x0.hash, XorbBody::Received(r)).await,
+        Ok(false)
+    );
     assert_eq!(cas.xorb_size(&x0.hash).await, Ok(Some(n as u64)));
     let r = received(&x0.body, &cuts[..2], &x0.hash);
     assert!(
@@ -583,7 +598,10 @@ pub async fn received_xorbs(cas: &dyn Cas) {
     );
     let r = received(&x1.footered, &[x1.footered.len()], &x1.hash);
     assert!(!r.is_verified(), "a footered body is verified by the store");
-    assert_eq!(cas.put_received_xorb(&x1.hash, r).await, Ok(true));
+    assert_eq!(
+        cas.put_xorb(&x1.hash, XorbBody::Received(r)).await,
+        Ok(true)
+    );
     assert_eq!(
         cas.xorb_size(&x1.hash).await,
         Ok(Some(x1.body.len() as u64))
@@ -595,7 +613,7 @@ pub async fn received_xorbs(cas: &dyn Cas) {
             .collect();
         let r = received(&x.body, &cuts, &x.hash);
         assert!(r.is_verified());
-        assert_eq!(cas.put_received_xorb(&x.hash, r).await, Ok(true));
+        assert_eq!(cas.put_xorb(&x.hash, XorbBody::Received(r)).await, Ok(true));
     }
     upload_shards(cas, f).await;
     for file in &f.files {
@@ -626,7 +644,7 @@ pub async fn shard_rejections(cas: &dyn Cas) {
             chunks: ChunkRange::new(0, 1),
             unpacked: c.1,
         };
-        crate::store::format::ShardFile {
+        ShardFile {
             hash: xet_hash::file_hash(&[c]),
             terms: vec![term],
             verification: Some(vec![xet_hash::verification_hash(&[c.0])]),
@@ -638,11 +656,11 @@ pub async fn shard_rejections(cas: &dyn Cas) {
         xorbs: vec![],
     };
     let mut missing_cas = f.shards[0].clone();
-    missing_cas.xorbs.push(crate::store::format::ShardXorb {
+    missing_cas.xorbs.push(ShardXorb {
         hash: orphan.hash,
         num_bytes_in_cas: orphan.chunks[0].1,
         num_bytes_on_disk: 0,
-        chunks: vec![crate::store::format::ShardChunk {
+        chunks: vec![ShardChunk {
             hash: orphan.chunks[0].0,
             byte_range_start: 0,
             unpacked: orphan.chunks[0].1,
@@ -754,7 +772,8 @@ pub async fn check_populated(cas: &dyn Cas) {
             "xorb_size"
         );
         assert_eq!(
-            cas.put_xorb(&x.hash, Bytes::from(x.body.clone())).await,
+            cas.put_xorb(&x.hash, Bytes::from(x.body.clone()).into())
+                .await,
             Ok(false),
             "xorb re-upload"
         );
@@ -1008,8 +1027,8 @@ pub async fn fetch_errors(cas: &dyn Cas) {
 /// `fetch` extended to one byte past its xorb's chunk region, and the region's size.
 async fn ending_past_the_region(
     cas: &dyn Cas,
-    fetch: &crate::XorbFetch,
-) -> (crate::XorbFetch, u64) {
+    fetch: &xet_cas::XorbFetch,
+) -> (xet_cas::XorbFetch, u64) {
     let size = cas
         .xorb_size(&fetch.xorb)
         .await
@@ -1021,7 +1040,7 @@ async fn ending_past_the_region(
 }
 
 /// Everything a range stream yields, concatenated; its first error otherwise.
-pub async fn collect_stream(cas: &dyn Cas, fetch: &crate::XorbFetch) -> crate::Result<Vec<u8>> {
+pub async fn collect_stream(cas: &dyn Cas, fetch: &xet_cas::XorbFetch) -> xet_cas::Result<Vec<u8>> {
     let mut stream = cas.stream_xorb_range(fetch).await?;
     let mut out = Vec::new();
     while let Some(piece) = stream.next().await? {
@@ -1080,7 +1099,7 @@ pub async fn range_streams(cas: &dyn Cas) {
 pub async fn concurrent_uploads(cas: &dyn Cas) {
     let f = fixture();
     for x in &f.xorbs {
-        let put = || cas.put_xorb(&x.hash, Bytes::from(x.body.clone()));
+        let put = || cas.put_xorb(&x.hash, Bytes::from(x.body.clone()).into());
         let (a, b, c, d) = tokio::join!(put(), put(), put(), put());
         let wins = [a, b, c, d]
             .into_iter()
@@ -1115,10 +1134,14 @@ pub async fn concurrent_uploads(cas: &dyn Cas) {
 /// the serialized body of a full xorb is slightly over 64 MiB and must be accepted.
 pub async fn xorb_limits(cas: &dyn Cas) {
     let one = [7u8];
-    async fn put(cas: &dyn Cas, chunks: Vec<&[u8]>) -> (MerkleHash, u64, crate::Result<bool>) {
+    async fn put(cas: &dyn Cas, chunks: Vec<&[u8]>) -> (MerkleHash, u64, xet_cas::Result<bool>) {
         let (hash, body) = format::raw_xorb(&chunks).expect("raw xorb");
         let len = body.len() as u64;
-        (hash, len, cas.put_xorb(&hash, Bytes::from(body)).await)
+        (
+            hash,
+            len,
+            cas.put_xorb(&hash, Bytes::from(body).into()).await,
+        )
     }
     let (h, _, r) = put(cas, vec![&one[..]; 8193]).await;
     expect_err(r, "xorb of 8193 chunks", is_invalid_xorb);

@@ -7,8 +7,8 @@ use bytes::Bytes;
 use xet_hash::MerkleHash;
 
 use super::fixture::random_bytes;
-use crate::store::{ObjectBackend, ObjectKey};
-use crate::{ByteRange, CasError};
+use xet_cas::{ByteRange, CasError};
+use xet_store::{ObjectBackend, ObjectKey};
 
 fn key_hash(case: &str, i: u64) -> MerkleHash {
     xet_hash::chunk_hash(format!("{case}/{i}").as_bytes())

@@ -8,7 +8,7 @@ use xet_hash::MerkleHash;
 
 use super::format::{self, ShardContent};
 use super::meta::XorbMeta;
-use crate::{CasError, Result};
+use xet_cas::{CasError, Result};
 
 fn invalid(reason: String) -> CasError {
     CasError::InvalidShard { reason }

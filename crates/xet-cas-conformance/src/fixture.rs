@@ -7,10 +7,10 @@ use std::sync::OnceLock;
 use sha2::Digest;
 use xet_hash::MerkleHash;
 
-use crate::ChunkRange;
-use crate::store::format::{
-    self, BuiltXorb, ShardChunk, ShardContent, ShardFile, ShardTerm, ShardXorb,
-};
+use xet_cas::ChunkRange;
+use xet_store::format::{ShardChunk, ShardContent, ShardFile, ShardTerm, ShardXorb};
+
+use crate::format::{self, BuiltXorb};
 
 pub(crate) struct FixtureFile {
     pub name: &'static str,
