@@ -124,6 +124,13 @@ pub trait Cas: Send + Sync {
         false
     }
 
+    /// `true` if this implementation retries each request itself (the HTTP client), so
+    /// its errors are final: a caller retrying them would multiply the attempts and the
+    /// time a dead server takes to fail. In-process stores answer `false`.
+    fn retries_requests(&self) -> bool {
+        false
+    }
+
     /// Length of a stored xorb's serialized chunk region (no footer), `None` if absent.
     async fn xorb_size(&self, hash: &MerkleHash) -> Result<Option<u64>>;
 

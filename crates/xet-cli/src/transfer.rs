@@ -237,9 +237,6 @@ pub async fn download(out: &Out, a: DownloadArgs) -> CliResult {
             }
         }),
         stall_timeout: a.remote.stall_timeout().unwrap_or(defaults.stall_timeout),
-        // The HTTP client retries each request itself; retrying its final errors again
-        // would multiply the attempts (and the time a dead server takes to fail).
-        retry_cas_errors: embedded,
         // Over HTTP the client's own idle timeout catches stalls; the pipeline's deadline
         // only guards against trickling transfers, and one retry of that is enough.
         max_retries: if embedded { defaults.max_retries } else { 1 },

@@ -116,6 +116,10 @@ impl Cas for HttpCas {
         true
     }
 
+    fn retries_requests(&self) -> bool {
+        true
+    }
+
     async fn xorb_size(&self, hash: &MerkleHash) -> Result<Option<u64>> {
         self.t.head_size(&routes::xorb(hash)).await
     }

@@ -60,7 +60,9 @@ pub(crate) async fn query_reconstruction(
                 crate::plan::merge_fetches(&mut r.fetches);
                 Outcome::Done(r)
             }
-            Ok(Err(e)) if e.is_retryable() => Outcome::Retry(e.to_string(), opts.retry_cas_errors),
+            Ok(Err(e)) if e.is_retryable() => {
+                Outcome::Retry(e.to_string(), !shared.cas.retries_requests())
+            }
             Ok(Err(e)) => Outcome::Fail(DownloadError::from_cas(file, e)),
             Err(_) => Outcome::Retry(
                 format!("no answer within {:.1}s", opts.stall_timeout.as_secs_f64()),
@@ -102,7 +104,7 @@ pub(crate) async fn query_file_size(
             Ok(Err(e)) if !e.is_retryable() => return Err(DownloadError::from_cas(file, e)),
             res => {
                 let (msg, again) = match res {
-                    Ok(Err(e)) => (e.to_string(), opts.retry_cas_errors),
+                    Ok(Err(e)) => (e.to_string(), !shared.cas.retries_requests()),
                     _ => (
                         format!("no answer within {:.1}s", opts.stall_timeout.as_secs_f64()),
                         true,
@@ -258,7 +260,7 @@ pub(crate) async fn pump_range(
                 }
             }
             Err(Broke::Cas(e)) if e.is_retryable() => {
-                Outcome::Retry(e.to_string(), opts.retry_cas_errors)
+                Outcome::Retry(e.to_string(), !shared.cas.retries_requests())
             }
             Err(Broke::Cas(CasError::NotFound { .. })) => {
                 Outcome::Fail(DownloadError::XorbNotFound {

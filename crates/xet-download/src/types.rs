@@ -164,11 +164,9 @@ pub struct DownloadOptions {
     /// (bytes per second; `len` is what is left to fetch). `0` means no allowance.
     pub min_throughput: u64,
     /// Retries of a retryable failure (network, 5xx, 429, stall), per fetch or query.
+    /// Errors of a CAS that retries each request itself ([`xet_cas::Cas::retries_requests`],
+    /// the HTTP client) are final and not retried again; deadline overruns always are.
     pub max_retries: u32,
-    /// Also retry retryable errors *returned* by the CAS. Turn off for a CAS that already
-    /// retries each request itself (the HTTP client does), so attempts do not multiply and
-    /// a dead server fails in bounded time; deadline overruns are retried either way.
-    pub retry_cas_errors: bool,
     /// First backoff; doubled per retry, with jitter.
     pub retry_base_delay: Duration,
     /// Reconstruction re-queries after an expired presigned URL, per fetch.
@@ -196,7 +194,6 @@ impl Default for DownloadOptions {
             stall_timeout: Duration::from_secs(60),
             min_throughput: 512 << 10,
             max_retries: 3,
-            retry_cas_errors: true,
             retry_base_delay: Duration::from_millis(250),
             max_url_refreshes: 3,
             resume: true,

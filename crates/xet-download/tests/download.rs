@@ -833,6 +833,29 @@ async fn retryable_errors_are_retried() {
     assert!(e.to_string().contains("connection reset"), "{e}");
 }
 
+/// A CAS that retries each request itself (the HTTP client) returns final errors: the
+/// pipeline does not multiply its attempts.
+#[tokio::test]
+async fn errors_of_a_cas_that_retries_itself_are_not_retried_again() {
+    let c = build(&[random(800_000, 62)], 1 << 26);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    w.set_fault(Fault::Flaky(100));
+    w.retries_requests
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let dir = tempfile::tempdir().unwrap();
+    let o = DownloadOptions {
+        max_concurrent_fetches: 1,
+        max_retries: 3,
+        ..opts()
+    };
+    let e = get(w.clone(), vec![req(&c.files[0], &dir.path().join("f"))], o)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Network);
+    assert_eq!(w.attempts.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn writer_destination_gets_verified_bytes() {
     let c = corpus();

@@ -217,6 +217,8 @@ pub struct Wrapper {
     /// Delay every fetch by this much (to observe concurrency).
     pub delay: Mutex<Option<Duration>>,
     pub saw_url: AtomicBool,
+    /// Answer `Cas::retries_requests` with this (as the HTTP client would: `true`).
+    pub retries_requests: AtomicBool,
 }
 
 impl Wrapper {
@@ -236,6 +238,7 @@ impl Wrapper {
             max_in_flight: AtomicU64::new(0),
             delay: Mutex::new(None),
             saw_url: AtomicBool::new(false),
+            retries_requests: AtomicBool::new(false),
         })
     }
     pub fn set_fault(&self, f: Fault) {
@@ -307,6 +310,9 @@ impl Cas for Wrapper {
     }
     async fn xorb_size(&self, hash: &MerkleHash) -> xet_cas::Result<Option<u64>> {
         self.inner.xorb_size(hash).await
+    }
+    fn retries_requests(&self) -> bool {
+        self.retries_requests.load(Ordering::SeqCst)
     }
     async fn put_shard(&self, shard: Bytes) -> xet_cas::Result<bool> {
         self.inner.put_shard(shard).await
