@@ -118,7 +118,21 @@ fn corpus_round_trip_on_the_embedded_store() {
         );
         let dest = env.path(&format!("out-{name}"));
         let d = env.json(&["download", &g.hash, "-o", dest.to_str().unwrap()]);
-        assert_eq!(d["files"][0]["bytes"], g.size);
+        assert_eq!(d["files"][0]["size"], g.size);
+        // Upload and download reports name the same things alike.
+        for key in ["hash", "path", "size"] {
+            assert!(
+                f.get(key).is_some() && d["files"][0].get(key).is_some(),
+                "{key}"
+            );
+        }
+        for key in ["files", "bytes", "elapsed"] {
+            assert!(
+                up["totals"].get(key).is_some() && d["totals"].get(key).is_some(),
+                "{key}"
+            );
+        }
+        assert_eq!(d["files"][0]["hash"], f["hash"]);
         assert_eq!(
             std::fs::read(&dest).unwrap(),
             std::fs::read(corpus.join(&name)).unwrap(),

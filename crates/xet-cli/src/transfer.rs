@@ -263,21 +263,22 @@ pub async fn download(out: &Out, a: DownloadArgs) -> CliResult {
     if !to_stdout {
         for f in &report.files {
             if out.quiet {
-                out.line(&f.path);
+                out.line(f.path.display().to_string());
             } else {
-                out.line(format!("{}  {:>12}  {}", f.hash, f.bytes, f.path));
+                out.line(format!("{}  {}  {:>12}", f.path.display(), f.hash, f.size));
             }
         }
         if !out.quiet {
+            let t = &report.totals;
             out.line(format!(
                 "{} files, {} bytes in {:.2}s ({:.1} MB/s); fetched {} bytes, {} from cache, {} resumed",
-                report.files.len(),
-                report.total_bytes,
-                report.elapsed_secs,
-                report.total_bytes as f64 / 1e6 / report.elapsed_secs.max(1e-9),
-                report.bytes_fetched,
-                report.bytes_from_cache,
-                report.bytes_resumed
+                t.files,
+                t.bytes,
+                t.elapsed,
+                t.bytes as f64 / 1e6 / t.elapsed.max(1e-9),
+                t.bytes_fetched,
+                t.bytes_from_cache,
+                t.bytes_resumed
             ));
         }
     }

@@ -170,7 +170,7 @@ pub use cache::{CacheStats, cache_clear, cache_stats};
 pub use error::{DownloadError, ErrorKind, Result};
 pub use types::{
     CacheConfig, Destination, DownloadOptions, DownloadReport, DownloadRequest, FileRange,
-    FileReport, ProgressEvent, ProgressFn, Verification, default_cache_dir,
+    FileReport, ProgressEvent, ProgressFn, Totals, Verification, default_cache_dir,
 };
 
 use budget::MemoryBudget;
@@ -228,15 +228,16 @@ pub async fn download(
     }
     files.sort_by_key(|(i, _)| *i);
     let files: Vec<FileReport> = files.into_iter().map(|(_, r)| r).collect();
-    Ok(DownloadReport {
-        total_bytes: files.iter().map(|f| f.bytes).sum(),
+    let totals = Totals {
+        files: files.len(),
+        bytes: files.iter().map(|f| f.size).sum(),
         bytes_fetched: files.iter().map(|f| f.bytes_fetched).sum(),
         bytes_from_cache: files.iter().map(|f| f.bytes_from_cache).sum(),
         bytes_resumed: files.iter().map(|f| f.bytes_resumed).sum(),
         fetches: files.iter().map(|f| f.fetches).sum(),
-        elapsed_secs: started.elapsed().as_secs_f64(),
-        files,
-    })
+        elapsed: started.elapsed().as_secs_f64(),
+    };
+    Ok(DownloadReport { files, totals })
 }
 
 /// A token to pass as [`DownloadOptions::cancel`] (e.g. cancelled on Ctrl-C).

@@ -243,15 +243,15 @@ async fn download_empty(
     }
     shared.emit(ProgressEvent::FileFinished { index });
     Ok(FileReport {
-        hash: file.to_string(),
-        path: shown,
-        bytes: 0,
+        hash: file,
+        path: shown.into(),
+        size: 0,
         bytes_fetched: 0,
         bytes_from_cache: 0,
         bytes_resumed: 0,
         fetches: 0,
         verification: Verification::Empty,
-        elapsed_secs: started.elapsed().as_secs_f64(),
+        elapsed: started.elapsed().as_secs_f64(),
     })
 }
 
@@ -383,9 +383,9 @@ fn clean_up_after_failure(ctx: &FileCtx, e: &DownloadError, resumable: bool, jou
 /// The report of a downloaded file.
 fn report(ctx: &FileCtx, shown: String, resumed: u64, started: Instant) -> FileReport {
     FileReport {
-        hash: ctx.file.to_string(),
-        path: shown,
-        bytes: ctx.out.len(),
+        hash: ctx.file,
+        path: shown.into(),
+        size: ctx.out.len(),
         bytes_fetched: ctx.stats.fetched.load(Ordering::Relaxed),
         bytes_from_cache: ctx.stats.from_cache.load(Ordering::Relaxed),
         bytes_resumed: resumed,
@@ -395,7 +395,7 @@ fn report(ctx: &FileCtx, shown: String, resumed: u64, started: Instant) -> FileR
         } else {
             Verification::TermLengths
         },
-        elapsed_secs: started.elapsed().as_secs_f64(),
+        elapsed: started.elapsed().as_secs_f64(),
     }
 }
 

@@ -240,15 +240,16 @@ pub enum Verification {
     Empty,
 }
 
-/// Per file.
+/// Per file. Field names are those of the upload's report where they mean the same
+/// (`hash`, `path`, `size`, `elapsed`), so scripts read both alike.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FileReport {
-    /// File hash (hash string form).
-    pub hash: String,
+    /// The file hash (its hash string in JSON).
+    pub hash: MerkleHash,
     /// Destination path, or `-` for a writer.
-    pub path: String,
-    /// Output bytes.
-    pub bytes: u64,
+    pub path: PathBuf,
+    /// Output bytes (the range's length for a range).
+    pub size: u64,
     /// Serialized (compressed) bytes fetched from the CAS for this file.
     pub bytes_fetched: u64,
     /// Decompressed bytes taken from the chunk cache.
@@ -258,18 +259,28 @@ pub struct FileReport {
     /// Xorb range fetches made for this file.
     pub fetches: u64,
     pub verification: Verification,
-    pub elapsed_secs: f64,
+    /// Seconds.
+    pub elapsed: f64,
+}
+
+/// Totals of one download (as the upload's `totals`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Totals {
+    pub files: usize,
+    /// Output bytes of all files.
+    pub bytes: u64,
+    pub bytes_fetched: u64,
+    pub bytes_from_cache: u64,
+    pub bytes_resumed: u64,
+    pub fetches: u64,
+    /// Wall time of the whole download, in seconds.
+    pub elapsed: f64,
 }
 
 /// The result of [`crate::download`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DownloadReport {
+    /// In request order.
     pub files: Vec<FileReport>,
-    /// Output bytes of all files.
-    pub total_bytes: u64,
-    pub bytes_fetched: u64,
-    pub bytes_from_cache: u64,
-    pub bytes_resumed: u64,
-    pub fetches: u64,
-    pub elapsed_secs: f64,
+    pub totals: Totals,
 }

@@ -75,8 +75,8 @@ async fn whole_files_are_byte_identical_and_verified() {
             f.data,
             "file {i}"
         );
-        assert_eq!(report.files[i].hash, f.hash.to_string());
-        assert_eq!(report.files[i].bytes, f.data.len() as u64);
+        assert_eq!(report.files[i].hash, f.hash);
+        assert_eq!(report.files[i].size, f.data.len() as u64);
     }
     assert_eq!(report.files[6].verification, Verification::Empty);
     assert_eq!(report.files[6].fetches, 0);
@@ -86,10 +86,10 @@ async fn whole_files_are_byte_identical_and_verified() {
             .all(|f| f.verification == Verification::FileHash)
     );
     assert_eq!(
-        report.total_bytes,
+        report.totals.bytes,
         c.files.iter().map(|f| f.data.len() as u64).sum::<u64>()
     );
-    assert!(report.bytes_fetched > 0 && report.bytes_from_cache == 0);
+    assert!(report.totals.bytes_fetched > 0 && report.totals.bytes_from_cache == 0);
     // No .part or journal left behind.
     assert_eq!(leftovers(dir.path()).len(), 7);
     // Progress adds up per file.
@@ -106,7 +106,7 @@ async fn whole_files_are_byte_identical_and_verified() {
         assert!(events.contains(&ProgressEvent::FileFinished { index: i }));
     }
     let json = serde_json::to_value(&report).unwrap();
-    assert!(json["files"][0]["elapsed_secs"].is_number());
+    assert!(json["files"][0]["elapsed"].is_number());
 }
 
 #[tokio::test]
@@ -122,7 +122,7 @@ async fn empty_file_needs_no_request() {
     .await
     .unwrap();
     assert_eq!(std::fs::read(&p).unwrap(), b"");
-    assert_eq!(r.files[0].bytes, 0);
+    assert_eq!(r.files[0].size, 0);
     assert_eq!(
         w.reconstructions.load(Ordering::SeqCst) + w.attempts.load(Ordering::SeqCst),
         0
@@ -156,7 +156,7 @@ async fn segmented_reconstruction_and_one_fetch_per_range() {
             );
         }
     }
-    assert_eq!(r.fetches, ranges.len() as u64);
+    assert_eq!(r.totals.fetches, ranges.len() as u64);
 }
 
 #[tokio::test]
@@ -208,7 +208,7 @@ async fn file_with_repeated_chunks_fetches_each_range_once() {
         c.files[0].data
     );
     assert_eq!(
-        r.fetches, 1,
+        r.totals.fetches, 1,
         "the zero chunk and the tail are adjacent: one fetch"
     );
 }
@@ -431,7 +431,7 @@ async fn interrupt_and_rerun(len: usize, seed: u64, xorb_len: u64, fail_after: u
     w.reset();
     let report = get(w.clone(), vec![req(&c.files[0], &p)], o).await.unwrap();
     assert_eq!(std::fs::read(&p).unwrap(), c.files[0].data);
-    assert_eq!(report.fetches, w.fetches());
+    assert_eq!(report.totals.fetches, w.fetches());
     assert_eq!(report.files[0].verification, Verification::FileHash);
     assert_eq!(
         leftovers(dir.path()),
@@ -439,7 +439,7 @@ async fn interrupt_and_rerun(len: usize, seed: u64, xorb_len: u64, fail_after: u
         "nothing else left"
     );
     Rerun {
-        total: clean.fetches,
+        total: clean.totals.fetches,
         error: e.to_string(),
         part_left,
         journal_left,
@@ -492,7 +492,7 @@ async fn larger_file_interrupted_and_resumed() {
     .await
     .unwrap();
     assert!(std::fs::read(dir.path().join("clean")).unwrap() == c.files[0].data);
-    let total = clean.fetches;
+    let total = clean.totals.fetches;
     assert!(total >= 10, "{total}");
     w.reset();
 
@@ -511,7 +511,7 @@ async fn larger_file_interrupted_and_resumed() {
     let r = get(w.clone(), vec![req(&c.files[0], &p)], o).await.unwrap();
     assert!(std::fs::read(&p).unwrap() == c.files[0].data);
     assert_eq!(
-        r.fetches,
+        r.totals.fetches,
         total - first,
         "only the missing ranges are fetched"
     );
@@ -606,7 +606,7 @@ async fn chunk_cache_serves_repeat_and_shared_downloads_with(link_files: bool) {
     )
     .await
     .unwrap();
-    assert!(r1.fetches > 0);
+    assert!(r1.totals.fetches > 0);
     let stats = cache_stats(cache.path()).unwrap();
     assert!(stats.entries > 0 && stats.bytes > c.files[0].data.len() as u64);
     assert_eq!(stats.linked_files, u64::from(link_files));
@@ -625,8 +625,8 @@ async fn chunk_cache_serves_repeat_and_shared_downloads_with(link_files: bool) {
     .await
     .unwrap();
     assert_eq!(w.fetches(), 0, "second download fetches nothing");
-    assert_eq!(r2.bytes_fetched, 0);
-    assert_eq!(r2.bytes_from_cache, c.files[0].data.len() as u64);
+    assert_eq!(r2.totals.bytes_fetched, 0);
+    assert_eq!(r2.totals.bytes_from_cache, c.files[0].data.len() as u64);
     assert_eq!(
         std::fs::read(dir.path().join("2")).unwrap(),
         c.files[0].data
@@ -711,7 +711,10 @@ async fn a_linked_download_changed_in_place_is_refetched_where_it_changed() {
         1,
         "only the changed term is fetched again: {fetched:?}"
     );
-    assert!(r.bytes_from_cache > 0 && r.bytes_fetched > 0, "{r:?}");
+    assert!(
+        r.totals.bytes_from_cache > 0 && r.totals.bytes_fetched > 0,
+        "{r:?}"
+    );
 }
 
 #[tokio::test]
@@ -737,7 +740,7 @@ async fn cache_shared_between_files_using_the_same_xorb() {
         std::fs::read(dir.path().join("b")).unwrap(),
         c.files[1].data
     );
-    assert!(r.bytes_from_cache > 0, "{r:?}");
+    assert!(r.totals.bytes_from_cache > 0, "{r:?}");
     // Only the xorb holding b's new chunks is fetched.
     let a_xorbs: Vec<MerkleHash> = c.xorbs.iter().map(|x| x.hash()).collect();
     let fetched = w.fetched_ranges.lock().unwrap().clone();
@@ -876,7 +879,7 @@ async fn writer_destination_gets_verified_bytes() {
     )
     .await
     .unwrap();
-    assert_eq!(r.files[0].path, "-");
+    assert_eq!(r.files[0].path, std::path::Path::new("-"));
     assert_eq!(out.contents(), c.files[3].data);
     // A range to a writer.
     let out2 = xet_testdata::SharedBuf::default();
@@ -1051,7 +1054,7 @@ async fn several_files_at_once_share_the_limits() {
             std::fs::read(dir.path().join(format!("{i}"))).unwrap(),
             f.data
         );
-        assert_eq!(r.files[i].hash, f.hash.to_string());
+        assert_eq!(r.files[i].hash, f.hash);
     }
 }
 
@@ -1080,10 +1083,10 @@ async fn throughput_512_mib_from_the_memory_store() {
         let secs = t.elapsed().as_secs_f64();
         eprintln!(
             "round {round}: {} MiB in {secs:.2}s = {:.0} MB/s ({} fetches, {} MiB fetched)",
-            r.total_bytes >> 20,
-            r.total_bytes as f64 / secs / 1e6,
-            r.fetches,
-            r.bytes_fetched >> 20
+            r.totals.bytes >> 20,
+            r.totals.bytes as f64 / secs / 1e6,
+            r.totals.fetches,
+            r.totals.bytes_fetched >> 20
         );
     }
     let cache = tempfile::tempdir().unwrap();
@@ -1100,8 +1103,8 @@ async fn throughput_512_mib_from_the_memory_store() {
         let secs = t.elapsed().as_secs_f64();
         eprintln!(
             "with cache, round {round}: {:.0} MB/s ({} MiB from cache)",
-            r.total_bytes as f64 / secs / 1e6,
-            r.bytes_from_cache >> 20
+            r.totals.bytes as f64 / secs / 1e6,
+            r.totals.bytes_from_cache >> 20
         );
     }
     assert_eq!(std::fs::read(dir.path().join("f0")).unwrap().len(), size);
@@ -1235,8 +1238,11 @@ async fn a_broken_stream_resumes_where_it_broke() {
         asked[2].1,
         xet_cas::ByteRange::new(first.start + 500_000, first.end)
     );
-    assert_eq!(report.bytes_fetched, serialized_len(&*w, &c.files[0]).await);
-    assert_eq!(report.fetches, 1);
+    assert_eq!(
+        report.totals.bytes_fetched,
+        serialized_len(&*w, &c.files[0]).await
+    );
+    assert_eq!(report.totals.fetches, 1);
 }
 
 /// A stream that stops delivering mid-range is cut at the stall limit and the rest

@@ -266,6 +266,22 @@ pub fn metadata_hash_to_sha256(h: &MerkleHash) -> [u8; 32] {
     sha256_to_metadata_hash(&h.0).0
 }
 
+/// A hash serializes as its hash string (the form every report, record and API shows).
+#[cfg(feature = "serde")]
+impl serde::Serialize for MerkleHash {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for MerkleHash {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        MerkleHash::from_hex(&s).map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

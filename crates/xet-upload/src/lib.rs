@@ -165,7 +165,7 @@ pub use options::{
     DEFAULT_SHARD_CACHE_BYTES, DEFAULT_SHARD_MAX_BYTES, UploadOptions, cache_dir_for,
 };
 pub use progress::{NoProgress, Progress};
-pub use report::{FileReport, Totals, UploadReport, hash_string};
+pub use report::{FileReport, Totals, UploadReport};
 pub use walk::collect_files;
 
 /// Re-exported so callers can build a cancellation token without depending on tokio-util.

@@ -12,7 +12,6 @@ pub struct FileReport {
     /// The path as given in the inputs.
     pub path: PathBuf,
     /// XET file hash (hash-string form in JSON). 64 zeros for an empty file.
-    #[serde(with = "hash_string")]
     pub hash: MerkleHash,
     pub size: u64,
     /// Plain sha256 hex of the content (the shard stores it byte-swapped, and zeros for
@@ -74,20 +73,6 @@ pub struct UploadReport {
     /// In input order.
     pub files: Vec<FileReport>,
     pub totals: Totals,
-}
-
-/// (De)serialize a [`MerkleHash`] as its hash string.
-pub mod hash_string {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use xet_hash::MerkleHash;
-
-    pub fn serialize<S: Serializer>(h: &MerkleHash, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(h)
-    }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<MerkleHash, D::Error> {
-        let s = String::deserialize(d)?;
-        MerkleHash::from_hex(&s).map_err(serde::de::Error::custom)
-    }
 }
 
 mod secs_f64 {

@@ -62,7 +62,6 @@ impl Identity {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Entry {
     pub identity: Identity,
-    #[serde(with = "crate::report::hash_string")]
     pub hash: MerkleHash,
     pub sha256: String,
     pub terms: usize,
