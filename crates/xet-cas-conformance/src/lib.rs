@@ -79,7 +79,7 @@ macro_rules! cas_conformance_tests {
     ($make:expr) => {
         $crate::cas_conformance_tests!(@cases $make;
             empty_store, xorb_rejections, xorb_uploads, shard_rejections, reconstructions,
-            range_errors, dedup, fetch_errors, range_streams, concurrent_uploads, xorb_limits,
+            range_errors, empty_file, dedup, fetch_errors, range_streams, concurrent_uploads, xorb_limits,
             xorb_pieces, received_xorbs);
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -105,6 +105,7 @@ where
     shard_rejections(&*make().await).await;
     reconstructions(&*make().await).await;
     range_errors(&*make().await).await;
+    empty_file(&*make().await).await;
     dedup(&*make().await).await;
     fetch_errors(&*make().await).await;
     range_streams(&*make().await).await;
@@ -900,31 +901,34 @@ pub async fn reconstructions(cas: &dyn Cas) {
     );
 }
 
-/// Range edge cases: start at or past the end, end past the end.
+/// Range edge cases: start at or past the end (the empty file's every range), end past
+/// the end, empty ranges inside and at the end.
 pub async fn range_errors(cas: &dyn Cas) {
     let f = fixture();
     populate(cas).await;
-    for file in f.files.iter().filter(|f| !f.data.is_empty()) {
+    for file in &f.files {
         let n = file.data.len() as u64;
-        for start in [n, n + 1, n + 1_000_000] {
-            let e = expect_err(
-                cas.reconstruction(&file.hash, Some(ByteRange::new(start, start + 10)))
-                    .await,
-                &format!("{}: range starting at {start} of {n}", file.name),
-                |e| matches!(e, CasError::RangeNotSatisfiable { .. }),
-            );
-            assert_eq!(
-                e,
-                CasError::RangeNotSatisfiable {
-                    file: file.hash,
-                    start,
-                    size: n
-                },
-                "{}",
+        for range in [
+            ByteRange::new(n, n + 10),
+            ByteRange::new(n + 1, n + 11),
+            ByteRange::new(n + 1_000_000, n + 1_000_010),
+            ByteRange::new(n, n),
+            ByteRange::new(n + 1, n + 1),
+        ] {
+            assert_unsatisfiable(cas, file.hash, n, range, file.name).await;
+        }
+        if n > 0 {
+            check_file(cas, f, file, Some(ByteRange::new(n / 2, n + 12345))).await;
+            let r = cas
+                .reconstruction(&file.hash, Some(ByteRange::new(n - 1, n - 1)))
+                .await
+                .unwrap_or_else(|e| panic!("{}: empty range inside the file: {e}", file.name));
+            assert!(
+                r.terms.is_empty() && r.fetches.is_empty(),
+                "{}: an empty range inside the file has no terms: {r:?}",
                 file.name
             );
         }
-        check_file(cas, f, file, Some(ByteRange::new(n / 2, n + 12345))).await;
     }
     let unknown = xet_hash::chunk_hash(b"no such file");
     expect_err(
@@ -933,6 +937,77 @@ pub async fn range_errors(cas: &dyn Cas) {
         "unknown file with a range",
         is_not_found(ObjectKind::File, unknown),
     );
+}
+
+/// `range` of `file` (`size` bytes) must be `RangeNotSatisfiable` naming the file, the
+/// range's start and the size.
+async fn assert_unsatisfiable(
+    cas: &dyn Cas,
+    file: MerkleHash,
+    size: u64,
+    range: ByteRange,
+    name: &str,
+) {
+    let what = format!(
+        "{name}: range {}..{} of {size} bytes",
+        range.start, range.end
+    );
+    let e = expect_err(cas.reconstruction(&file, Some(range)).await, &what, |e| {
+        matches!(e, CasError::RangeNotSatisfiable { .. })
+    });
+    assert_eq!(
+        e,
+        CasError::RangeNotSatisfiable {
+            file,
+            start: range.start,
+            size
+        },
+        "{what}"
+    );
+}
+
+/// The empty file (hash zero), registered or not: 0 bytes, no terms without a range,
+/// `RangeNotSatisfiable { start, size: 0 }` with any range (`0..0` included), as a
+/// range starting at or past the end of any other file.
+pub async fn empty_file(cas: &dyn Cas) {
+    async fn check(cas: &dyn Cas, when: &str) {
+        let zero = MerkleHash::ZERO;
+        assert_eq!(
+            cas.file_size(&zero).await,
+            Ok(Some(0)),
+            "{when}: file_size of the empty file"
+        );
+        let r = cas
+            .reconstruction(&zero, None)
+            .await
+            .unwrap_or_else(|e| panic!("{when}: the empty file reconstructs: {e}"));
+        assert!(
+            r.terms.is_empty() && r.fetches.is_empty() && r.offset_into_first_range == 0,
+            "{when}: the empty file has no terms: {r:?}"
+        );
+        assert_eq!(
+            read_file(cas, &zero, 0, None).await,
+            Ok(Vec::new()),
+            "{when}: reading the empty file"
+        );
+        for range in [
+            ByteRange::new(0, 0),
+            ByteRange::new(0, 1),
+            ByteRange::new(0, u64::MAX),
+            ByteRange::new(0, u64::MAX - 1),
+            ByteRange::new(5, 10),
+            ByteRange::new(u64::MAX - 1, u64::MAX),
+        ] {
+            assert_unsatisfiable(cas, zero, 0, range, &format!("{when}: the empty file")).await;
+        }
+    }
+    check(cas, "fresh store").await;
+    populate(cas).await;
+    assert!(
+        fixture().files.iter().any(|f| f.hash.is_zero()),
+        "the fixture registers the empty file"
+    );
+    check(cas, "populated store").await;
 }
 
 async fn check_dedup(cas: &dyn Cas, f: &Fixture) {

@@ -141,8 +141,18 @@ pub trait Cas: Send + Sync {
     /// Size of a registered file, `None` if unknown.
     async fn file_size(&self, file: &MerkleHash) -> Result<Option<u64>>;
 
-    /// How to rebuild `file` (or bytes `range` of it). The empty file (hash zero)
-    /// reconstructs to no terms without being registered.
+    /// How to rebuild `file` (or bytes `range` of it).
+    ///
+    /// A range is clamped to the file's end, and an empty one starting inside the file
+    /// has no terms; a range (empty or not) starting at or past the end of a registered
+    /// file is [`CasError::RangeNotSatisfiable`] with `start` the range's start and
+    /// `size` the file's size (HTTP 416, `Content-Range: bytes */size`). An unknown file
+    /// is [`CasError::NotFound`].
+    ///
+    /// The empty file (hash zero, [`MerkleHash::ZERO`]) needs no registration: without
+    /// a range it reconstructs to no terms and no fetches; with any range (`0..0`
+    /// included) it is `RangeNotSatisfiable { file, start: range.start, size: 0 }`, as
+    /// HTTP answers 416 (`bytes */0`) to every range of a zero-length representation.
     async fn reconstruction(
         &self,
         file: &MerkleHash,

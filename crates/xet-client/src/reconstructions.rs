@@ -25,14 +25,16 @@ impl HttpCas {
         file: &MerkleHash,
         range: Option<ByteRange>,
     ) -> Result<Reconstruction> {
+        // The empty file is answered here, as `xet serve` answers it (200 with no terms
+        // without a range, 416 `bytes */0` with any), whatever the server.
         if file.is_zero() {
             return match range {
-                Some(r) if r.start > 0 => Err(CasError::RangeNotSatisfiable {
+                None => Ok(Reconstruction::default()),
+                Some(r) => Err(CasError::RangeNotSatisfiable {
                     file: *file,
                     start: r.start,
                     size: 0,
                 }),
-                _ => Ok(Reconstruction::default()),
             };
         }
         if let Some(r) = range.filter(ByteRange::is_empty) {
@@ -41,14 +43,15 @@ impl HttpCas {
         self.reconstruction_any(file, range.as_ref()).await
     }
 
-    /// An empty range has no `Range` header; of a file that exists it is empty.
+    /// An empty range has no `Range` header; of a file that exists it is empty if it
+    /// starts inside the file, unsatisfiable (as any range) if it starts at or past the end.
     async fn empty_range(&self, file: &MerkleHash, r: ByteRange) -> Result<Reconstruction> {
         match self.file_size(file).await? {
             None => Err(CasError::NotFound {
                 kind: ObjectKind::File,
                 hash: *file,
             }),
-            Some(size) if r.start > size => Err(CasError::RangeNotSatisfiable {
+            Some(size) if r.start >= size => Err(CasError::RangeNotSatisfiable {
                 file: *file,
                 start: r.start,
                 size,
@@ -186,4 +189,61 @@ fn unsatisfiable(rej: &Rejection, file: &MerkleHash, range: Option<&ByteRange>) 
         start: range.map(|r| r.start).unwrap_or(0),
         size,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::{HeaderMap, HeaderValue};
+
+    fn rejection_416(content_range: &str) -> Rejection {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_RANGE, HeaderValue::from_str(content_range).unwrap());
+        Rejection {
+            status: 416,
+            body: bytes::Bytes::new(),
+            headers,
+            retry_after: None,
+        }
+    }
+
+    /// The server's 416 for the empty file (`bytes */0`) and for a range past the end
+    /// of another file are the same `RangeNotSatisfiable` the stores give.
+    #[test]
+    fn a_416_is_range_not_satisfiable() {
+        let f = MerkleHash::ZERO;
+        for r in [
+            ByteRange::new(0, 1),
+            ByteRange::new(0, u64::MAX),
+            ByteRange::new(5, 10),
+        ] {
+            match unsatisfiable(&rejection_416("bytes */0"), &f, Some(&r)) {
+                Fail::Fatal(e) => assert_eq!(
+                    e,
+                    CasError::RangeNotSatisfiable {
+                        file: f,
+                        start: r.start,
+                        size: 0
+                    }
+                ),
+                Fail::Retry { err, .. } => panic!("retried: {err:?}"),
+            }
+        }
+        let g = xet_hash::chunk_hash(b"a file");
+        match unsatisfiable(
+            &rejection_416("bytes */1234"),
+            &g,
+            Some(&ByteRange::new(2000, 2010)),
+        ) {
+            Fail::Fatal(e) => assert_eq!(
+                e,
+                CasError::RangeNotSatisfiable {
+                    file: g,
+                    start: 2000,
+                    size: 1234
+                }
+            ),
+            Fail::Retry { err, .. } => panic!("retried: {err:?}"),
+        }
+    }
 }

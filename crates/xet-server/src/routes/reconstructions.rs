@@ -149,20 +149,21 @@ fn single_range(headers: &HeaderMap) -> ApiResult<Option<RangeSpec>> {
 }
 
 /// The reconstruction of `file`, or of the bytes `range` selects (416 if none). A range
-/// covering the whole file is asked of the store as the whole file.
+/// covering the whole file is asked of the store as the whole file. The empty file (hash
+/// zero) is 0 bytes without being registered, so every range of it is a 416 (`bytes */0`).
 async fn reconstruct(
     s: &Shared,
     file: &MerkleHash,
     range: Option<RangeSpec>,
 ) -> ApiResult<Reconstruction> {
-    if file.is_zero() {
-        return Ok(s.cas.reconstruction(file, None).await?);
-    }
-    let size = s
-        .cas
-        .file_size(file)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("file {file} not found")))?;
+    let size = if file.is_zero() {
+        0
+    } else {
+        s.cas
+            .file_size(file)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("file {file} not found")))?
+    };
     let range = match range {
         None => None,
         Some(spec) => match spec.resolve(size) {
