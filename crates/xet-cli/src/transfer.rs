@@ -501,6 +501,26 @@ pub struct ServeArgs {
     /// same bucket registered (0: only at start).
     #[arg(long, default_value_t = xet_store::REFRESH_INTERVAL.as_secs(), value_name = "SECS")]
     s3_refresh_secs: u64,
+    /// Close a connection that has not sent a whole request head within SECS of opening
+    /// (408 if part of one came); 0: no limit.
+    #[arg(long, default_value_t = xet_server::conn::DEFAULT_HEADER_TIMEOUT.as_secs(), value_name = "SECS")]
+    header_timeout: u64,
+    /// Close a kept-alive connection idle for SECS after its last answer; 0: no limit.
+    #[arg(long, default_value_t = xet_server::conn::DEFAULT_KEEPALIVE_TIMEOUT.as_secs(), value_name = "SECS")]
+    keepalive_timeout: u64,
+    /// Abandon a request body that delivers nothing for SECS (408, connection closed);
+    /// 0: no limit.
+    #[arg(long, default_value_t = xet_server::conn::DEFAULT_BODY_TIMEOUT.as_secs(), value_name = "SECS")]
+    body_timeout: u64,
+    /// Drop an answer the client reads nothing of for SECS and close the connection;
+    /// 0: no limit.
+    #[arg(long, default_value_t = xet_server::conn::DEFAULT_SEND_TIMEOUT.as_secs(), value_name = "SECS")]
+    send_timeout: u64,
+    /// At most N open connections (the longest idle is closed to make room, else new ones
+    /// get 503 + Retry-After); lowered to fit the open-file limit (ulimit -n).
+    #[arg(long, default_value_t = xet_server::conn::DEFAULT_MAX_CONNECTIONS as u32, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
 }
 
 /// The store of `xet serve --store s3://BUCKET[/PREFIX]`.
@@ -538,12 +558,19 @@ pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
         );
     }
     let s3_url = a.store.as_deref().and_then(|p| p.to_str());
-    let (store, serving): (Arc<dyn xet_cas::Cas>, String) =
+    // Grant uploads not yet committed spill to disk past their memory budget: for a
+    // directory store, into its visible `grants/` directory (cleaned at start-up).
+    let (store, serving, spool_dir): (Arc<dyn xet_cas::Cas>, String, Option<PathBuf>) =
         match s3_url.filter(|u| xet_store_s3::is_s3_url(u)) {
-            Some(url) => (open_s3_store(url, &a).await?, url.to_string()),
+            Some(url) => (open_s3_store(url, &a).await?, url.to_string(), None),
             None => {
                 let dir = a.store.clone().unwrap_or_else(remote::default_store_dir);
-                (remote::open_store(&dir).await?, dir.display().to_string())
+                let store = remote::open_store(&dir).await?;
+                let grants = dir.join("grants");
+                std::fs::create_dir_all(&grants)
+                    .with_context(|| format!("creating {}", grants.display()))
+                    .map_err(Failure::input)?;
+                (store, dir.display().to_string(), Some(grants))
             }
         };
     let config = xet_server::ServerConfig {
@@ -553,6 +580,12 @@ pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
         allow_grants: !a.no_grants,
         url_ttl: std::time::Duration::from_secs(a.url_ttl.max(1)),
         public_url: a.public_url.clone(),
+        header_timeout: std::time::Duration::from_secs(a.header_timeout),
+        keepalive_timeout: std::time::Duration::from_secs(a.keepalive_timeout),
+        body_timeout: std::time::Duration::from_secs(a.body_timeout),
+        send_timeout: std::time::Duration::from_secs(a.send_timeout),
+        max_connections: a.max_connections as usize,
+        spool_dir,
         ..Default::default()
     };
     let server = xet_server::Server::bind(config, store)

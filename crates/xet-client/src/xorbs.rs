@@ -1,5 +1,6 @@
 //! Xorb uploads: through an upload grant (send the body to the grant's URL, then
-//! commit), or with `POST /v1/xorbs` on servers that hand out no grants.
+//! commit), or with `POST /v1/xorbs` on servers that hand out no grants, and for a xorb
+//! whose grant (or grant upload) the server refuses for capacity (`503 grant_capacity`).
 
 use reqwest::Method;
 use reqwest::header::{CONTENT_LENGTH, HeaderName, HeaderValue};
@@ -13,15 +14,26 @@ use crate::{HttpCas, redact_url};
 /// At most this many grants are requested for one xorb (`client.max_xorb_grant_attempts`).
 pub const MAX_GRANTS_PER_XORB: u32 = 3;
 
+/// The error code of a `503` refusing a grant (or a grant upload) for capacity: the
+/// xorb is then uploaded with `POST /v1/xorbs`.
+pub const GRANT_CAPACITY: &str = "grant_capacity";
+
 enum GrantAnswer {
     Grant(Grant),
     Exists,
     Unsupported,
+    /// No room for a grant now (`503 grant_capacity`).
+    Full(String),
 }
 
 enum GrantUpload {
     Done,
-    Rejected { status: u16, reason: String },
+    Rejected {
+        status: u16,
+        reason: String,
+    },
+    /// No room for the data now (`503 grant_capacity`).
+    Full(String),
 }
 
 enum Commit {
@@ -51,10 +63,24 @@ impl HttpCas {
                     );
                     return self.put_xorb_direct(hash, body).await;
                 }
+                GrantAnswer::Full(reason) => {
+                    tracing::debug!(
+                        %hash, %reason,
+                        "no room for a grant: uploading the xorb directly"
+                    );
+                    return self.put_xorb_direct(hash, body).await;
+                }
                 GrantAnswer::Grant(g) => g,
             };
             match self.upload_to_grant(hash, &grant, &body).await? {
                 GrantUpload::Done => {}
+                GrantUpload::Full(reason) => {
+                    tracing::debug!(
+                        %hash, grant = %grant.id, %reason,
+                        "no room for the grant's data: uploading the xorb directly"
+                    );
+                    return self.put_xorb_direct(hash, body).await;
+                }
                 GrantUpload::Rejected { status, reason } => {
                     tracing::debug!(
                         %hash, grant = %grant.id, attempt = n, status,
@@ -113,11 +139,13 @@ impl HttpCas {
                         let _ = self.t.rejection(resp, &p).await;
                         Ok(GrantAnswer::Unsupported)
                     }
-                    _ => Err(xorb_rejection(
-                        hash,
-                        self.t.rejection(resp, &p).await,
-                        &what,
-                    )),
+                    _ => {
+                        let rej = self.t.rejection(resp, &p).await;
+                        if let Some(reason) = capacity_refusal(&rej) {
+                            return Ok(GrantAnswer::Full(reason));
+                        }
+                        Err(xorb_rejection(hash, rej, &what))
+                    }
                 }
             })
             .await
@@ -153,6 +181,9 @@ impl HttpCas {
                     return Ok(GrantUpload::Done);
                 }
                 let rej = self.t.rejection(resp, &p).await;
+                if let Some(reason) = capacity_refusal(&rej) {
+                    return Ok(GrantUpload::Full(reason));
+                }
                 match status {
                     // The object is already at the grant's URL.
                     412 => Ok(GrantUpload::Done),
@@ -267,6 +298,11 @@ fn grant_request(grant: &Grant, len: u64, what: &str) -> Result<(Method, GrantHe
         headers.push((name, HeaderValue::from_str(v).map_err(|_| bad())?));
     }
     Ok((method, headers))
+}
+
+/// The reason of a `503 grant_capacity` refusal, if `rej` is one.
+fn capacity_refusal(rej: &Rejection) -> Option<String> {
+    (rej.status == 503 && rej.kind().as_deref() == Some(GRANT_CAPACITY)).then(|| rej.reason())
 }
 
 /// The `{"was_inserted"}` answer of `POST /v1/xorbs`.

@@ -590,3 +590,60 @@ async fn a_refused_connection_after_an_answer_is_retried() {
     let msg = err.to_string();
     assert!(msg.contains("gave up after 4 attempts"), "{msg}");
 }
+
+/// A server with no room for another grant (`503 grant_capacity`): the xorb goes up with
+/// `POST /v1/xorbs` at once, without retrying the grant request.
+#[tokio::test]
+async fn grant_capacity_refusal_falls_back_to_a_direct_upload() {
+    let server = TestServer::start(xet_server::ServerConfig {
+        max_grants_per_token: 0,
+        ..xet_server::ServerConfig::loopback()
+    })
+    .await;
+    let proxy = FaultProxy::start(&server.url).await;
+    let cas = support::client(&proxy.url);
+    let s = sample(40);
+    let start = Instant::now();
+    within(30, upload(&cas, &s)).await;
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert_eq!(proxy.count("POST", GRANTS), 1, "not retried");
+    assert_eq!(proxy.count("POST", XORBS_V1), 1);
+    assert_eq!(proxy.count("PUT", GRANT_PUT), 0);
+    for f in &s.files {
+        assert_eq!(
+            within(30, download(&cas, &f.hash, None)).await.unwrap(),
+            f.data
+        );
+    }
+    // The next xorb asks for a grant again (the refusal is not cached).
+    let s2 = sample(41);
+    within(30, upload(&cas, &s2)).await;
+    assert_eq!(proxy.count("POST", GRANTS), 2);
+    assert_eq!(proxy.count("POST", XORBS_V1), 2);
+}
+
+/// The grant upload refused for capacity (spill budget full): direct upload too; a plain
+/// 503 on the grant URL is still retried there (see the first test).
+#[tokio::test]
+async fn grant_upload_capacity_refusal_falls_back_to_a_direct_upload() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(42);
+    proxy.inject(
+        Match::prefix(GRANT_PUT),
+        Fault::Respond {
+            status: 503,
+            content_type: "application/json".into(),
+            body: r#"{"error":"grant_capacity","reason":"spill budget full"}"#.into(),
+        },
+        1,
+    );
+    assert_eq!(
+        within(30, cas.put_xorb(&s.xorb, s.body.clone().into())).await,
+        Ok(true)
+    );
+    assert_eq!(proxy.count("POST", GRANTS), 1);
+    assert_eq!(proxy.count("PUT", GRANT_PUT), 1);
+    assert_eq!(proxy.count("POST", COMMITS), 0);
+    assert_eq!(proxy.count("POST", XORBS_V1), 1);
+    assert_eq!(cas.xorb_size(&s.xorb).await, Ok(Some(s.body.len() as u64)));
+}

@@ -160,19 +160,46 @@ pub struct ServerConfig {
     pub max_xorb_bytes: u64,
     pub max_shard_bytes: u64,
     /// Uploaded-but-uncommitted grant data is kept in memory up to this many bytes in
-    /// total; beyond that it is spooled to anonymous temp files in `spool_dir`.
+    /// total; beyond that it is spooled to named files in `<spool_dir>/xet-grants-<pid>/`.
     pub grant_memory_budget: u64,
     /// Where grant data is spooled (default: the system temp dir).
     pub spool_dir: Option<PathBuf>,
     /// At most this many grants may be open (issued, uploaded, not yet committed).
     pub max_open_grants: usize,
+    /// At most this many grants may be open for one token (everyone is one identity
+    /// when auth is off); beyond it grant requests get `503 grant_capacity` and clients
+    /// upload with `POST /v1/xorbs`.
+    pub max_grants_per_token: usize,
+    /// A grant that has received no data expires after this (or at its URL's expiry,
+    /// whichever is sooner).
+    pub grant_unused_ttl: Duration,
+    /// Grant data spilled to files (past `grant_memory_budget`) is bounded to this many
+    /// bytes in total; an upload beyond it gets `503 grant_capacity`.
+    pub grant_spill_limit: u64,
     /// At most this many ranges in one multi-range xorb GET.
     pub max_ranges: usize,
     /// At most this many `file_id`s in one batch reconstruction.
     pub max_batch_files: usize,
-    /// At most this many xorb/shard bodies are read into memory at once (direct xorb
-    /// uploads, shard uploads); further uploads wait their turn.
+    /// At most this many xorb/shard store writes run at once (direct xorb uploads, grant
+    /// commits, shard uploads); further ones wait their turn. Taken only once a body has
+    /// fully arrived, so slow or stalled senders never hold one.
     pub max_concurrent_uploads: usize,
+    /// A connection must send a whole request head within this time of opening (or of
+    /// the head's first byte); then it is closed (`408` if part of a head came). Zero:
+    /// no limit. See [`crate::conn`].
+    pub header_timeout: Duration,
+    /// A kept-alive connection with no new request this long after its last answer is
+    /// closed. Zero: no limit.
+    pub keepalive_timeout: Duration,
+    /// A request body that delivers nothing for this long while it is read is abandoned
+    /// (`408`, connection closed). Zero: no limit.
+    pub body_timeout: Duration,
+    /// An answer the client reads nothing of for this long is dropped and its connection
+    /// closed. Zero: no limit.
+    pub send_timeout: Duration,
+    /// At most this many open connections (idle ones are closed to make room, else new
+    /// ones get `503`); lowered to fit the open-file limit.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -191,9 +218,17 @@ impl Default for ServerConfig {
             grant_memory_budget: 256 * 1024 * 1024,
             spool_dir: None,
             max_open_grants: 4096,
+            max_grants_per_token: 256,
+            grant_unused_ttl: Duration::from_secs(300),
+            grant_spill_limit: 4 * 1024 * 1024 * 1024,
             max_ranges: 256,
             max_batch_files: 1000,
             max_concurrent_uploads: 8,
+            header_timeout: crate::conn::DEFAULT_HEADER_TIMEOUT,
+            keepalive_timeout: crate::conn::DEFAULT_KEEPALIVE_TIMEOUT,
+            body_timeout: crate::conn::DEFAULT_BODY_TIMEOUT,
+            send_timeout: crate::conn::DEFAULT_SEND_TIMEOUT,
+            max_connections: crate::conn::DEFAULT_MAX_CONNECTIONS,
         }
     }
 }

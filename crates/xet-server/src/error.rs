@@ -28,6 +28,9 @@ pub mod code {
     pub const INVALID_SHARD: &str = "invalid_shard";
     pub const MISSING_XORB: &str = "missing_xorb";
     pub const BUSY: &str = "busy";
+    /// No room for another grant (or for its data): `503` with `Retry-After`. Clients
+    /// upload the xorb with `POST /v1/xorbs` instead.
+    pub const GRANT_CAPACITY: &str = "grant_capacity";
     pub const STORAGE: &str = "storage";
     pub const INTERNAL: &str = "internal";
     pub const UPSTREAM: &str = "upstream";

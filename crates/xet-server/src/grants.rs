@@ -4,17 +4,27 @@
 //!
 //! Uploaded data is checked against the length and CRC-64/NVME the client declared when
 //! asking for the grant, then held until the commit: in memory while the total held stays
-//! under a budget, otherwise in an anonymous temp file (deleted when dropped). Issued
-//! grants die at their URL's expiry; uploaded data that is never committed is dropped
-//! after `grant_commit_ttl`. The table's lock is never held across an `.await`.
+//! under a budget, otherwise in a named spill file under `<spool dir>/xet-grants-<pid>/`
+//! (bounded in total bytes, removed when the data is dropped, and the directory of a
+//! process that is gone is removed at start-up).
+//!
+//! Limits: at most `max_open` grants in total and `IssueLimits::per_owner` per identity
+//! (bearer token; everyone is one anonymous identity when auth is off). A grant that has
+//! received no data dies after `IssueLimits::idle_ttl` (or at its URL's expiry if
+//! sooner); uploaded data that is never committed is dropped after `grant_commit_ttl`.
+//! Refusals for capacity are `503 grant_capacity` with `Retry-After`.
+//!
+//! A commit takes the data out only for the duration of the store put: if the put fails
+//! (or the request is cancelled) the data goes back, so a retried commit can succeed.
+//! The table's lock is never held across an `.await`.
 
 use crate::error::{ApiError, ApiResult, code};
 use axum::body::Body;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,7 +43,12 @@ pub fn amz_checksum_header(crc: u64) -> String {
 enum State {
     Issued,
     Uploading(u64),
-    Uploaded { data: Spooled, at: Instant },
+    Uploaded {
+        data: Spooled,
+        at: Instant,
+    },
+    /// The data is out with a [`CommitGuard`] (the store put is under way).
+    Committing,
 }
 
 struct Entry {
@@ -41,7 +56,41 @@ struct Entry {
     length: u64,
     crc: u64,
     expires: u64,
+    owner: Owner,
+    /// While no data has arrived, the grant dies at this time (unix seconds).
+    idle_until: u64,
+    idle_ttl: u64,
     state: State,
+}
+
+impl Entry {
+    /// When an issued grant without data dies.
+    fn issued_deadline(&self) -> u64 {
+        self.expires.min(self.idle_until)
+    }
+}
+
+/// Who asked for a grant: a digest of the bearer token, or anonymous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Owner(Option<[u8; 32]>);
+
+impl Owner {
+    pub fn anonymous() -> Owner {
+        Owner(None)
+    }
+    /// The identity of `token` (only its digest is kept).
+    pub fn token(token: &str) -> Owner {
+        Owner(Some(*blake3::hash(token.as_bytes()).as_bytes()))
+    }
+}
+
+/// Per-request grant limits (from the server config).
+#[derive(Debug, Clone, Copy)]
+pub struct IssueLimits {
+    /// Open grants one identity may hold.
+    pub per_owner: usize,
+    /// Seconds a grant without data lives.
+    pub idle_ttl: u64,
 }
 
 /// Grant bookkeeping shared by the grant, upload and commit handlers.
@@ -49,11 +98,16 @@ pub struct Grants {
     table: Mutex<HashMap<String, Entry>>,
     mem_used: Arc<AtomicU64>,
     mem_budget: u64,
+    spill_used: Arc<AtomicU64>,
     spool_dir: PathBuf,
     max_open: usize,
     commit_ttl: Duration,
     next_upload: AtomicU64,
+    sweeper: std::sync::Once,
 }
+
+/// How often the background sweep drops expired grants and their data.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
 /// What an upload must match.
 #[derive(Debug, Clone, Copy)]
@@ -70,12 +124,33 @@ pub enum Spooled {
         _reservation: MemReservation,
     },
     File {
-        file: std::fs::File,
+        /// A named file in the spill directory, removed when dropped.
+        file: tempfile::NamedTempFile,
         len: u64,
+        /// Dropped after `file`: removes the directory once it holds no spilled data.
+        _reservation: SpillReservation,
     },
 }
 
-/// Bytes counted against the in-memory budget until dropped.
+/// Bytes counted against the spill budget until dropped; the last one out removes the
+/// (then empty) spill directory, so nothing is left behind while the server idles.
+pub struct SpillReservation {
+    bytes: MemReservation,
+    dir: PathBuf,
+}
+
+impl Drop for SpillReservation {
+    fn drop(&mut self) {
+        if self.bytes.counter.fetch_sub(self.bytes.n, Ordering::AcqRel) == self.bytes.n {
+            // Fails (harmlessly) if another spill file appeared meanwhile.
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+        // `bytes` must not subtract again.
+        self.bytes.n = 0;
+    }
+}
+
+/// Bytes counted against a budget (memory or spill files) until dropped.
 pub struct MemReservation {
     counter: Arc<AtomicU64>,
     n: u64,
@@ -84,6 +159,24 @@ pub struct MemReservation {
 impl Drop for MemReservation {
     fn drop(&mut self) {
         self.counter.fetch_sub(self.n, Ordering::AcqRel);
+    }
+}
+
+fn reserve(counter: &Arc<AtomicU64>, budget: u64, n: u64) -> Option<MemReservation> {
+    let mut cur = counter.load(Ordering::Acquire);
+    loop {
+        if cur.checked_add(n)? > budget {
+            return None;
+        }
+        match counter.compare_exchange(cur, cur + n, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                return Some(MemReservation {
+                    counter: counter.clone(),
+                    n,
+                });
+            }
+            Err(actual) => cur = actual,
+        }
     }
 }
 
@@ -99,20 +192,36 @@ impl Spooled {
         self.len() == 0
     }
 
-    /// The held xorb: verified as it arrived if it was received into memory.
+    /// The held xorb, leaving the data held: verified as it arrived if it was received
+    /// into memory.
+    pub async fn load(&self) -> ApiResult<ReceivedXorb> {
+        match self {
+            Spooled::Memory { xorb, .. } => Ok(xorb.clone()),
+            Spooled::File { file, len, .. } => {
+                let mut file = file
+                    .as_file()
+                    .try_clone()
+                    .map_err(|e| ApiError::internal(format!("cannot reopen a spill file: {e}")))?;
+                let len = *len;
+                tokio::task::spawn_blocking(move || {
+                    use std::io::{Read, Seek, SeekFrom};
+                    file.seek(SeekFrom::Start(0))?;
+                    let mut buf = Vec::with_capacity(len as usize);
+                    file.read_to_end(&mut buf)?;
+                    Ok::<_, std::io::Error>(ReceivedXorb::unverified(Bytes::from(buf)))
+                })
+                .await
+                .map_err(|e| ApiError::internal(format!("spool reader failed: {e}")))?
+                .map_err(|e| ApiError::internal(format!("cannot read spooled grant data: {e}")))
+            }
+        }
+    }
+
+    /// The held xorb; the data is released.
     pub async fn into_xorb(self) -> ApiResult<ReceivedXorb> {
         match self {
             Spooled::Memory { xorb, .. } => Ok(xorb),
-            Spooled::File { mut file, len } => tokio::task::spawn_blocking(move || {
-                use std::io::{Read, Seek, SeekFrom};
-                file.seek(SeekFrom::Start(0))?;
-                let mut buf = Vec::with_capacity(len as usize);
-                file.read_to_end(&mut buf)?;
-                Ok::<_, std::io::Error>(ReceivedXorb::unverified(Bytes::from(buf)))
-            })
-            .await
-            .map_err(|e| ApiError::internal(format!("spool reader failed: {e}")))?
-            .map_err(|e| ApiError::internal(format!("cannot read spooled grant data: {e}"))),
+            file => file.load().await,
         }
     }
 }
@@ -124,17 +233,96 @@ fn gone(id: &str) -> ApiError {
     )
 }
 
+/// `503 grant_capacity` with `Retry-After: secs`.
+fn capacity(reason: String, secs: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        code::GRANT_CAPACITY,
+        reason,
+    )
+    .with_header(
+        header::RETRY_AFTER,
+        HeaderValue::from_str(&secs.max(1).to_string()).expect("digits"),
+    )
+}
+
+/// Name of this process's spill directory under the spool dir.
+fn spill_dir_name(pid: u32) -> String {
+    format!("xet-grants-{pid}")
+}
+
+/// Remove the spill directories in `spool_dir` of this process id and of processes that
+/// are gone (checked through `/proc` where there is one).
+fn clean_spill_dirs(spool_dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(spool_dir) else {
+        return;
+    };
+    let me = std::process::id();
+    let proc = Path::new("/proc/self").exists();
+    for d in rd.flatten() {
+        let name = d.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("xet-grants-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stale = pid == me || (proc && !Path::new(&format!("/proc/{pid}")).exists());
+        if stale {
+            match std::fs::remove_dir_all(d.path()) {
+                Ok(()) => tracing::info!("removed stale grant spill dir {}", d.path().display()),
+                Err(e) => tracing::warn!("cannot remove {}: {e}", d.path().display()),
+            }
+        }
+    }
+}
+
 impl Grants {
+    /// `spool_dir` is where spill files go (in a `xet-grants-<pid>` directory made on
+    /// first use); stale such directories in it are removed now.
     pub fn new(mem_budget: u64, spool_dir: PathBuf, max_open: usize, commit_ttl: Duration) -> Self {
+        clean_spill_dirs(&spool_dir);
         Grants {
             table: Mutex::new(HashMap::new()),
             mem_used: Arc::new(AtomicU64::new(0)),
             mem_budget,
-            spool_dir,
+            spill_used: Arc::new(AtomicU64::new(0)),
+            spool_dir: spool_dir.join(spill_dir_name(std::process::id())),
             max_open,
             commit_ttl,
             next_upload: AtomicU64::new(1),
+            sweeper: std::sync::Once::new(),
         }
+    }
+
+    /// Start (once; call from within the runtime) a task that drops expired grants and
+    /// their data (memory, spill files) every 30 s, so nothing waits for the next grant
+    /// request to be removed. The task ends when the grants are dropped.
+    pub fn start_sweeper(self: &Arc<Self>) {
+        self.sweeper.call_once(|| {
+            let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            let weak = Arc::downgrade(self);
+            rt.spawn(async move {
+                loop {
+                    tokio::time::sleep(SWEEP_EVERY).await;
+                    let Some(g) = weak.upgrade() else { break };
+                    g.sweep_now(crate::sign::unix_now());
+                }
+            });
+        });
+    }
+
+    /// Where spill files go.
+    pub fn spill_dir(&self) -> &Path {
+        &self.spool_dir
+    }
+
+    /// Bytes held in spill files now.
+    pub fn spilled_bytes(&self) -> u64 {
+        self.spill_used.load(Ordering::Acquire)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
@@ -145,20 +333,43 @@ impl Grants {
 
     fn sweep(table: &mut HashMap<String, Entry>, now: u64, commit_ttl: Duration) {
         table.retain(|_, e| match &e.state {
-            State::Issued => e.expires > now,
-            State::Uploading(_) => true,
+            State::Issued => e.issued_deadline() > now,
+            State::Uploading(_) | State::Committing => true,
             State::Uploaded { at, .. } => at.elapsed() < commit_ttl,
         });
     }
 
-    /// Open a grant; returns its id.
+    /// Drop expired grants and their data now.
+    pub fn sweep_now(&self, now: u64) {
+        let dropped: Vec<Entry> = {
+            let mut t = self.lock();
+            let mut out = Vec::new();
+            let ids: Vec<String> = t
+                .iter()
+                .filter(|(_, e)| match &e.state {
+                    State::Issued => e.issued_deadline() <= now,
+                    State::Uploading(_) | State::Committing => false,
+                    State::Uploaded { at, .. } => at.elapsed() >= self.commit_ttl,
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for id in ids {
+                out.extend(t.remove(&id));
+            }
+            out
+        };
+        // Spill files are removed outside the lock.
+        drop(dropped);
+    }
+
+    /// Open a grant for `ticket` on behalf of `owner`; returns its id.
     pub fn issue(
         &self,
-        xorb: MerkleHash,
-        length: u64,
-        crc: u64,
+        ticket: Ticket,
         expires: u64,
         now: u64,
+        owner: Owner,
+        limits: IssueLimits,
     ) -> ApiResult<String> {
         let id = {
             let r: [u8; 16] = rand::random();
@@ -166,23 +377,46 @@ impl Grants {
         };
         let mut t = self.lock();
         Self::sweep(&mut t, now, self.commit_ttl);
-        if t.len() >= self.max_open {
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                code::BUSY,
+        // When the first of `of`'s grants without data dies (for Retry-After).
+        let retry_after = |t: &HashMap<String, Entry>, mine: bool| {
+            t.values()
+                .filter(|e| !mine || e.owner == owner)
+                .filter(|e| matches!(e.state, State::Issued))
+                .map(|e| e.issued_deadline().saturating_sub(now))
+                .min()
+                .unwrap_or(limits.idle_ttl)
+        };
+        let mine = t.values().filter(|e| e.owner == owner).count();
+        if mine >= limits.per_owner {
+            return Err(capacity(
                 format!(
-                    "{} grants are open; commit or let them expire, then retry",
+                    "{mine} grants are open for this caller (at most {} per token); commit \
+                     them, wait for unused ones to expire, or upload the xorb with POST /v1/xorbs",
+                    limits.per_owner
+                ),
+                retry_after(&t, true),
+            ));
+        }
+        if t.len() >= self.max_open {
+            return Err(capacity(
+                format!(
+                    "{} grants are open on this server; retry later or upload the xorb with \
+                     POST /v1/xorbs",
                     t.len()
                 ),
+                retry_after(&t, false),
             ));
         }
         t.insert(
             id.clone(),
             Entry {
-                xorb,
-                length,
-                crc,
+                xorb: ticket.xorb,
+                length: ticket.length,
+                crc: ticket.crc,
                 expires,
+                owner,
+                idle_until: now.saturating_add(limits.idle_ttl.max(1)),
+                idle_ttl: limits.idle_ttl.max(1),
                 state: State::Issued,
             },
         );
@@ -198,12 +432,16 @@ impl Grants {
         if e.expires <= now {
             return Err(gone(id));
         }
-        if matches!(e.state, State::Uploading(_)) {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                code::CONFLICT,
-                format!("grant {id} is already receiving an upload"),
-            ));
+        match e.state {
+            State::Issued if e.idle_until <= now => return Err(gone(id)),
+            State::Uploading(_) | State::Committing => {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    code::CONFLICT,
+                    format!("grant {id} is already receiving an upload or being committed"),
+                ));
+            }
+            _ => {}
         }
         let upload = self.next_upload.fetch_add(1, Ordering::Relaxed);
         e.state = State::Uploading(upload);
@@ -249,26 +487,71 @@ impl Grants {
             .filter(|e| matches!(e.state, State::Uploading(u) if u == upload))
         {
             e.state = State::Issued;
+            // A failed upload may be retried: the idle clock starts again.
+            e.idle_until = crate::sign::unix_now().saturating_add(e.idle_ttl);
         }
     }
 
-    /// Take the data uploaded for grant `id` of `xorb`; the grant is closed.
-    pub fn take_for_commit(&self, id: &str, xorb: &MerkleHash) -> ApiResult<Spooled> {
+    /// Take the data uploaded for grant `id` of `xorb` for its commit. The grant closes
+    /// only when [`CommitGuard::done`] is called; otherwise the data goes back.
+    pub fn begin_commit(self: &Arc<Self>, id: &str, xorb: &MerkleHash) -> ApiResult<CommitGuard> {
         let mut t = self.lock();
         let no_data = || {
             ApiError::not_found(format!(
                 "no data arrived for grant {id} of xorb {xorb}: request a new grant"
             ))
         };
-        let Some(e) = t.get(id) else {
+        let Some(e) = t.get_mut(id) else {
             return Err(no_data());
         };
-        if e.xorb != *xorb || !matches!(e.state, State::Uploaded { .. }) {
+        if e.xorb != *xorb {
             return Err(no_data());
         }
-        match t.remove(id).map(|e| e.state) {
-            Some(State::Uploaded { data, .. }) => Ok(data),
-            _ => Err(no_data()),
+        match e.state {
+            State::Uploaded { .. } => {}
+            State::Committing => {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    code::BUSY,
+                    format!("grant {id} of xorb {xorb} is being committed: retry shortly"),
+                )
+                .with_header(header::RETRY_AFTER, HeaderValue::from_static("1")));
+            }
+            _ => return Err(no_data()),
+        }
+        let State::Uploaded { data, at } = std::mem::replace(&mut e.state, State::Committing)
+        else {
+            unreachable!("checked above")
+        };
+        Ok(CommitGuard {
+            grants: self.clone(),
+            id: id.to_string(),
+            data: Some(data),
+            at,
+        })
+    }
+
+    /// Take the data uploaded for grant `id` of `xorb`; the grant is closed.
+    pub fn take_for_commit(self: &Arc<Self>, id: &str, xorb: &MerkleHash) -> ApiResult<Spooled> {
+        let mut g = self.begin_commit(id, xorb)?;
+        let data = g.data.take().expect("held until done");
+        g.done();
+        Ok(data)
+    }
+
+    fn end_commit(&self, id: &str, data: Option<(Spooled, Instant)>) {
+        let mut t = self.lock();
+        let Some(e) = t
+            .get_mut(id)
+            .filter(|e| matches!(e.state, State::Committing))
+        else {
+            return;
+        };
+        match data {
+            Some((data, at)) => e.state = State::Uploaded { data, at },
+            None => {
+                t.remove(id);
+            }
         }
     }
 
@@ -277,34 +560,69 @@ impl Grants {
         self.lock().len()
     }
 
-    fn reserve(&self, n: u64) -> Option<MemReservation> {
-        let mut cur = self.mem_used.load(Ordering::Acquire);
-        loop {
-            if cur.checked_add(n)? > self.mem_budget {
-                return None;
+    fn spill_file(&self, ticket: &Ticket, spill_limit: u64) -> ApiResult<Spooled> {
+        let over = || {
+            capacity(
+                format!(
+                    "grant data waiting for commits fills the {spill_limit}-byte spill budget; \
+                     retry later or upload xorb {} with POST /v1/xorbs",
+                    ticket.xorb
+                ),
+                5,
+            )
+        };
+        let r = match reserve(&self.spill_used, spill_limit, ticket.length) {
+            Some(r) => r,
+            None => {
+                // Expired data may still be held: drop it and try again.
+                self.sweep_now(crate::sign::unix_now());
+                reserve(&self.spill_used, spill_limit, ticket.length).ok_or_else(over)?
             }
-            match self
-                .mem_used
-                .compare_exchange(cur, cur + n, Ordering::AcqRel, Ordering::Acquire)
+        };
+        let cannot = |e: std::io::Error| {
+            ApiError::internal(format!(
+                "cannot create a spill file in {}: {e}",
+                self.spool_dir.display()
+            ))
+        };
+        let r = SpillReservation {
+            bytes: r,
+            dir: self.spool_dir.clone(),
+        };
+        let mut tries = 0;
+        let file = loop {
+            std::fs::create_dir_all(&self.spool_dir).map_err(cannot)?;
+            match tempfile::Builder::new()
+                .prefix("grant-")
+                .tempfile_in(&self.spool_dir)
             {
-                Ok(_) => {
-                    return Some(MemReservation {
-                        counter: self.mem_used.clone(),
-                        n,
-                    });
-                }
-                Err(actual) => cur = actual,
+                Ok(f) => break f,
+                // The last spill file's owner removed the directory in between.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 3 => tries += 1,
+                Err(e) => return Err(cannot(e)),
             }
-        }
+        };
+        Ok(Spooled::File {
+            file,
+            len: 0,
+            _reservation: r,
+        })
     }
 
-    /// Receive `body` for `ticket`, checking its length and CRC as it streams in.
-    pub async fn receive(&self, ticket: &Ticket, body: Body) -> ApiResult<Spooled> {
+    /// Receive `body` for `ticket`, checking its length and CRC as it streams in. Data
+    /// over the memory budget goes to a spill file; beyond `spill_limit` bytes of those
+    /// in total, the upload is refused (`503 grant_capacity`).
+    pub async fn receive(
+        &self,
+        ticket: &Ticket,
+        body: Body,
+        spill_limit: u64,
+    ) -> ApiResult<Spooled> {
         enum Sink {
             Mem(xet_cas::buffers::BodyBuf, MemReservation, XorbReceiver),
-            File(tokio::fs::File),
+            File(Spooled, tokio::fs::File),
         }
-        let mut sink = match self.reserve(ticket.length) {
+        let mut sink = match reserve(&self.mem_used, self.mem_budget, ticket.length) {
             // Large (xorb) bodies go into recycled, page-aligned buffers (see
             // `xet_cas::buffers`), and are verified as they arrive.
             Some(r) => Sink::Mem(
@@ -313,13 +631,15 @@ impl Grants {
                 XorbReceiver::new(ticket.length),
             ),
             None => {
-                let f = tempfile::tempfile_in(&self.spool_dir).map_err(|e| {
-                    ApiError::internal(format!(
-                        "cannot create a spool file in {}: {e}",
-                        self.spool_dir.display()
-                    ))
-                })?;
-                Sink::File(tokio::fs::File::from_std(f))
+                let spooled = self.spill_file(ticket, spill_limit)?;
+                let Spooled::File { file, .. } = &spooled else {
+                    unreachable!("spill_file makes files")
+                };
+                let f = file
+                    .as_file()
+                    .try_clone()
+                    .map_err(|e| ApiError::internal(format!("cannot open a spill file: {e}")))?;
+                Sink::File(spooled, tokio::fs::File::from_std(f))
             }
         };
         let mut digest = xet_cas::wire::Crc64Nvme::default();
@@ -352,7 +672,7 @@ impl Grants {
                     // saves a pass over the whole xorb from memory at commit time.
                     xorb.advance(v.as_slice());
                 }
-                Sink::File(f) => f
+                Sink::File(_, f) => f
                     .write_all(&data)
                     .await
                     .map_err(|e| ApiError::internal(format!("cannot spool grant data: {e}")))?,
@@ -382,16 +702,27 @@ impl Grants {
                 xorb: xorb.finish(v.freeze(), &ticket.xorb),
                 _reservation: r,
             },
-            Sink::File(mut f) => {
+            Sink::File(mut spooled, mut f) => {
                 f.flush()
                     .await
                     .map_err(|e| ApiError::internal(format!("cannot spool grant data: {e}")))?;
-                Spooled::File {
-                    file: f.into_std().await,
-                    len: received,
+                if let Spooled::File { len, .. } = &mut spooled {
+                    *len = received;
                 }
+                spooled
             }
         })
+    }
+}
+
+impl Drop for Grants {
+    fn drop(&mut self) {
+        // Held data (and with it every spill file) goes first, then the empty directory.
+        self.table
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        let _ = std::fs::remove_dir(&self.spool_dir);
     }
 }
 
@@ -418,9 +749,48 @@ impl Drop for UploadGuard {
     }
 }
 
+/// A grant's data, out for its commit. Unless [`CommitGuard::done`] is called (the store
+/// has it), the data goes back to the grant when this is dropped, for a retried commit.
+pub struct CommitGuard {
+    grants: Arc<Grants>,
+    id: String,
+    data: Option<Spooled>,
+    at: Instant,
+}
+
+impl CommitGuard {
+    /// The held xorb (a copy: the data stays held).
+    pub async fn xorb(&self) -> ApiResult<ReceivedXorb> {
+        self.data.as_ref().expect("held until done").load().await
+    }
+
+    /// The store has the xorb (or refused it for good): close the grant, drop the data.
+    pub fn done(mut self) {
+        self.data = None;
+        self.grants.end_commit(&self.id, None);
+    }
+}
+
+impl Drop for CommitGuard {
+    fn drop(&mut self) {
+        if let Some(data) = self.data.take() {
+            self.grants.end_commit(&self.id, Some((data, self.at)));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const LIM: IssueLimits = IssueLimits {
+        per_owner: usize::MAX,
+        idle_ttl: 1000,
+    };
+
+    fn ticket(xorb: MerkleHash, length: u64, crc: u64) -> Ticket {
+        Ticket { xorb, length, crc }
+    }
 
     #[test]
     fn crc_check_value_and_header() {
@@ -440,7 +810,15 @@ mod tests {
         let x = xet_hash::chunk_hash(b"x");
         let data = b"hello world, spooled".to_vec();
         let crc = crc64_nvme(&data);
-        let id = g.issue(x, data.len() as u64, crc, 100, 0).unwrap();
+        let id = g
+            .issue(
+                ticket(x, data.len() as u64, crc),
+                100,
+                0,
+                Owner::anonymous(),
+                LIM,
+            )
+            .unwrap();
         assert_eq!(
             g.take_for_commit(&id, &x).err().unwrap().status,
             StatusCode::NOT_FOUND
@@ -452,7 +830,10 @@ mod tests {
             StatusCode::CONFLICT
         );
         // Over the 10-byte memory budget: goes to a file.
-        let s = g.receive(&t, Body::from(data.clone())).await.unwrap();
+        let s = g
+            .receive(&t, Body::from(data.clone()), u64::MAX)
+            .await
+            .unwrap();
         assert!(matches!(s, Spooled::File { .. }));
         guard.complete(s).unwrap();
         let other = xet_hash::chunk_hash(b"y");
@@ -471,23 +852,46 @@ mod tests {
             Duration::from_secs(60),
         ));
         let x = xet_hash::chunk_hash(b"x");
-        let id = g.issue(x, 3, crc64_nvme(b"abc"), 100, 0).unwrap();
+        let id = g
+            .issue(
+                ticket(x, 3, crc64_nvme(b"abc")),
+                100,
+                0,
+                Owner::anonymous(),
+                LIM,
+            )
+            .unwrap();
         assert_eq!(
-            g.issue(x, 3, 0, 100, 0).err().unwrap().status,
+            g.issue(ticket(x, 3, 0), 100, 0, Owner::anonymous(), LIM)
+                .err()
+                .unwrap()
+                .status,
             StatusCode::SERVICE_UNAVAILABLE
         );
         {
             let (t, _guard) = g.begin_upload(&id, 1).unwrap();
-            let e = g.receive(&t, Body::from("abcd")).await.err().unwrap();
+            let e = g
+                .receive(&t, Body::from("abcd"), u64::MAX)
+                .await
+                .err()
+                .unwrap();
             assert_eq!(e.code, code::LENGTH_MISMATCH);
         }
         let (t, guard) = g.begin_upload(&id, 1).unwrap();
         assert_eq!(
-            g.receive(&t, Body::from("abd")).await.err().unwrap().code,
+            g.receive(&t, Body::from("abd"), u64::MAX)
+                .await
+                .err()
+                .unwrap()
+                .code,
             code::CHECKSUM_MISMATCH
         );
         assert_eq!(
-            g.receive(&t, Body::from("ab")).await.err().unwrap().code,
+            g.receive(&t, Body::from("ab"), u64::MAX)
+                .await
+                .err()
+                .unwrap()
+                .code,
             code::LENGTH_MISMATCH
         );
         drop(guard);
@@ -497,7 +901,8 @@ mod tests {
             StatusCode::FORBIDDEN
         );
         // Swept on the next issue.
-        g.issue(x, 3, 0, 200, 150).unwrap();
+        g.issue(ticket(x, 3, 0), 200, 150, Owner::anonymous(), LIM)
+            .unwrap();
         assert_eq!(g.open(), 1);
     }
 
@@ -520,14 +925,25 @@ mod tests {
         ));
         let crc = crc64_nvme(&body);
         for (hash, verified) in [(x.hash(), true), (xet_hash::chunk_hash(b"other"), false)] {
-            let id = g.issue(hash, body.len() as u64, crc, 100, 0).unwrap();
+            let id = g
+                .issue(
+                    ticket(hash, body.len() as u64, crc),
+                    100,
+                    0,
+                    Owner::anonymous(),
+                    LIM,
+                )
+                .unwrap();
             let (t, guard) = g.begin_upload(&id, 1).unwrap();
             let frames: Vec<Result<Bytes, std::io::Error>> = body
                 .chunks(4093)
                 .map(|c| Ok(Bytes::copy_from_slice(c)))
                 .collect();
             let stream = futures_util::stream::iter(frames);
-            let s = g.receive(&t, Body::from_stream(stream)).await.unwrap();
+            let s = g
+                .receive(&t, Body::from_stream(stream), u64::MAX)
+                .await
+                .unwrap();
             let Spooled::Memory { xorb, .. } = &s else {
                 panic!("a body within the budget is held in memory");
             };
@@ -535,5 +951,108 @@ mod tests {
             assert_eq!(xorb.body().as_ref(), &body[..]);
             guard.complete(s).unwrap();
         }
+    }
+
+    /// A commit whose store put fails (or whose request is dropped) gives the data back;
+    /// a second commit while one is under way is told to retry.
+    #[tokio::test]
+    async fn commit_guard_returns_the_data_unless_done() {
+        let g = Arc::new(Grants::new(
+            1 << 20,
+            std::env::temp_dir(),
+            4,
+            Duration::from_secs(60),
+        ));
+        let x = xet_hash::chunk_hash(b"x");
+        let data = b"abc".to_vec();
+        let id = g
+            .issue(
+                ticket(x, 3, crc64_nvme(&data)),
+                100,
+                0,
+                Owner::anonymous(),
+                LIM,
+            )
+            .unwrap();
+        let (t, guard) = g.begin_upload(&id, 1).unwrap();
+        let s = g.receive(&t, Body::from(data.clone()), 0).await.unwrap();
+        guard.complete(s).unwrap();
+        {
+            let c = g.begin_commit(&id, &x).unwrap();
+            assert_eq!(c.xorb().await.unwrap().body().as_ref(), &data[..]);
+            let busy = g.begin_commit(&id, &x).err().unwrap();
+            assert_eq!(busy.status, StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(
+                g.begin_upload(&id, 1).err().unwrap().status,
+                StatusCode::CONFLICT
+            );
+            // Dropped without `done`: the put failed.
+        }
+        let c = g.begin_commit(&id, &x).unwrap();
+        c.done();
+        assert_eq!(g.open(), 0);
+        assert_eq!(
+            g.begin_commit(&id, &x).err().unwrap().status,
+            StatusCode::NOT_FOUND
+        );
+    }
+
+    #[test]
+    fn grants_are_limited_per_owner_and_unused_ones_die_early() {
+        let g = Grants::new(1 << 20, std::env::temp_dir(), 10, Duration::from_secs(60));
+        let lim = IssueLimits {
+            per_owner: 2,
+            idle_ttl: 5,
+        };
+        let x = xet_hash::chunk_hash(b"x");
+        let (a, b) = (Owner::token("a"), Owner::token("b"));
+        for _ in 0..2 {
+            g.issue(ticket(x, 3, 0), 1000, 0, a, lim).unwrap();
+        }
+        let e = g.issue(ticket(x, 3, 0), 1000, 1, a, lim).err().unwrap();
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::SERVICE_UNAVAILABLE, code::GRANT_CAPACITY)
+        );
+        assert_eq!(e.headers[0].1, "4", "the first of a's grants dies at 5");
+        g.issue(ticket(x, 3, 0), 1000, 1, b, lim).unwrap();
+        g.issue(ticket(x, 3, 0), 1000, 1, Owner::anonymous(), lim)
+            .unwrap();
+        // At 5 the unused grants are gone, long before their URLs expire at 1000.
+        g.issue(ticket(x, 3, 0), 1000, 5, a, lim).unwrap();
+        assert_eq!(g.open(), 3);
+    }
+
+    /// Expired uploaded data in a spill file is removed by a sweep, and the directory
+    /// goes with its last file.
+    #[tokio::test]
+    async fn sweeps_remove_expired_spill_files() {
+        let spool = tempfile::tempdir().unwrap();
+        let g = Arc::new(Grants::new(
+            0,
+            spool.path().to_path_buf(),
+            4,
+            Duration::ZERO,
+        ));
+        let x = xet_hash::chunk_hash(b"x");
+        let id = g
+            .issue(
+                ticket(x, 3, crc64_nvme(b"abc")),
+                100,
+                0,
+                Owner::anonymous(),
+                LIM,
+            )
+            .unwrap();
+        let (t, guard) = g.begin_upload(&id, 1).unwrap();
+        let s = g.receive(&t, Body::from("abc"), 3).await.unwrap();
+        assert!(matches!(s, Spooled::File { .. }));
+        assert_eq!(g.spilled_bytes(), 3);
+        guard.complete(s).unwrap();
+        assert_eq!(std::fs::read_dir(g.spill_dir()).unwrap().count(), 1);
+        g.sweep_now(2);
+        assert_eq!(g.open(), 0);
+        assert_eq!(g.spilled_bytes(), 0);
+        assert!(!g.spill_dir().exists());
     }
 }

@@ -48,16 +48,33 @@
 //! `bytes=-N`; a start at or past the end is `416` with `Content-Range: bytes */SIZE`; a
 //! malformed or multi-range header is `400 bad_range`. A range covering the whole file is
 //! asked of the store as "whole file". The empty file (hash zero) reconstructs to no terms
-//! without being registered, with or without a range.
+//! without being registered; any range of it is `416` (`Content-Range: bytes */0`).
 //!
 //! # Limits
 //!
 //! Xorb bodies ≤ `max_xorb_bytes` (65 MiB: hf_xet's bodies can exceed 64 MiB slightly),
-//! shards ≤ `max_shard_bytes` (64 MiB), both `413`. At most `max_concurrent_uploads`
-//! xorb/shard bodies are held in memory at once (others wait). Grant data waiting for its
-//! commit is kept in memory up to `grant_memory_budget` in total, then spooled to anonymous
-//! temp files; at most `max_open_grants` grants are open (`503` beyond, which hf_xet
-//! retries).
+//! shards ≤ `max_shard_bytes` (64 MiB), both `413`. A body is read whole before its
+//! upload takes one of `max_concurrent_uploads` permits, which bound store writes, so a
+//! stalled sender never holds one. Grant data waiting for its commit is kept in memory up
+//! to `grant_memory_budget` in total, then spilled to named files in
+//! `<spool_dir>/xet-grants-<pid>/` (`xet serve`: `ROOT/grants/`), at most
+//! `grant_spill_limit` bytes; a commit removes the data only once the store took it. At
+//! most `max_open_grants` grants are open, `max_grants_per_token` per token, and a grant
+//! nothing was sent to expires after `grant_unused_ttl`; a refusal for capacity is `503`
+//! with `"error":"grant_capacity"` and `Retry-After`, on which our client uploads the xorb
+//! directly.
+//!
+//! Connections ([`conn`]; `xet serve` flags in brackets): a connection must send its
+//! request head within `header_timeout` (30 s, `--header-timeout`) of opening, else it is
+//! closed (`408` if part of a head came); a kept-alive connection idle for
+//! `keepalive_timeout` (60 s, `--keepalive-timeout`) after an answer is closed; a request
+//! body that delivers nothing for `body_timeout` (30 s, `--body-timeout`) is abandoned
+//! with `408 request_timeout` and the connection closed; an answer the client does not
+//! read for `send_timeout` (60 s, `--send-timeout`) is dropped and the connection closed.
+//! At most `max_connections` (512, `--max-connections`, lowered to fit the open-file
+//! limit) are open: at the cap the longest-idle connection is closed to make room, and
+//! when all are busy a new one gets `503 busy` with `Retry-After: 1`. Zero turns a
+//! timeout off.
 //!
 //! # Authentication
 //!
@@ -71,6 +88,7 @@
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod conn;
 pub mod error;
 pub mod grants;
 pub mod multipart;
@@ -191,21 +209,32 @@ impl Server {
     }
 
     /// The bound listener and the router, to serve them some other way (extra layers,
-    /// a custom accept loop).
+    /// a custom accept loop). [`conn::serve`] with [`conn::ConnLimits::from_config`]
+    /// serves them with the connection limits [`Server::serve`] applies; the body timeout
+    /// is in the router already.
     pub fn into_parts(self) -> (tokio::net::TcpListener, axum::Router) {
         let router = app::router(self.state.clone());
         (self.listener, router)
     }
 
     /// Serve until `shutdown` completes, then stop accepting and finish in-flight requests.
+    /// Connections are limited as the config says (timeouts, `max_connections`; see
+    /// [`conn`]).
     pub async fn serve<F>(self, shutdown: F) -> Result<(), ServerError>
     where
         F: Future<Output = ()> + Send + 'static,
     {
+        let limits = conn::ConnLimits::from_config(&self.state.config);
+        if limits.max_connections < self.state.config.max_connections {
+            tracing::warn!(
+                "serving at most {} connections, not {}: the open-file limit is {}",
+                limits.max_connections,
+                self.state.config.max_connections,
+                conn::open_file_limit().unwrap_or(0)
+            );
+        }
         let router = app::router(self.state.clone());
-        axum::serve(nodelay(self.listener), router)
-            .with_graceful_shutdown(shutdown)
-            .await?;
+        conn::serve(self.listener, router, limits, shutdown).await?;
         Ok(())
     }
 }

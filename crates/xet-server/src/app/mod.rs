@@ -155,8 +155,13 @@ pub fn router(state: AppState) -> Router {
             .route(routes::SHARDS_V2, post(shards_v2))
             .route("/v2/reconstructions/{hash}", get(reconstruction_v2));
     }
+    let body_timeout = state.config.body_timeout;
     r.fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
+        // Inside the log, so a stalled body's 408 is what the log says.
+        .layer(middleware::from_fn(move |req, next| {
+            crate::conn::body_deadline(body_timeout, req, next)
+        }))
         .layer(middleware::from_fn(log::request_log))
         .with_state(state)
 }

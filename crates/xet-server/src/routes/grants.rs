@@ -6,7 +6,7 @@ use crate::app::extract::{check_prefix, content_length, parse_hash, shorten};
 use crate::app::{AppState, BaseUrl, PathParams, read_body};
 use crate::auth::WriteAccess;
 use crate::error::{ApiError, ApiResult, code};
-use crate::grants::{Ticket, amz_checksum_header};
+use crate::grants::{IssueLimits, Owner, Ticket, amz_checksum_header};
 use crate::sign::unix_now;
 use axum::body::Body;
 use axum::extract::{RawQuery, State};
@@ -22,7 +22,7 @@ const GRANT_REQUEST_LIMIT: u64 = 64 * 1024;
 
 pub(crate) async fn xorb_grant(
     State(s): State<AppState>,
-    _: WriteAccess,
+    WriteAccess(caller): WriteAccess,
     BaseUrl(base): BaseUrl,
     PathParams((prefix, hash)): PathParams<(String, String)>,
     headers: HeaderMap,
@@ -42,7 +42,18 @@ pub(crate) async fn xorb_grant(
     }
     let now = unix_now();
     let expires = s.url_expiry();
-    let id = s.grants.issue(xorb, length, crc, expires, now)?;
+    // Without auth, presented tokens are not identities: everyone is one.
+    let owner = match caller.token.as_deref() {
+        Some(t) if s.auth.enabled() => Owner::token(t),
+        _ => Owner::anonymous(),
+    };
+    let limits = IssueLimits {
+        per_owner: s.config.max_grants_per_token,
+        idle_ttl: s.config.grant_unused_ttl.as_secs(),
+    };
+    let ticket = Ticket { xorb, length, crc };
+    s.grants.start_sweeper();
+    let id = s.grants.issue(ticket, expires, now, owner, limits)?;
     let url = s.grant_url(&base, &id, expires);
     Ok(json_ok(
         StatusCode::CREATED,
@@ -120,7 +131,10 @@ pub(crate) async fn grant_upload(
     s.verify_grant_url(&id, query.as_deref(), now)?;
     let (ticket, guard) = s.grants.begin_upload(&id, now)?;
     check_upload_headers(&ticket, &headers)?;
-    let data = s.grants.receive(&ticket, body).await?;
+    let data = s
+        .grants
+        .receive(&ticket, body, s.config.grant_spill_limit)
+        .await?;
     guard.complete(data)?;
     Ok(StatusCode::OK.into_response())
 }
@@ -159,9 +173,23 @@ pub(crate) async fn xorb_commit(
 ) -> ApiResult<Response> {
     check_prefix(&prefix)?;
     let xorb = parse_hash("xorb", &hash)?;
-    let held = s.grants.take_for_commit(&id, &xorb)?;
+    // The data stays with the grant until the store has it: a failed put (or a cancelled
+    // request) gives it back, so a retried commit can succeed.
+    let held = s.grants.begin_commit(&id, &xorb)?;
     let _permit = s.upload_permit().await?;
-    let data = held.into_xorb().await?;
-    let was_inserted = s.cas.put_xorb(&xorb, XorbBody::Received(data)).await?;
-    Ok(json_ok(StatusCode::OK, &WasInserted { was_inserted }))
+    let data = held.xorb().await?;
+    match s.cas.put_xorb(&xorb, XorbBody::Received(data)).await {
+        Ok(was_inserted) => {
+            held.done();
+            Ok(json_ok(StatusCode::OK, &WasInserted { was_inserted }))
+        }
+        Err(e) => {
+            let e = ApiError::from(e);
+            if e.status.is_client_error() {
+                // Refused for good (invalid xorb): retrying cannot help.
+                held.done();
+            }
+            Err(e)
+        }
+    }
 }

@@ -22,8 +22,9 @@ pub(crate) async fn shards_v1(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let _permit = s.upload_permit().await?;
+    // The body first: a slow or stalled sender must not hold a permit.
     let body = read_body(&headers, body, s.config.max_shard_bytes, "shard").await?;
+    let _permit = s.upload_permit().await?;
     let inserted = s.cas.put_shard(body).await?;
     Ok(json_ok(
         StatusCode::OK,
@@ -45,8 +46,9 @@ pub(crate) async fn shards_v2(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let permit = s.upload_permit().await?;
+    // The body first: a slow or stalled sender must not hold a permit.
     let body = read_body(&headers, body, s.config.max_shard_bytes, "shard").await?;
+    let permit = s.upload_permit().await?;
     let (tx, rx) = mpsc::channel::<Bytes>(8);
     let cas = s.cas.clone();
     tokio::spawn(async move {

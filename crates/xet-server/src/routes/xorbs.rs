@@ -22,8 +22,9 @@ pub(crate) async fn xorb_post(
 ) -> ApiResult<Response> {
     check_prefix(&prefix)?;
     let xorb = parse_hash("xorb", &hash)?;
-    let _permit = s.upload_permit().await?;
+    // The body first: a slow or stalled sender must not hold a permit.
     let body = read_xorb_body(&headers, body, s.config.max_xorb_bytes, &xorb).await?;
+    let _permit = s.upload_permit().await?;
     let was_inserted = s.cas.put_xorb(&xorb, XorbBody::Received(body)).await?;
     Ok(json_ok(StatusCode::OK, &WasInserted { was_inserted }))
 }

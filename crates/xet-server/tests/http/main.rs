@@ -7,6 +7,8 @@ mod support;
 
 mod auth;
 mod grants;
+mod hardening;
+mod limits;
 mod reconstructions;
 mod server;
 mod uploads;
