@@ -145,7 +145,7 @@ fn idle_connections_beyond_the_fd_limit_do_not_lock_clients_out() {
         c
     };
     let o = run(
-        &mut xet(&["--json", "upload", "--endpoint", &served.url]).arg(&src),
+        xet(&["--json", "upload", "--endpoint", &served.url]).arg(&src),
         tmp.path(),
         Duration::from_secs(120),
     );
@@ -159,7 +159,7 @@ fn idle_connections_beyond_the_fd_limit_do_not_lock_clients_out() {
     assert_eq!(hash, xet_chunk::file_hash(&data).to_string());
     let dest = tmp.path().join("out.bin");
     let o = run(
-        &mut xet(&["download", "--endpoint", &served.url, &hash, "-o"]).arg(&dest),
+        xet(&["download", "--endpoint", &served.url, &hash, "-o"]).arg(&dest),
         tmp.path(),
         Duration::from_secs(120),
     );

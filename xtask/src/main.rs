@@ -4,10 +4,13 @@
 //! - `ref-venv`: create the virtualenv with the reference client (`target/refvenv`).
 //! - `bench`: throughput and peak RSS of `xet` next to the reference (see `bench.rs`).
 //! - `test`: the whole suite, as CI runs it: reference venv, fmt check, clippy and rustdoc
-//!   with warnings denied, every test (tidy checks included).
+//!   with warnings denied, every test (tidy checks included), a smoke run of each fuzz
+//!   target.
+//! - `fuzz`: build the fuzz targets of `fuzz/` and run each for a while (see `fuzz.rs`).
 
 mod bench;
 mod bench_transfer;
+mod fuzz;
 mod micro;
 mod reference;
 
@@ -24,9 +27,11 @@ fn main() -> Result<()> {
         }
         Some("bench") => bench::run(&args[1..]),
         Some("test") => test(),
+        Some("fuzz") => fuzz::run(&args[1..]),
         _ => bail!(
-            "usage: cargo xtask <test|vectors|ref-venv|bench>\n{}",
-            bench::USAGE
+            "usage: cargo xtask <test|vectors|ref-venv|bench|fuzz>\n{}\n{}",
+            bench::USAGE,
+            fuzz::USAGE
         ),
     }
 }
@@ -78,6 +83,9 @@ fn test() -> Result<()> {
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
     run(&["test", "--workspace", "--no-fail-fast"], &[])?;
+    // A short run of every fuzz target (seeds and regressions replayed first); the long
+    // runs are `cargo xtask fuzz --time ...`.
+    fuzz::run(&["--smoke".to_string()])?;
     Ok(())
 }
 
