@@ -106,6 +106,19 @@ impl std::fmt::Display for ObjectKind {
 
 pub type Result<T> = std::result::Result<T, CasError>;
 
+/// [`Cas::reconstruction`] of the empty file (hash zero), as every implementation answers
+/// it: no terms without a range, and no byte for any range to start at.
+pub fn empty_file_reconstruction(range: Option<ByteRange>) -> Result<Reconstruction> {
+    match range {
+        None => Ok(Reconstruction::default()),
+        Some(r) => Err(CasError::RangeNotSatisfiable {
+            file: MerkleHash::ZERO,
+            start: r.start,
+            size: 0,
+        }),
+    }
+}
+
 /// A content-addressed store of xorbs and shards that answers reconstructions.
 #[async_trait::async_trait]
 pub trait Cas: Send + Sync {

@@ -28,14 +28,7 @@ impl HttpCas {
         // The empty file is answered here, as `xet serve` answers it (200 with no terms
         // without a range, 416 `bytes */0` with any), whatever the server.
         if file.is_zero() {
-            return match range {
-                None => Ok(Reconstruction::default()),
-                Some(r) => Err(CasError::RangeNotSatisfiable {
-                    file: *file,
-                    start: r.start,
-                    size: 0,
-                }),
-            };
+            return xet_cas::empty_file_reconstruction(range);
         }
         if let Some(r) = range.filter(ByteRange::is_empty) {
             return self.empty_range(file, r).await;

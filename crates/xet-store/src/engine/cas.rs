@@ -342,16 +342,8 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
         file: &MerkleHash,
         range: Option<ByteRange>,
     ) -> Result<Reconstruction> {
-        // The empty file: no terms, and no byte for any range to start at.
         if file.is_zero() {
-            return match range {
-                None => Ok(Reconstruction::default()),
-                Some(r) => Err(CasError::RangeNotSatisfiable {
-                    file: *file,
-                    start: r.start,
-                    size: 0,
-                }),
-            };
+            return xet_cas::empty_file_reconstruction(range);
         }
         let entry = self.index.file(file).ok_or(CasError::NotFound {
             kind: ObjectKind::File,
