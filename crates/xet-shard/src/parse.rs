@@ -382,6 +382,22 @@ fn in_bounds(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), 
     Ok(())
 }
 
+/// huggingface.js uploads shards with a footer but no lookup tables, and writes the
+/// table offsets as 0 rather than as the (empty) tables' position; otherwise the layout
+/// is the stored form's.
+fn is_tableless_js_footer(f: &RawFooter) -> bool {
+    [
+        f.file_lookup_offset,
+        f.file_lookup_num_entries,
+        f.cas_lookup_offset,
+        f.cas_lookup_num_entries,
+        f.chunk_lookup_offset,
+        f.chunk_lookup_num_entries,
+    ]
+    .iter()
+    .all(|&x| x == 0)
+}
+
 /// A parsed and validated shard, with the lookup tables read from the bytes (if it has
 /// them) for binary-search lookups.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -438,6 +454,10 @@ impl ParsedShard {
         let f = read_footer(bytes)?;
         expect("file_info_offset", HEADER_SIZE as u64, f.file_info_offset)?;
         expect("cas_info_offset", files.end as u64, f.cas_info_offset)?;
+        if is_tableless_js_footer(&f) {
+            expect("footer_offset", cas.end as u64, f.footer_offset)?;
+            return Self::finish(bytes, f, files, cas);
+        }
         expect("file_lookup_offset", cas.end as u64, f.file_lookup_offset)?;
         let counts = table_counts(&f, &files.items, &cas.items)?;
         // Contiguous tables right after the CAS section, then the footer.

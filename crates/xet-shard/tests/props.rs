@@ -176,6 +176,47 @@ proptest! {
         prop_assert_eq!(p.shard.to_upload_bytes().unwrap(), bytes);
     }
 
+    /// huggingface.js uploads the upload form plus a footer without lookup tables whose
+    /// table offsets are all 0: it parses to the same files and xorbs.
+    #[test]
+    fn huggingface_js_footer(s in shard()) {
+        let up = s.to_upload_bytes().unwrap();
+        let stored = s.clone().into_stored(StoredOptions { lookup_tables: false, hmac_key: None, creation_timestamp: 0, key_expiry: 0 }).unwrap().to_bytes().unwrap();
+        let mut sf = [0u8; FOOTER_SIZE];
+        sf.copy_from_slice(&stored[stored.len() - FOOTER_SIZE..]);
+        let stored_footer = RawFooter::from_bytes(&sf);
+        let js_footer = RawFooter {
+            version: 1,
+            file_info_offset: 48,
+            cas_info_offset: stored_footer.cas_info_offset,
+            file_lookup_offset: 0,
+            file_lookup_num_entries: 0,
+            cas_lookup_offset: 0,
+            cas_lookup_num_entries: 0,
+            chunk_lookup_offset: 0,
+            chunk_lookup_num_entries: 0,
+            chunk_hash_key: MerkleHash::default(),
+            creation_timestamp: 1_700_000_000,
+            key_expiry: 0,
+            reserved: [0; 6],
+            stored_bytes_on_disk: 0,
+            materialized_bytes: 0,
+            stored_bytes: 0,
+            footer_offset: up.len() as u64,
+        };
+        let mut js = up.clone();
+        js[40..48].copy_from_slice(&(FOOTER_SIZE as u64).to_le_bytes());
+        js.extend_from_slice(&js_footer.to_bytes());
+        let p = ParsedShard::parse(&js, &Limits::default()).unwrap();
+        prop_assert_eq!(&p.shard.files, &s.files);
+        prop_assert_eq!(&p.shard.cas, &s.cas);
+        // A wrong footer offset is still refused.
+        let mut bad = js.clone();
+        let n = bad.len();
+        bad[n - 8..].copy_from_slice(&(up.len() as u64 + 1).to_le_bytes());
+        prop_assert!(ParsedShard::parse(&bad, &Limits::default()).is_err());
+    }
+
     #[test]
     fn stored_form_roundtrip(s in shard(), opts in stored_opts()) {
         let stored = s.clone().into_stored(opts).unwrap();
