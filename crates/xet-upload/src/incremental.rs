@@ -112,7 +112,10 @@ async fn look_up(dir: &Path, inputs: &[PathBuf]) -> Result<(Unchanged, Vec<Looke
 
 /// A record holds only if the CAS still has the file at the recorded size.
 async fn confirm_with_cas(cas: &Arc<dyn Cas>, looked: &mut [Looked]) {
-    let confirmed: Vec<bool> = futures_util::stream::iter(looked.iter().map(|l| l.entry.clone()))
+    // Collected first: a stream over a borrowing iterator makes the future's `Send`
+    // proof too general for the compiler when the upload runs inside an axum handler.
+    let entries: Vec<_> = looked.iter().map(|l| l.entry.clone()).collect();
+    let confirmed: Vec<bool> = futures_util::stream::iter(entries)
         .map(|e| {
             let cas = cas.clone();
             async move {
