@@ -13,10 +13,14 @@
 //!
 //! Fetches are only ever taken from reconstruction answers (never fabricated), so an
 //! HTTP client that follows presigned URLs passes too.
+//!
+//! Two more suites: [`backend`] for every `ObjectBackend`, and [`repos`] for every
+//! `xet_hub::RepoStore` (run on two instances sharing one backend).
 
 pub mod backend;
 mod fixture;
 mod format;
+pub mod repos;
 
 use std::any::Any;
 use std::collections::HashMap;

@@ -9,6 +9,7 @@
 //! s3://BUCKET/PREFIX/xorbs/<hash>
 //! s3://BUCKET/PREFIX/shards/<hash>.mdb
 //! s3://BUCKET/PREFIX/meta/dedup-secret
+//! s3://BUCKET/PREFIX/hub/…              (Hub repositories, sha256 records)
 //! ```
 //!
 //! * `put_if_absent` is a single `PutObject` with `If-None-Match: *` (a conditional
@@ -23,18 +24,22 @@
 //! S3-compatible servers ignore the header and overwrite, others reject it). Without it
 //! ([`ConditionalPut`]):
 //!
-//! * xorbs and shards are written with `HEAD` then `PutObject`. They are
-//!   content-addressed and their stored form is a pure function of the content, so a
-//!   racing writer of the same key writes the same bytes: the only cost is that two racing
-//!   writers may both report `true`.
-//! * metadata objects (`meta/…`, the dedup-key secret) are **never** overwritten once
-//!   they exist, and are not content-addressed: two processes creating a new store at the
-//!   same moment would each write a different secret. With [`ConditionalPut::Auto`]
-//!   creating one is therefore refused with an error saying what to do; with
-//!   [`ConditionalPut::Disabled`] (an explicit choice: only one process creates the
-//!   store) it is written after a `HEAD`, then read back after [`META_SETTLE`], and a
-//!   different answer (another writer's) is reported as `false`, so the caller uses the
-//!   stored secret.
+//! * xorbs, shards, Hub commits and verified sha256 records
+//!   ([`ObjectKey::is_content_addressed`]) are written with `HEAD` then `PutObject`. Their
+//!   stored form is a pure function of their key, so a racing writer of the same key
+//!   writes the same bytes: the only cost is that two racing writers may both report
+//!   `true`.
+//! * the other objects — metadata (`meta/…`, the dedup-key secret), Hub repository
+//!   records and branch versions — are **never** overwritten once they exist, and are not
+//!   content-addressed: two processes creating a new store at the same moment would each
+//!   write a different secret, two commits racing for a branch would each see their
+//!   write succeed. With [`ConditionalPut::Auto`] creating one is therefore refused with
+//!   an error saying what to do; with [`ConditionalPut::Disabled`] (an explicit choice:
+//!   only one process writes them) it is written after a `HEAD`, then read back after
+//!   [`META_SETTLE`], and a different answer (another writer's) is reported as `false`.
+//!   That makes a branch move cost a second, and the read-back catches a racing writer
+//!   only if both writes land within [`META_SETTLE`]: several servers committing to one
+//!   bucket need conditional writes.
 
 use std::fmt;
 use std::str::FromStr;
@@ -519,20 +524,27 @@ impl S3Backend {
         if self.head(&path).await?.is_some() {
             return Ok(false);
         }
-        if !key.as_str().starts_with(META_PREFIX) {
+        if key.is_content_addressed() {
             self.put_overwrite(&path, data).await?;
             return Ok(true);
         }
         if self.mode != ConditionalPut::Disabled {
+            let advice = if key.as_str().starts_with(META_PREFIX) {
+                "two processes creating this store at once could each write a different value. \
+                 Open it once with conditional puts off (xet serve --s3-conditional-put off) \
+                 while no other process opens it"
+            } else {
+                "two servers writing this repository at once could each see their write \
+                 succeed. Use a server that honours them, or run a single server with \
+                 conditional puts off (xet serve --s3-conditional-put off)"
+            };
             return Err(CasError::Storage(format!(
                 "cannot create s3://{}/{path}: the server at {} does not honour conditional writes \
-                 (If-None-Match: *), so two processes creating this store at once could each write \
-                 a different value. Open it once with conditional puts off (xet serve \
-                 --s3-conditional-put off) while no other process opens it",
+                 (If-None-Match: *), so {advice}",
                 self.bucket, self.endpoint
             )));
         }
-        tracing::warn!(object = %path, "creating a metadata object without a conditional write");
+        tracing::warn!(object = %path, "creating an object that is not content-addressed without a conditional write");
         self.put_overwrite(&path, data.clone()).await?;
         tokio::time::sleep(META_SETTLE).await;
         match self.get(key).await? {

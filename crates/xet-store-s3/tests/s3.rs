@@ -132,6 +132,90 @@ async fn cas_conformance_unkeyed_no_prefix() {
 }
 
 // ---------------------------------------------------------------------------------------
+// The repository-store suite: two stores on one bucket and prefix (two servers), a fresh
+// bucket per case.
+
+async fn twins(moto: &MotoServer) -> conformance::repos::Twins {
+    let cfg = fresh(moto, "hub/store", ConditionalPut::Auto);
+    let a = open_store(cfg.clone()).await.expect("open a");
+    let b = open_store(cfg).await.expect("open b");
+    conformance::repos::Twins::new(a, b)
+}
+
+macro_rules! repo_cases {
+    ($($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let Some(moto) = shared_moto() else { return };
+                xet_cas_conformance::repos::$case(&super::twins(moto).await).await;
+            }
+        )*
+    };
+}
+
+mod repo_store_conformance {
+    use super::*;
+    repo_cases!(
+        records,
+        commits,
+        branches,
+        concurrent_commits,
+        visible_across_instances,
+        stale_parent,
+        sha256_claims,
+        verified_sha256
+    );
+}
+
+/// Hub objects are `PREFIX/hub/…` keys nested several levels deep; listing finds them
+/// under any prefix of theirs and ignores foreign keys among them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hub_keys_nest_under_the_prefix() {
+    let Some(moto) = shared_moto() else { return };
+    let cfg = fresh(moto, "team/xet", ConditionalPut::Auto);
+    let bucket = cfg.bucket.clone();
+    let b = S3Backend::open(cfg).await.unwrap();
+    let (rk, bk) = ([0xab; 16], [0x01; 16]);
+    let keys = [
+        ObjectKey::hub_record(&rk),
+        ObjectKey::hub_commit(&rk, &[0xcd; 20]),
+        ObjectKey::hub_branch_version(&rk, &bk, 1),
+        ObjectKey::hub_branch_version(&rk, &bk, 2),
+        ObjectKey::hub_sha256(&[0xef; 32]),
+    ];
+    for k in &keys {
+        assert_eq!(
+            b.put_if_absent(k, Bytes::from_static(b"{}")).await,
+            Ok(true),
+            "{k}"
+        );
+        assert_eq!(
+            b.put_if_absent(k, Bytes::from_static(b"[]")).await,
+            Ok(false),
+            "{k}"
+        );
+    }
+    let branch = ObjectKey::hub_branch_prefix(&rk, &bk);
+    raw_put(moto, &bucket, &format!("team/xet/{branch}README"), b"x").await;
+    raw_put(moto, &bucket, "team/xet/hub/repos/x/record", b"x").await;
+    assert_eq!(b.list(&branch).await.unwrap(), keys[2..4].to_vec());
+    assert_eq!(
+        b.list(&ObjectKey::hub_branches_prefix(&rk)).await.unwrap(),
+        keys[2..4].to_vec()
+    );
+    let mut all = keys.to_vec();
+    all.sort();
+    assert_eq!(b.list("hub/").await.unwrap(), all);
+    assert_eq!(b.list("").await.unwrap(), all);
+    assert!(
+        raw_keys(moto, &bucket)
+            .await
+            .contains(&format!("team/xet/{}", keys[2]))
+    );
+}
+
+// ---------------------------------------------------------------------------------------
 // Conditional writes.
 
 /// moto honours `If-None-Match: *` on PutObject: the second conditional write of a key
@@ -273,6 +357,39 @@ async fn a_server_ignoring_conditional_writes_is_detected() {
     assert_eq!(b.get(&secret).await, Ok(None));
     let e = open_store(cfg(ConditionalPut::Auto)).await.unwrap_err();
     assert!(e.to_string().contains("meta/dedup-secret"), "{e}");
+    // Likewise repository records and branch versions (a branch would lose commits);
+    // commits and verified sha256s are content-addressed and written.
+    let (rk, bk) = ([1; 16], [2; 16]);
+    for key in [
+        ObjectKey::hub_record(&rk),
+        ObjectKey::hub_branch_version(&rk, &bk, 1),
+    ] {
+        let e = b
+            .put_if_absent(&key, Bytes::from_static(b"{}"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("conditional writes") && e.contains("s3-conditional-put off"),
+            "{e}"
+        );
+        assert_eq!(b.get(&key).await, Ok(None));
+    }
+    for key in [
+        ObjectKey::hub_commit(&rk, &[3; 20]),
+        ObjectKey::hub_sha256(&[4; 32]),
+    ] {
+        assert_eq!(
+            b.put_if_absent(&key, Bytes::from_static(b"c")).await,
+            Ok(true),
+            "{key}"
+        );
+        assert_eq!(
+            b.put_if_absent(&key, Bytes::from_static(b"c")).await,
+            Ok(false),
+            "{key}"
+        );
+    }
 
     // Off: the operator creates it (one process); then Auto opens it and never replaces it.
     let store = open_store(cfg(ConditionalPut::Disabled)).await.unwrap();

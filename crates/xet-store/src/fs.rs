@@ -6,14 +6,15 @@
 //! ROOT/xorbs/<hash>          stored xorbs (chunk region + footer)
 //! ROOT/shards/<hash>.mdb     stored shards (footer + lookup tables)
 //! ROOT/meta/<name>           store metadata (the dedup-key secret)
+//! ROOT/hub/…                 Hub repositories and sha256 records, in nested directories
 //! ROOT/tmp/                  objects being written
 //! ```
 //!
 //! Every object is written to `tmp/`, fsynced, then linked into place with a
-//! no-clobber `link(2)` (falling back to `rename(2)` where hard links are not supported)
-//! and the directory fsynced, so a reader (in this or another process) sees either no
-//! object or the complete one, and a crash leaves at most a stray file in `tmp/`. Objects
-//! are never modified afterwards; several processes may share one root.
+//! no-clobber `link(2)` (falling back to a no-clobber `rename(2)` where hard links are not
+//! supported) and the directory fsynced, so a reader (in this or another process) sees
+//! either no object or the complete one, and a crash leaves at most a stray file in
+//! `tmp/`. Objects are never modified afterwards; several processes may share one root.
 
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -25,8 +26,8 @@ use bytes::Bytes;
 use xet_cas::{ByteRange, CasError, Result};
 
 use crate::{
-    META_PREFIX, ObjectBackend, ObjectKey, SHARD_PREFIX, StoreCas, StoreConfig, XORB_PREFIX,
-    check_range,
+    HUB_PREFIX, META_PREFIX, ObjectBackend, ObjectKey, SHARD_PREFIX, StoreCas, StoreConfig,
+    XORB_PREFIX, check_range,
 };
 
 /// Temporary files older than this are removed on open (they belong to writers that died).
@@ -298,30 +299,117 @@ mod direct {
     }
 }
 
+/// Create `dir` and the missing directories above it, up to `root` (hub keys nest), each
+/// made durable by syncing the directory that holds it, so an object placed below is
+/// never lost with a directory entry that was not written out.
+fn make_dirs(root: &Path, dir: &Path) -> Result<()> {
+    if dir == root || dir.is_dir() {
+        return Ok(());
+    }
+    let Some(parent) = dir.parent() else {
+        return Ok(());
+    };
+    make_dirs(root, parent)?;
+    match std::fs::create_dir(dir) {
+        Ok(()) => sync_dir(parent),
+        // Another writer made it meanwhile.
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io_err(format!("creating {}", dir.display()), e)),
+    }
+}
+
 /// Move `tmp` to `dst` unless `dst` exists. Returns whether it was placed.
-fn place(tmp: &Path, dst: &Path) -> Result<bool> {
+/// `content_addressed`: every writer of `dst` writes the same bytes
+/// ([`ObjectKey::is_content_addressed`]).
+fn place(tmp: &Path, dst: &Path, content_addressed: bool) -> Result<bool> {
     let placed = match std::fs::hard_link(tmp, dst) {
         Ok(()) => true,
         Err(e) if e.kind() == ErrorKind::AlreadyExists => false,
-        Err(link_err) => {
-            // No hard links here (some network or FUSE filesystems): rename, which replaces
-            // atomically. Objects are content-addressed, so a racing writer of the same key
-            // writes the same bytes; only the `true` answer may then be reported twice.
-            if dst.exists() {
-                false
-            } else {
-                std::fs::rename(tmp, dst).map_err(|e| {
-                    io_err(
-                        format!("placing {} (link failed: {link_err})", dst.display()),
-                        e,
-                    )
-                })?;
-                return Ok(true);
-            }
-        }
+        // No hard links here (some network or FUSE filesystems).
+        Err(link_err) => return rename_into_place(tmp, dst, content_addressed, &link_err),
     };
     let _ = std::fs::remove_file(tmp);
     Ok(placed)
+}
+
+/// [`place`] where hard links are not supported: a rename that refuses to replace
+/// (`renameat2(RENAME_NOREPLACE)`, Linux) is as good as a link. Where that is not
+/// supported either, a content-addressed object is renamed after an existence check
+/// (a racing writer of the same key writes the same bytes, so only the `true` answer may
+/// be reported twice); any other object would lose a racing writer's bytes, so it is an
+/// error.
+fn rename_into_place(
+    tmp: &Path,
+    dst: &Path,
+    content_addressed: bool,
+    link_err: &std::io::Error,
+) -> Result<bool> {
+    let placing = |e: std::io::Error| {
+        io_err(
+            format!("placing {} (link failed: {link_err})", dst.display()),
+            e,
+        )
+    };
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::fs::{CWD, RenameFlags, renameat_with};
+        use rustix::io::Errno;
+        match renameat_with(CWD, tmp, CWD, dst, RenameFlags::NOREPLACE) {
+            Ok(()) => return Ok(true),
+            Err(Errno::EXIST) => {
+                let _ = std::fs::remove_file(tmp);
+                return Ok(false);
+            }
+            Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {}
+            Err(e) => return Err(placing(e.into())),
+        }
+    }
+    if !content_addressed {
+        return Err(CasError::Storage(format!(
+            "cannot write {} without replacing a racing writer's: this filesystem supports              neither hard links ({link_err}) nor renames that refuse to replace",
+            dst.display()
+        )));
+    }
+    if dst.exists() {
+        let _ = std::fs::remove_file(tmp);
+        return Ok(false);
+    }
+    std::fs::rename(tmp, dst).map_err(placing)?;
+    Ok(true)
+}
+
+/// Add the hub keys under `ROOT/<start>` (a directory path ending in `/`, at or below
+/// `hub/`) that start with `prefix` to `out`, walking the nested directories.
+fn list_hub(root: &Path, start: &str, prefix: &str, out: &mut Vec<ObjectKey>) -> Result<()> {
+    // No key has more than 5 directories (`hub/repos/<rk>/branches/<bk>/`): deeper ones
+    // are foreign and not walked.
+    const MAX_DEPTH: usize = 5;
+    let path = root.join(start.trim_end_matches('/'));
+    let entries = match std::fs::read_dir(&path) {
+        Ok(e) => e,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err(format!("listing {}", path.display()), e)),
+    };
+    for e in entries {
+        let e = e.map_err(|e| io_err(format!("listing {}", path.display()), e))?;
+        let Some(name) = e.file_name().to_str().map(|n| format!("{start}{n}")) else {
+            continue;
+        };
+        let ty = e
+            .file_type()
+            .map_err(|err| io_err(format!("stat {}", e.path().display()), err))?;
+        if ty.is_dir() {
+            let dir = format!("{name}/");
+            if dir.matches('/').count() <= MAX_DEPTH
+                && (dir.starts_with(prefix) || prefix.starts_with(&dir))
+            {
+                list_hub(root, &dir, prefix, out)?;
+            }
+        } else if let Some(k) = ObjectKey::parse(&name).filter(|k| k.as_str().starts_with(prefix)) {
+            out.push(k);
+        }
+    }
+    Ok(())
 }
 
 #[async_trait::async_trait]
@@ -332,14 +420,19 @@ impl ObjectBackend for FsBackend {
 
     async fn put_parts_if_absent(&self, key: &ObjectKey, parts: Vec<Bytes>) -> Result<bool> {
         let dst = self.path_of(key);
+        let root = self.root.clone();
         let tmp_dir = self.root.join(TMP_DIR);
         let direct_ok = Arc::clone(&self.direct_ok);
+        let content_addressed = key.is_content_addressed();
         blocking(move || {
             if dst.exists() {
                 return Ok(false);
             }
+            if let Some(parent) = dst.parent() {
+                make_dirs(&root, parent)?;
+            }
             let tmp = write_tmp(&tmp_dir, &parts, &direct_ok)?;
-            let placed = match place(&tmp, &dst) {
+            let placed = match place(&tmp, &dst, content_addressed) {
                 Ok(p) => p,
                 Err(e) => {
                     let _ = std::fs::remove_file(&tmp);
@@ -441,6 +534,13 @@ impl ObjectBackend for FsBackend {
                         out.push(k);
                     }
                 }
+            }
+            // Hub keys nest: walk from the deepest directory `prefix` names.
+            if prefix.starts_with(HUB_PREFIX) {
+                let start = prefix.rfind('/').map_or(HUB_PREFIX, |i| &prefix[..=i]);
+                list_hub(&root, start, &prefix, &mut out)?;
+            } else if HUB_PREFIX.starts_with(prefix.as_str()) {
+                list_hub(&root, HUB_PREFIX, &prefix, &mut out)?;
             }
             out.sort();
             Ok(out)

@@ -32,6 +32,18 @@ mod fs_unkeyed {
     xet_cas_conformance::cas_conformance_tests!(super::make_unkeyed);
 }
 
+/// Two stores on one directory: two processes (or servers) sharing it.
+async fn make_twins() -> conformance::repos::Twins {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = open_store(dir.path()).await.expect("open a");
+    let b = open_store(dir.path()).await.expect("open b");
+    conformance::repos::Twins::with_guard(a, b, dir)
+}
+
+mod fs_repos {
+    xet_cas_conformance::repo_store_conformance_tests!(super::make_twins);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fs_backend_conformance() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -177,4 +189,102 @@ async fn two_instances_share_a_directory() {
     );
     assert!(!ka.is_zero());
     assert_eq!(ka, kb);
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Repositories live under `hub/` in nested directories named by hashes only, as
+/// `docs/STORE.md` says; foreign files there are ignored, and the CAS side (refresh,
+/// shard listing) never looks at them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hub_layout_is_as_documented_and_ignored_by_the_cas() {
+    use xet_hub::{BranchName, CommitMeta, FileEntry, Operation, RepoId, RepoPath, RepoRef};
+    use xet_hub::{RepoStore, RepoType, Repos, Revision};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = std::sync::Arc::new(open_store(dir.path()).await.expect("open"));
+    let repos = Repos::new(store.clone());
+    let r = RepoRef::new(RepoType::Model, RepoId::parse("org/name").unwrap());
+    repos.create(&r, "alice", false, 1).await.expect("create");
+    let ops = [Operation::Add {
+        path: RepoPath::parse("a/b.txt").unwrap(),
+        entry: FileEntry::regular(xet_hash::chunk_hash(b"x"), b"x"),
+    }];
+    let main = BranchName::main();
+    let committed = repos
+        .commit_to_branch(&r, &main, None, &ops, &CommitMeta::default())
+        .await
+        .expect("commit");
+    let sha = [9u8; 32];
+    store
+        .record_verified_sha256(&sha, &xet_hash::chunk_hash(b"x"))
+        .await
+        .unwrap();
+
+    let rk = hex(&xet_store::hub_repo_name(&r));
+    let bk = hex(&xet_store::hub_branch_name(&main));
+    let repo_dir = dir.path().join("hub/repos").join(&rk);
+    let mut commits = store_files(&repo_dir, "commits");
+    commits.retain(|p| p.file_name().unwrap() == committed.id.to_string().as_str());
+    assert_eq!(commits.len(), 1, "commit stored by id");
+    assert_eq!(
+        store_files(&repo_dir, "commits").len(),
+        2,
+        "initial commit and one more"
+    );
+    assert!(repo_dir.join("record").is_file());
+    let versions: Vec<String> = store_files(&repo_dir.join("branches"), &bk)
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(versions, ["00000000000000000001", "00000000000000000002"]);
+    let head = std::fs::read(repo_dir.join("branches").join(&bk).join(&versions[1])).unwrap();
+    let head: serde_json::Value = serde_json::from_slice(&head).unwrap();
+    assert_eq!(head["name"], "main");
+    assert_eq!(head["commit"], committed.id.to_string());
+    assert!(dir.path().join("hub/sha256").join(hex(&sha)).is_file());
+
+    // Foreign files in and next to the hub tree: not keys, never listed or read.
+    std::fs::write(repo_dir.join("branches").join(&bk).join("README"), b"x").unwrap();
+    std::fs::write(repo_dir.join("branches").join(&bk).join("3"), b"x").unwrap();
+    std::fs::write(dir.path().join("hub/notes.txt"), b"x").unwrap();
+    std::fs::create_dir_all(repo_dir.join("branches").join(&bk).join("deeper/still")).unwrap();
+    std::fs::write(
+        repo_dir.join("branches").join(&bk).join("deeper/still/x"),
+        b"x",
+    )
+    .unwrap();
+    let listed = store.backend().list("hub/").await.unwrap();
+    assert_eq!(
+        listed.len(),
+        6,
+        "record, 2 commits, 2 versions, 1 sha256: {listed:?}"
+    );
+    assert_eq!(
+        store.backend().list("").await.unwrap().len(),
+        7,
+        "and the dedup secret"
+    );
+    let (id, _) = repos
+        .resolve(&r, &Revision::Branch(main.clone()))
+        .await
+        .unwrap();
+    assert_eq!(id, committed.id);
+
+    assert_eq!(
+        store.refresh().await.unwrap(),
+        0,
+        "no shard among the hub objects"
+    );
+    assert!(store.backend().list("shards/").await.unwrap().is_empty());
+    drop(repos);
+    drop(store);
+    let reopened = open_store(dir.path()).await.expect("reopen");
+    assert_eq!(reopened.stats().shards, 0);
+    assert_eq!(
+        reopened.branch(&r, &main).await.unwrap().map(|h| h.commit),
+        Some(committed.id),
+        "the head survives a restart"
+    );
 }

@@ -31,6 +31,18 @@ mod memory_unkeyed {
     xet_cas_conformance::cas_conformance_tests!(super::make_unkeyed);
 }
 
+/// Two stores over one in-memory backend: two processes sharing a store.
+async fn make_twins() -> conformance::repos::Twins {
+    let backend = MemoryBackend::new();
+    let a = StoreCas::open(backend.clone()).await.expect("open a");
+    let b = StoreCas::open(backend).await.expect("open b");
+    conformance::repos::Twins::new(a, b)
+}
+
+mod memory_repos {
+    xet_cas_conformance::repo_store_conformance_tests!(super::make_twins);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_backend_conformance() {
     conformance::backend::run_all(&MemoryBackend::new()).await;

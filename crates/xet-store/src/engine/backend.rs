@@ -19,11 +19,28 @@ pub const XORB_PREFIX: &str = "xorbs/";
 pub const SHARD_PREFIX: &str = "shards/";
 /// Prefix of store metadata: `meta/<name>`.
 pub const META_PREFIX: &str = "meta/";
+/// Prefix of Hub repositories and sha256 records: `hub/…` (see `docs/STORE.md`).
+pub const HUB_PREFIX: &str = "hub/";
 const SHARD_SUFFIX: &str = ".mdb";
+const HUB_REPOS: &str = "hub/repos/";
+const HUB_SHA256: &str = "hub/sha256/";
 
-/// The name of an object. Only three shapes exist, and every one is safe as a relative
-/// file path or an S3 key: `xorbs/<hash>`, `shards/<hash>.mdb` and `meta/<name>` where
-/// `<hash>` is a 64-digit XET hash string and `<name>` is `[a-z0-9-]{1,64}`.
+/// A repository or branch name as it appears in a hub key: the first 16 bytes of its
+/// SHA-256, never the name itself (see `xet_store`'s `RepoStore` implementation).
+pub type HubName = [u8; 16];
+
+/// The name of an object. Only four shapes exist, and every one is safe as a relative
+/// file path or an S3 key: `xorbs/<hash>`, `shards/<hash>.mdb`, `meta/<name>` where
+/// `<hash>` is a 64-digit XET hash string and `<name>` is `[a-z0-9-]{1,64}`, and the hub
+/// objects, built from fixed-size hashes only (lowercase hex; `<rk>` and `<bk>` are a
+/// [`HubName`] of a repository and a branch, `<version>` 20 decimal digits):
+///
+/// ```text
+/// hub/repos/<rk>/record
+/// hub/repos/<rk>/commits/<40 hex commit id>
+/// hub/repos/<rk>/branches/<bk>/<version>
+/// hub/sha256/<64 hex sha256>
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey(String);
 
@@ -45,8 +62,63 @@ impl ObjectKey {
         ObjectKey(format!("{META_PREFIX}{name}"))
     }
 
+    /// The record of a repository.
+    pub fn hub_record(repo: &HubName) -> Self {
+        ObjectKey(format!("{HUB_REPOS}{}/record", hex(repo)))
+    }
+
+    /// Commit `id` (the SHA-1 of its bytes) of a repository.
+    pub fn hub_commit(repo: &HubName, id: &[u8; 20]) -> Self {
+        ObjectKey(format!("{HUB_REPOS}{}/commits/{}", hex(repo), hex(id)))
+    }
+
+    /// The prefix every branch object of a repository starts with.
+    pub fn hub_branches_prefix(repo: &HubName) -> String {
+        format!("{HUB_REPOS}{}/branches/", hex(repo))
+    }
+
+    /// The prefix every version of one branch starts with.
+    pub fn hub_branch_prefix(repo: &HubName, branch: &HubName) -> String {
+        format!("{}{}/", Self::hub_branches_prefix(repo), hex(branch))
+    }
+
+    /// Version `version` of a branch: where it pointed after its `version`-th move.
+    pub fn hub_branch_version(repo: &HubName, branch: &HubName, version: u64) -> Self {
+        ObjectKey(format!(
+            "{}{version:020}",
+            Self::hub_branch_prefix(repo, branch)
+        ))
+    }
+
+    /// The verified file of a sha256.
+    pub fn hub_sha256(sha256: &[u8; 32]) -> Self {
+        ObjectKey(format!("{HUB_SHA256}{}", hex(sha256)))
+    }
+
+    /// The branch and version of a [`hub_branch_version`](Self::hub_branch_version) key.
+    pub fn branch_version(&self) -> Option<(HubName, u64)> {
+        let rest = self.0.strip_prefix(HUB_REPOS)?;
+        match rest.split('/').collect::<Vec<_>>()[..] {
+            [_, "branches", bk, v] => Some((unhex(bk)?, parse_version(v)?)),
+            _ => None,
+        }
+    }
+
+    /// Whether every writer of this key writes the same bytes (the name is a hash of the
+    /// content, or the content a function of the name), so that a racing writer
+    /// overwriting it changes nothing. Backends that cannot put-if-absent atomically may
+    /// write only these with a check and a plain write; the others (metadata, repository
+    /// records, branch versions) need a real put-if-absent.
+    pub fn is_content_addressed(&self) -> bool {
+        // A verified sha256 names one content, whose Xet hash is a function of it.
+        self.0.starts_with(XORB_PREFIX)
+            || self.0.starts_with(SHARD_PREFIX)
+            || self.0.starts_with(HUB_SHA256)
+            || (self.0.starts_with(HUB_REPOS) && self.0.contains("/commits/"))
+    }
+
     /// Parse a key found while listing a backend; `None` for anything that is not one of
-    /// the three shapes (foreign files are ignored, never served).
+    /// the four shapes (foreign files are ignored, never served).
     pub fn parse(s: &str) -> Option<Self> {
         if let Some(h) = s.strip_prefix(XORB_PREFIX) {
             return parse_hash(h).map(|h| ObjectKey::xorb(&h));
@@ -56,6 +128,9 @@ impl ObjectKey {
         }
         if let Some(name) = s.strip_prefix(META_PREFIX) {
             return valid_meta_name(name).then(|| ObjectKey(s.to_string()));
+        }
+        if let Some(rest) = s.strip_prefix(HUB_PREFIX) {
+            return valid_hub_key(rest).then(|| ObjectKey(s.to_string()));
         }
         None
     }
@@ -94,6 +169,51 @@ fn parse_hash(s: &str) -> Option<MerkleHash> {
         return None;
     }
     MerkleHash::from_hex(s).ok()
+}
+
+/// Whether `rest` (a key after `hub/`) is one of the shapes the `hub_*` constructors build.
+fn valid_hub_key(rest: &str) -> bool {
+    match rest.split('/').collect::<Vec<_>>()[..] {
+        ["repos", rk, "record"] => is_hex(rk, 32),
+        ["repos", rk, "commits", id] => is_hex(rk, 32) && is_hex(id, 40),
+        ["repos", rk, "branches", bk, v] => {
+            is_hex(rk, 32) && is_hex(bk, 32) && parse_version(v).is_some()
+        }
+        ["sha256", h] => is_hex(h, 64),
+        _ => false,
+    }
+}
+
+/// `len` lowercase hex digits (the only form the constructors write, so one name has
+/// exactly one key).
+fn is_hex(s: &str, len: usize) -> bool {
+    s.len() == len
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
+    if !is_hex(s, 2 * N) {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (o, pair) in out.iter_mut().zip(s.as_bytes().chunks(2)) {
+        let digits = std::str::from_utf8(pair).ok()?;
+        *o = u8::from_str_radix(digits, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// A branch version: exactly 20 decimal digits holding a `u64`.
+fn parse_version(s: &str) -> Option<u64> {
+    if s.len() != 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
 }
 
 fn valid_meta_name(name: &str) -> bool {
@@ -294,6 +414,76 @@ mod tests {
             "",
         ] {
             assert_eq!(ObjectKey::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn hub_keys_round_trip_and_reject_everything_else() {
+        let (rk, bk) = ([0xab; 16], [0x01; 16]);
+        let record = ObjectKey::hub_record(&rk);
+        let commit = ObjectKey::hub_commit(&rk, &[0xcd; 20]);
+        let version = ObjectKey::hub_branch_version(&rk, &bk, 7);
+        let sha = ObjectKey::hub_sha256(&[0xef; 32]);
+        let rks = "ab".repeat(16);
+        assert_eq!(record.as_str(), format!("hub/repos/{rks}/record"));
+        assert_eq!(
+            commit.as_str(),
+            format!("hub/repos/{rks}/commits/{}", "cd".repeat(20))
+        );
+        assert_eq!(
+            version.as_str(),
+            format!(
+                "hub/repos/{rks}/branches/{}/00000000000000000007",
+                "01".repeat(16)
+            )
+        );
+        assert_eq!(sha.as_str(), format!("hub/sha256/{}", "ef".repeat(32)));
+        for k in [&record, &commit, &version, &sha] {
+            assert_eq!(ObjectKey::parse(k.as_str()).as_ref(), Some(k));
+        }
+        assert!(
+            version
+                .as_str()
+                .starts_with(&ObjectKey::hub_branch_prefix(&rk, &bk))
+        );
+        assert!(
+            version
+                .as_str()
+                .starts_with(&ObjectKey::hub_branches_prefix(&rk))
+        );
+        assert_eq!(version.branch_version(), Some((bk, 7)));
+        let last = ObjectKey::hub_branch_version(&rk, &bk, u64::MAX);
+        assert_eq!(
+            ObjectKey::parse(last.as_str()).and_then(|k| k.branch_version()),
+            Some((bk, u64::MAX))
+        );
+        assert_eq!(commit.branch_version(), None);
+        assert!(commit.is_content_addressed() && sha.is_content_addressed());
+        assert!(!record.is_content_addressed() && !version.is_content_addressed());
+        assert!(!ObjectKey::meta("dedup-secret").is_content_addressed());
+
+        let b = "01".repeat(16);
+        for bad in [
+            format!("hub/repos/{rks}"),
+            format!("hub/repos/{rks}/"),
+            format!("hub/repos/{rks}/record/x"),
+            format!("hub/repos/{}/record", "AB".repeat(16)),
+            format!("hub/repos/{}/record", "ab".repeat(15)),
+            "hub/repos/org/model/record".to_string(),
+            format!("hub/repos/{rks}/commits/{}", "cd".repeat(19)),
+            format!("hub/repos/{rks}/commits/{}.tmp", "cd".repeat(20)),
+            format!("hub/repos/{rks}/branches/{b}"),
+            format!("hub/repos/{rks}/branches/{b}/7"),
+            format!("hub/repos/{rks}/branches/{b}/99999999999999999999"),
+            format!("hub/repos/{rks}/branches/main/00000000000000000001"),
+            format!("hub/repos/{rks}/branches/{b}/00000000000000000001/x"),
+            format!("hub/repos/{rks}/tags/{b}"),
+            format!("hub/sha256/{}", "ef".repeat(31)),
+            format!("hub/sha256/../{}", "ef".repeat(31)),
+            "hub/".to_string(),
+            "hub/x".to_string(),
+        ] {
+            assert_eq!(ObjectKey::parse(&bad), None, "{bad}");
         }
     }
 }

@@ -13,6 +13,7 @@ use super::index::{Index, IndexStats};
 use super::keys::{DedupKeys, KeyRing};
 use super::meta::XorbMeta;
 use super::plan;
+use super::repos::ClaimRefresh;
 use super::validate;
 use xet_cas::{ByteRange, Cas, CasError, ObjectKind, Reconstruction, Result, XorbBody, XorbFetch};
 
@@ -52,10 +53,14 @@ impl Default for StoreConfig {
 
 /// A content-addressed store over an object backend: validates every upload, keeps
 /// xorbs (footered) and shards (stored form) in the backend, and answers
-/// reconstructions and dedup queries from an in-memory index rebuilt on open.
+/// reconstructions and dedup queries from an in-memory index rebuilt on open. It is also
+/// the store of Hub repositories (`xet_hub::RepoStore`, in `repos`), kept in the same
+/// backend and never cached.
 pub struct StoreCas<B> {
     backend: B,
-    index: Index,
+    pub(super) index: Index,
+    /// The index refreshes asked for by sha256 lookups (`RepoStore`, in `repos`).
+    pub(super) claim_refresh: ClaimRefresh,
     keys: KeyRing,
     config: StoreConfig,
 }
@@ -94,6 +99,7 @@ impl<B: ObjectBackend> StoreCas<B> {
         let store = StoreCas {
             keys: KeyRing::new(secret, config.dedup_keys),
             index: Index::new(config.meta_cache_bytes),
+            claim_refresh: ClaimRefresh::default(),
             backend,
             config,
         };
@@ -234,6 +240,26 @@ impl<B: ObjectBackend> StoreCas<B> {
     }
 }
 
+impl<B: ObjectBackend> StoreCas<B> {
+    /// The index entry of `file`. A miss refreshes the index once (shared and paced as
+    /// for sha256 claims, see `refresh_since`) before it is believed: another process on
+    /// the same backend may have registered the file a moment ago, and a client that
+    /// uploaded through one server and reads through another must find it at once.
+    async fn file_entry(&self, file: &MerkleHash) -> Result<Option<Arc<plan::FileEntry>>> {
+        if let Some(e) = self.index.file(file) {
+            return Ok(Some(e));
+        }
+        self.refresh_since(tokio::time::Instant::now()).await?;
+        Ok(self.index.file(file))
+    }
+
+    /// A 32-byte key for `context` derived from the store's secret: the same in every
+    /// process on this backend (e.g. what signs the CAS tokens `xet serve` mints).
+    pub fn derive_key(&self, context: &str) -> [u8; 32] {
+        self.keys.derive(context)
+    }
+}
+
 async fn load_secret<B: ObjectBackend>(backend: &B) -> Result<[u8; 32]> {
     let key = ObjectKey::meta(DEDUP_SECRET_KEY);
     if backend.get(&key).await?.is_none() {
@@ -334,7 +360,7 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
         if file.is_zero() {
             return Ok(Some(0));
         }
-        Ok(self.index.file(file).map(|e| e.size()))
+        Ok(self.file_entry(file).await?.map(|e| e.size()))
     }
 
     async fn reconstruction(
@@ -345,7 +371,7 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
         if file.is_zero() {
             return xet_cas::empty_file_reconstruction(range);
         }
-        let entry = self.index.file(file).ok_or(CasError::NotFound {
+        let entry = self.file_entry(file).await?.ok_or(CasError::NotFound {
             kind: ObjectKind::File,
             hash: *file,
         })?;

@@ -34,6 +34,9 @@ struct State {
     shards: HashSet<MerkleHash>,
     /// Chunk region length of every xorb known to be stored.
     xorb_sizes: HashMap<MerkleHash, u64>,
+    /// sha256 (FileMetadataExt) → files whose shards claim it (no duplicates, first
+    /// registered first). Claims only: nothing here has read the files.
+    sha256: HashMap<[u8; 32], Vec<MerkleHash>>,
 }
 
 /// Xorb footers, bounded by approximate heap size (oldest inserted evicted first).
@@ -105,6 +108,11 @@ impl Index {
         self.read().xorb_sizes.get(h).copied()
     }
 
+    /// Files whose shards claim content with this sha256, first registered first.
+    pub(crate) fn files_claiming(&self, sha256: &[u8; 32]) -> Vec<MerkleHash> {
+        self.read().sha256.get(sha256).cloned().unwrap_or_default()
+    }
+
     pub(crate) fn dedup_xorbs(&self, chunk: &MerkleHash) -> Option<Vec<MerkleHash>> {
         self.read().dedup.get(chunk).cloned()
     }
@@ -152,6 +160,14 @@ impl Index {
         let mut st = self.write();
         for (h, e) in files {
             st.files.entry(h).or_insert(e);
+        }
+        for f in &c.files {
+            if let Some(sha256) = f.sha256 {
+                let claims = st.sha256.entry(sha256).or_default();
+                if !claims.contains(&f.hash) {
+                    claims.push(f.hash);
+                }
+            }
         }
         for m in metas.values() {
             st.xorb_sizes.insert(m.hash, m.region_len());

@@ -53,6 +53,12 @@ impl KeyRing {
         }
     }
 
+    /// A key for another purpose, derived from the store secret with `context` (so it is
+    /// the same in every process sharing the backend, and tells nothing of the secret).
+    pub(crate) fn derive(&self, context: &str) -> [u8; 32] {
+        xet_hash::keyed_chunk_hash(&self.secret, &xet_hash::chunk_hash(context.as_bytes())).0
+    }
+
     /// The key for unix time `now` (seconds); `None` when unkeyed.
     pub(crate) fn key_at(&self, now: u64) -> Option<MerkleHash> {
         let DedupKeys::Rotating { period } = self.mode else {

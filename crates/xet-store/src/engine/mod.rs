@@ -9,15 +9,18 @@ mod index;
 mod keys;
 mod meta;
 mod plan;
+mod repos;
 mod validate;
 
 pub use backend::{
-    META_PREFIX, MemoryBackend, ObjectBackend, ObjectKey, SHARD_PREFIX, XORB_PREFIX, check_range,
+    HUB_PREFIX, HubName, META_PREFIX, MemoryBackend, ObjectBackend, ObjectKey, SHARD_PREFIX,
+    XORB_PREFIX, check_range,
 };
 pub use cas::{DEDUP_SECRET_KEY, REFRESH_INTERVAL, StoreCas, StoreConfig};
 pub use index::IndexStats;
 pub use keys::DedupKeys;
 pub use meta::XorbMeta;
+pub use repos::{hub_branch_name, hub_repo_name};
 
 /// A store kept entirely in memory.
 pub type MemoryStore = StoreCas<MemoryBackend>;

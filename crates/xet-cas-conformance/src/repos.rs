@@ -1,0 +1,754 @@
+//! Conformance of [`RepoStore`] implementations: the contract written in
+//! `xet_hub::store`, checked through two instances of one store over the same backend
+//! ([`Twins`]: two processes, or two servers on one directory or bucket).
+//!
+//! Each case takes **fresh, empty** twins; failures panic with a message naming the case
+//! and what differed. Run them all with
+//! [`repo_store_conformance_tests!`](crate::repo_store_conformance_tests) (one
+//! `#[tokio::test]` per case) or [`run_all`]. The cases:
+//!
+//! - [`records`]: creating a repository twice gives `false` (through either instance),
+//!   records round-trip, the type is part of the name;
+//! - [`commits`]: commits round-trip byte for byte, storing one again is a no-op, each
+//!   repository has its own;
+//! - [`branches`]: creation, compare-and-swap from the current head, refusal from a stale
+//!   or forged head, listing sorted by name;
+//! - [`concurrent_commits`]: [`COMMITTERS`] concurrent `Repos::commit_to_branch` without a
+//!   parent, split across the instances, all land (every file in the final tree, every
+//!   commit on the parent chain);
+//! - [`visible_across_instances`]: a commit or branch made through one instance is seen
+//!   through the other at once;
+//! - [`stale_parent`]: a commit on a parent that is no longer the head is
+//!   `HubError::ParentMismatch` and changes nothing;
+//! - [`sha256_claims`]: a shard's FileMetadataExt sha256s are claimed through the
+//!   instance that took the shard and, without any explicit refresh, through the other;
+//! - [`verified_sha256`]: the first verified file of a sha256 is kept and shared.
+
+use std::any::Any;
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sha2::Digest as _;
+use xet_cas::Cas;
+use xet_hub::{
+    BranchHead, BranchName, Commit, CommitId, CommitMeta, FileEntry, HubError, Operation, RepoId,
+    RepoPath, RepoRecord, RepoRef, RepoStore, RepoType, Repos, Revision,
+};
+
+use crate::fixture::fixture;
+use crate::{upload_shards, upload_xorbs};
+
+/// How many commits [`concurrent_commits`] races onto one branch.
+pub const COMMITTERS: usize = 12;
+
+/// A store under test: the CAS (to upload the shards whose sha256s are claimed) and the
+/// repository store, as one object.
+pub trait HubStore: Cas + RepoStore {}
+
+impl<T: Cas + RepoStore> HubStore for T {}
+
+/// Two instances of one store over the same backend, plus whatever must outlive them (a
+/// temporary directory, a server). Dropped in order: the stores first, then the guard.
+pub struct Twins {
+    pub a: Arc<dyn HubStore>,
+    pub b: Arc<dyn HubStore>,
+    _guard: Box<dyn Any + Send + Sync>,
+}
+
+impl Twins {
+    pub fn new(a: impl HubStore, b: impl HubStore) -> Self {
+        Self::with_guard(a, b, ())
+    }
+
+    pub fn with_guard(a: impl HubStore, b: impl HubStore, guard: impl Any + Send + Sync) -> Self {
+        Twins {
+            a: Arc::new(a),
+            b: Arc::new(b),
+            _guard: Box::new(guard),
+        }
+    }
+
+    fn repos(&self) -> (Repos, Repos) {
+        let (a, b): (Arc<dyn RepoStore>, Arc<dyn RepoStore>) = (self.a.clone(), self.b.clone());
+        (Repos::new(a), Repos::new(b))
+    }
+}
+
+/// One `#[tokio::test]` per case. `$make` is a function or closure with no arguments
+/// returning a future of fresh, empty [`Twins`]. The calling crate needs `tokio` (macros,
+/// multi-thread runtime) as a dev-dependency.
+///
+/// ```ignore
+/// mod repos {
+///     async fn make() -> xet_cas_conformance::repos::Twins {
+///         let backend = xet_store::MemoryBackend::new();
+///         let a = xet_store::StoreCas::open(backend.clone()).await.unwrap();
+///         let b = xet_store::StoreCas::open(backend).await.unwrap();
+///         xet_cas_conformance::repos::Twins::new(a, b)
+///     }
+///     xet_cas_conformance::repo_store_conformance_tests!(make);
+/// }
+/// ```
+#[macro_export]
+macro_rules! repo_store_conformance_tests {
+    ($make:expr) => {
+        $crate::repo_store_conformance_tests!(@cases $make;
+            records, commits, branches, concurrent_commits, visible_across_instances,
+            stale_parent, sha256_claims, verified_sha256);
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let twins = ($make)().await;
+                $crate::repos::$case(&twins).await;
+            }
+        )*
+    };
+}
+
+/// Every case, each on fresh twins from `make`.
+pub async fn run_all<F, Fut>(make: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Twins>,
+{
+    records(&make().await).await;
+    commits(&make().await).await;
+    branches(&make().await).await;
+    concurrent_commits(&make().await).await;
+    visible_across_instances(&make().await).await;
+    stale_parent(&make().await).await;
+    sha256_claims(&make().await).await;
+    verified_sha256(&make().await).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+fn repo(kind: RepoType, id: &str) -> RepoRef {
+    RepoRef::new(kind, RepoId::parse(id).expect("valid repository id"))
+}
+
+fn branch(name: &str) -> BranchName {
+    BranchName::parse(name).expect("valid branch name")
+}
+
+fn path(p: &str) -> RepoPath {
+    RepoPath::parse(p).expect("valid path")
+}
+
+fn main_branch() -> BranchName {
+    BranchName::main()
+}
+
+/// A regular file entry whose content is `content`.
+fn entry(content: &[u8]) -> FileEntry {
+    FileEntry::regular(xet_hash::chunk_hash(content), content)
+}
+
+fn meta(summary: &str, author: &str) -> CommitMeta {
+    CommitMeta {
+        summary: summary.to_string(),
+        description: String::new(),
+        author: author.to_string(),
+        created_at: 1_700_000_000,
+    }
+}
+
+fn add(p: &str, content: &[u8]) -> Operation {
+    Operation::Add {
+        path: path(p),
+        entry: entry(content),
+    }
+}
+
+/// A commit of `files` on `parent`, encoded: its id and bytes.
+fn commit(parent: Option<CommitId>, summary: &str, files: &[(&str, &[u8])]) -> (CommitId, Bytes) {
+    let c = Commit {
+        version: Commit::VERSION,
+        parent,
+        summary: summary.to_string(),
+        description: String::new(),
+        author: "conformance".to_string(),
+        created_at: 1_700_000_000,
+        files: files.iter().map(|(p, c)| (path(p), entry(c))).collect(),
+    };
+    let (id, bytes) = c.encode();
+    (id, Bytes::from(bytes))
+}
+
+fn record(r: &RepoRef, owner: &str, private: bool) -> RepoRecord {
+    RepoRecord {
+        kind: r.kind.as_str().to_string(),
+        id: r.id.to_string(),
+        private,
+        owner: owner.to_string(),
+        created_at: 1_700_000_000,
+    }
+}
+
+async fn head(store: &dyn RepoStore, r: &RepoRef, b: &BranchName, what: &str) -> BranchHead {
+    match store.branch(r, b).await {
+        Ok(Some(h)) => h,
+        other => panic!("{what}: head of branch {b} of {r}: {other:?}"),
+    }
+}
+
+/// Create `r` through `repos` (an initial commit on `main`) and return that commit.
+async fn create(repos: &Repos, r: &RepoRef, what: &str) -> CommitId {
+    repos
+        .create(r, "alice", false, 1_700_000_000)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: creating {r}: {e}"));
+    head(&**repos.store(), r, &main_branch(), what).await.commit
+}
+
+fn file_names(c: &Commit) -> Vec<String> {
+    c.files.keys().map(|p| p.to_string()).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Cases
+
+/// Records: created once (the second creation, through either instance, is `false` and
+/// changes nothing), read back equal through both; the type is part of the name.
+pub async fn records(t: &Twins) {
+    let r = repo(RepoType::Model, "org/records");
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        assert_eq!(s.repo(&r).await, Ok(None), "records: {who} before creation");
+    }
+    let rec = record(&r, "alice", true);
+    assert_eq!(
+        t.a.create_repo(&r, &rec).await,
+        Ok(true),
+        "records: first creation"
+    );
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        let other = record(&r, &format!("mallory-{who}"), false);
+        assert_eq!(
+            s.create_repo(&r, &other).await,
+            Ok(false),
+            "records: second creation through {who}"
+        );
+    }
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        assert_eq!(
+            s.repo(&r).await,
+            Ok(Some(rec.clone())),
+            "records: the first record, read through {who}"
+        );
+    }
+
+    // Same id, another type: another repository.
+    let d = repo(RepoType::Dataset, "org/records");
+    assert_eq!(
+        t.b.repo(&d).await,
+        Ok(None),
+        "records: dataset of a model's id"
+    );
+    let drec = record(&d, "bob", false);
+    assert_eq!(
+        t.b.create_repo(&d, &drec).await,
+        Ok(true),
+        "records: dataset creation"
+    );
+    assert_eq!(
+        t.a.repo(&d).await,
+        Ok(Some(drec)),
+        "records: dataset record"
+    );
+    assert_eq!(
+        t.a.repo(&r).await,
+        Ok(Some(rec)),
+        "records: model record unchanged"
+    );
+
+    // Through the engine: the second creation is RepoExists, and `main` holds the
+    // initial commit for both instances.
+    let (ra, rb) = t.repos();
+    let s = repo(RepoType::Space, "org/created");
+    let initial = create(&ra, &s, "records").await;
+    match rb.create(&s, "bob", true, 1_700_000_001).await {
+        Err(HubError::RepoExists(x)) if x == s => {}
+        other => panic!("records: creating {s} again through b: {other:?}"),
+    }
+    let rec = rb.record(&s).await.expect("records: engine record");
+    assert_eq!(
+        (rec.owner.as_str(), rec.private),
+        ("alice", false),
+        "records: first owner kept"
+    );
+    let (id, c) = rb
+        .resolve(&s, &Revision::Branch(main_branch()))
+        .await
+        .expect("records: main of a new repository");
+    assert_eq!(id, initial, "records: main through b");
+    assert!(
+        c.files.is_empty() && c.parent.is_none(),
+        "records: initial commit {c:?}"
+    );
+}
+
+/// Commits: stored bytes come back identical through both instances; storing a commit
+/// again (either instance) is a no-op; repositories do not share commits.
+pub async fn commits(t: &Twins) {
+    let r = repo(RepoType::Model, "org/commits");
+    let other = repo(RepoType::Model, "org/other");
+    let (id, bytes) = commit(None, "first", &[("a.txt", b"a"), ("dir/b.bin", b"b")]);
+    assert_eq!(
+        t.a.commit(&r, &id).await,
+        Ok(None),
+        "commits: before storing"
+    );
+    for (who, s) in [("a", &t.a), ("a again", &t.a), ("b", &t.b)] {
+        assert_eq!(
+            s.put_commit(&r, &id, bytes.clone()).await,
+            Ok(()),
+            "commits: storing through {who}"
+        );
+    }
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        let got = s.commit(&r, &id).await;
+        assert_eq!(got, Ok(Some(bytes.clone())), "commits: read through {who}");
+    }
+    let decoded = Commit::decode(&id, &bytes).expect("commits: decodes");
+    assert_eq!(
+        file_names(&decoded),
+        ["a.txt", "dir/b.bin"],
+        "commits: tree"
+    );
+    assert_eq!(
+        t.b.commit(&other, &id).await,
+        Ok(None),
+        "commits: another repository"
+    );
+    let (child, child_bytes) = commit(Some(id), "second", &[("a.txt", b"A")]);
+    t.b.put_commit(&r, &child, child_bytes.clone())
+        .await
+        .expect("commits: child");
+    assert_eq!(
+        t.a.commit(&r, &child).await,
+        Ok(Some(child_bytes)),
+        "commits: child through a"
+    );
+}
+
+/// Branches: created once, moved only from the current head (compare-and-swap through
+/// either instance), listed sorted by name with their heads.
+pub async fn branches(t: &Twins) {
+    let r = repo(RepoType::Model, "org/branches");
+    let main = main_branch();
+    let mut ids = Vec::new();
+    for i in 0..3u8 {
+        let (id, bytes) = commit(None, &format!("c{i}"), &[("f", &[i])]);
+        t.a.put_commit(&r, &id, bytes)
+            .await
+            .expect("branches: commit");
+        ids.push(id);
+    }
+    let (c1, c2, c3) = (ids[0], ids[1], ids[2]);
+    assert_eq!(t.a.branch(&r, &main).await, Ok(None), "branches: none yet");
+    assert_eq!(
+        t.b.branches(&r).await,
+        Ok(vec![]),
+        "branches: none listed yet"
+    );
+
+    let h1 =
+        t.a.update_branch(&r, &main, None, &c1)
+            .await
+            .expect("branches: create")
+            .expect("branches: creating a new branch moves it");
+    assert_eq!(h1.commit, c1, "branches: created head");
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        assert_eq!(
+            s.update_branch(&r, &main, None, &c2).await,
+            Ok(None),
+            "branches: creating an existing branch through {who}"
+        );
+    }
+    assert_eq!(
+        t.b.branch(&r, &main).await,
+        Ok(Some(h1)),
+        "branches: head through b"
+    );
+
+    let h2 =
+        t.b.update_branch(&r, &main, Some(&h1), &c2)
+            .await
+            .expect("branches: move")
+            .expect("branches: moving from the head succeeds");
+    assert_eq!(h2.commit, c2, "branches: moved head");
+    assert!(
+        h2.version > h1.version,
+        "branches: version {h1:?} -> {h2:?}"
+    );
+    assert_eq!(
+        t.a.branch(&r, &main).await,
+        Ok(Some(h2)),
+        "branches: moved, through a"
+    );
+
+    // A stale head, and the current version with another commit: neither is the head.
+    let forged = BranchHead {
+        commit: c3,
+        version: h2.version,
+    };
+    for (what, from) in [("a stale head", h1), ("a forged head", forged)] {
+        for (who, s) in [("a", &t.a), ("b", &t.b)] {
+            assert_eq!(
+                s.update_branch(&r, &main, Some(&from), &c3).await,
+                Ok(None),
+                "branches: moving from {what} through {who}"
+            );
+        }
+    }
+    assert_eq!(
+        t.b.branch(&r, &main).await,
+        Ok(Some(h2)),
+        "branches: unchanged"
+    );
+
+    // More branches, some with slashes, created alternately through both instances.
+    let names = ["dev", "refs/pr/1", "feature/x/y", "a", "Main"];
+    for (i, n) in names.iter().enumerate() {
+        let s = if i.is_multiple_of(2) { &t.a } else { &t.b };
+        let h = s
+            .update_branch(&r, &branch(n), None, &c3)
+            .await
+            .unwrap_or_else(|e| panic!("branches: creating {n}: {e}"));
+        assert_eq!(h.map(|h| h.commit), Some(c3), "branches: creating {n}");
+    }
+    let mut want: Vec<(BranchName, CommitId)> = names.iter().map(|n| (branch(n), c3)).collect();
+    want.push((main.clone(), c2));
+    want.sort();
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        let listed = s.branches(&r).await.expect("branches: listing");
+        let got: Vec<(BranchName, CommitId)> =
+            listed.iter().map(|(n, h)| (n.clone(), h.commit)).collect();
+        assert_eq!(got, want, "branches: listed through {who}");
+        let main_head = listed.iter().find(|(n, _)| *n == main).map(|(_, h)| *h);
+        assert_eq!(
+            main_head,
+            Some(h2),
+            "branches: listed head of main through {who}"
+        );
+    }
+    let other = repo(RepoType::Dataset, "org/branches");
+    assert_eq!(
+        t.a.branches(&other).await,
+        Ok(vec![]),
+        "branches: another repository"
+    );
+    assert_eq!(
+        t.a.branch(&other, &main).await,
+        Ok(None),
+        "branches: another repository's main"
+    );
+}
+
+/// Concurrent commits without a parent, from tasks split across both instances: every
+/// one lands, in some order, none lost.
+pub async fn concurrent_commits(t: &Twins) {
+    let r = repo(RepoType::Model, "org/concurrent");
+    let (ra, rb) = t.repos();
+    let initial = create(&ra, &r, "concurrent_commits").await;
+    let mut tasks = Vec::new();
+    for i in 0..COMMITTERS {
+        let repos = if i.is_multiple_of(2) {
+            ra.clone()
+        } else {
+            rb.clone()
+        };
+        let r = r.clone();
+        tasks.push(tokio::spawn(async move {
+            let ops = [add(
+                &format!("files/{i:02}.txt"),
+                format!("file {i}").as_bytes(),
+            )];
+            let m = meta(&format!("commit {i}"), &format!("user{i}"));
+            repos
+                .commit_to_branch(&r, &main_branch(), None, &ops, &m)
+                .await
+        }));
+    }
+    let mut landed = BTreeSet::new();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let committed = task
+            .await
+            .expect("concurrent_commits: task")
+            .unwrap_or_else(|e| panic!("concurrent_commits: commit {i}: {e}"));
+        assert!(
+            landed.insert(committed.id),
+            "concurrent_commits: commit {i} id reused"
+        );
+    }
+
+    let want: Vec<String> = (0..COMMITTERS)
+        .map(|i| format!("files/{i:02}.txt"))
+        .collect();
+    for (who, repos) in [("a", &ra), ("b", &rb)] {
+        let (_, c) = repos
+            .resolve(&r, &Revision::Branch(main_branch()))
+            .await
+            .expect("concurrent_commits: head");
+        assert_eq!(
+            file_names(&c),
+            want,
+            "concurrent_commits: final tree through {who}"
+        );
+    }
+
+    // The parent chain is linear and holds every commit, each adding one file.
+    let mut chain = Vec::new();
+    let (mut id, mut c) = rb
+        .resolve(&r, &Revision::Branch(main_branch()))
+        .await
+        .expect("concurrent_commits: head");
+    while let Some(parent) = c.parent {
+        let pc = ra
+            .commit(&r, &parent)
+            .await
+            .expect("concurrent_commits: parent")
+            .unwrap_or_else(|| panic!("concurrent_commits: parent {parent} of {id} not stored"));
+        assert_eq!(
+            pc.files.len() + 1,
+            c.files.len(),
+            "concurrent_commits: {id} adds one file to {parent}"
+        );
+        chain.push(id);
+        (id, c) = (parent, pc);
+    }
+    assert_eq!(
+        id, initial,
+        "concurrent_commits: the chain ends at the initial commit"
+    );
+    let chain: BTreeSet<CommitId> = chain.into_iter().collect();
+    assert_eq!(
+        chain, landed,
+        "concurrent_commits: the chain is the landed commits"
+    );
+}
+
+/// A commit or branch made through one instance is seen through the other at once.
+pub async fn visible_across_instances(t: &Twins) {
+    let r = repo(RepoType::Dataset, "org/visible");
+    let (ra, rb) = t.repos();
+    let main = main_branch();
+    let initial = create(&ra, &r, "visible_across_instances").await;
+    assert_eq!(
+        rb.record(&r).await.map(|rec| rec.owner).ok().as_deref(),
+        Some("alice"),
+        "visible_across_instances: record through b"
+    );
+    let mut parent = initial;
+    for (i, (from, to)) in [(&ra, &rb), (&rb, &ra), (&ra, &rb)].into_iter().enumerate() {
+        let name = format!("step{i}.txt");
+        let ops = [add(&name, name.as_bytes())];
+        let done = from
+            .commit_to_branch(&r, &main, Some(parent), &ops, &meta("step", "alice"))
+            .await
+            .unwrap_or_else(|e| panic!("visible_across_instances: commit {i}: {e}"));
+        let (id, c) = to
+            .resolve(&r, &Revision::Branch(main.clone()))
+            .await
+            .expect("visible_across_instances: head through the other instance");
+        assert_eq!(
+            id, done.id,
+            "visible_across_instances: head after commit {i}"
+        );
+        assert_eq!(
+            c, done.commit,
+            "visible_across_instances: tree after commit {i}"
+        );
+        let (_, by_id) = to
+            .resolve(&r, &Revision::Commit(done.id))
+            .await
+            .expect("visible_across_instances: commit by id");
+        assert_eq!(
+            by_id, done.commit,
+            "visible_across_instances: commit {i} by id"
+        );
+        parent = done.id;
+    }
+    let dev = branch("dev");
+    let h = rb
+        .create_branch(&r, &dev, &Revision::Branch(main.clone()))
+        .await
+        .expect("visible_across_instances: branch");
+    assert_eq!(h.commit, parent, "visible_across_instances: branch at main");
+    let names: Vec<BranchName> =
+        t.a.branches(&r)
+            .await
+            .expect("visible_across_instances: listing")
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+    assert_eq!(
+        names,
+        [dev.clone(), main],
+        "visible_across_instances: branches through a"
+    );
+    match ra.create_branch(&r, &dev, &Revision::Commit(initial)).await {
+        Err(HubError::BranchExists { branch, .. }) if branch == dev => {}
+        other => panic!("visible_across_instances: creating dev again: {other:?}"),
+    }
+}
+
+/// A commit on a parent that is no longer the head fails with `ParentMismatch` naming
+/// both, and the branch does not move.
+pub async fn stale_parent(t: &Twins) {
+    let r = repo(RepoType::Model, "org/stale");
+    let (ra, rb) = t.repos();
+    let main = main_branch();
+    let initial = create(&ra, &r, "stale_parent").await;
+    let first = ra
+        .commit_to_branch(
+            &r,
+            &main,
+            Some(initial),
+            &[add("one", b"1")],
+            &meta("one", "a"),
+        )
+        .await
+        .expect("stale_parent: first commit");
+    let m = meta("late", "b");
+    match rb
+        .commit_to_branch(&r, &main, Some(initial), &[add("late", b"2")], &m)
+        .await
+    {
+        Err(HubError::ParentMismatch {
+            repo,
+            branch,
+            parent,
+            head,
+        }) => {
+            assert_eq!(
+                (repo, branch, parent, head),
+                (r.clone(), main.clone(), initial, first.id),
+                "stale_parent: what the error names"
+            );
+        }
+        other => panic!("stale_parent: commit on a stale parent: {other:?}"),
+    }
+    let (id, c) = ra
+        .resolve(&r, &Revision::Branch(main.clone()))
+        .await
+        .expect("stale_parent: head");
+    assert_eq!(
+        (id, file_names(&c)),
+        (first.id, vec!["one".to_string()]),
+        "stale_parent: unchanged"
+    );
+    let second = rb
+        .commit_to_branch(
+            &r,
+            &main,
+            Some(first.id),
+            &[add("two", b"2")],
+            &meta("two", "b"),
+        )
+        .await
+        .expect("stale_parent: commit on the current head");
+    assert_eq!(
+        second.commit.parent,
+        Some(first.id),
+        "stale_parent: parent of the retry"
+    );
+}
+
+/// sha256 claims (FileMetadataExt) of a shard uploaded through one instance are found
+/// through it and, with no explicit refresh, through the other (which must look in the
+/// backend on a miss), also right after a miss of its own.
+pub async fn sha256_claims(t: &Twins) {
+    let f = fixture();
+    let files: Vec<_> = f.files.iter().filter(|x| !x.data.is_empty()).collect();
+    let sha = |data: &[u8]| -> [u8; 32] { sha2::Sha256::digest(data).into() };
+    // Misses, all at once through both instances.
+    let mut misses = tokio::task::JoinSet::new();
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        for file in &files {
+            let (s, sha256, name) = (s.clone(), sha(&file.data), file.name);
+            misses.spawn(async move { (who, name, s.files_claiming_sha256(&sha256).await) });
+        }
+    }
+    while let Some(miss) = misses.join_next().await {
+        let (who, name, claims) = miss.expect("sha256_claims: lookup task");
+        assert_eq!(
+            claims,
+            Ok(vec![]),
+            "sha256_claims: {name} before any upload, through {who}"
+        );
+    }
+    upload_xorbs(&*t.a, f).await;
+    upload_shards(&*t.a, f).await;
+    let started = std::time::Instant::now();
+    for (who, s) in [("a (the uploader)", &t.a), ("b", &t.b)] {
+        for file in &files {
+            assert_eq!(
+                s.files_claiming_sha256(&sha(&file.data)).await,
+                Ok(vec![file.hash]),
+                "sha256_claims: {} after its shard was uploaded through a, through {who}",
+                file.name
+            );
+        }
+    }
+    eprintln!(
+        "sha256_claims: claims found through both instances in {:?}",
+        started.elapsed()
+    );
+    let unknown = sha(b"no file has this content");
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        assert_eq!(
+            s.files_claiming_sha256(&unknown).await,
+            Ok(vec![]),
+            "sha256_claims: an unknown sha256 through {who}"
+        );
+    }
+}
+
+/// The first file recorded as verified for a sha256 is the answer through both
+/// instances; recording another one later changes nothing.
+pub async fn verified_sha256(t: &Twins) {
+    let sha: [u8; 32] = sha2::Sha256::digest(b"verified content").into();
+    let (first, second) = (
+        xet_hash::chunk_hash(b"first"),
+        xet_hash::chunk_hash(b"second"),
+    );
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        assert_eq!(
+            s.verified_sha256(&sha).await,
+            Ok(None),
+            "verified_sha256: none through {who}"
+        );
+    }
+    t.a.record_verified_sha256(&sha, &first)
+        .await
+        .expect("verified_sha256: record");
+    assert_eq!(
+        t.b.verified_sha256(&sha).await,
+        Ok(Some(first)),
+        "verified_sha256: through b"
+    );
+    for (who, s, file) in [("b", &t.b, &second), ("a", &t.a, &first)] {
+        s.record_verified_sha256(&sha, file)
+            .await
+            .unwrap_or_else(|e| panic!("verified_sha256: recording again through {who}: {e}"));
+    }
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        assert_eq!(
+            s.verified_sha256(&sha).await,
+            Ok(Some(first)),
+            "verified_sha256: the first stays, through {who}"
+        );
+    }
+    let other: [u8; 32] = sha2::Sha256::digest(b"other content").into();
+    assert_eq!(
+        t.a.verified_sha256(&other).await,
+        Ok(None),
+        "verified_sha256: another sha256"
+    );
+}

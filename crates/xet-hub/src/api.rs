@@ -1,0 +1,559 @@
+//! The wire of the Hub API: JSON bodies, NDJSON commit lines, header names and URL
+//! forms, as `huggingface_hub` 2.4.0, `hf_xet` 1.8.0 and `@huggingface/hub` read and
+//! send them. Field names follow the Hub (camelCase where it uses it).
+
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+use serde::{Deserialize, Serialize};
+
+use crate::id::{RepoPath, RepoRef, RepoType};
+
+/// Response headers of the Hub API.
+pub mod header {
+    pub const ERROR_CODE: &str = "x-error-code";
+    pub const ERROR_MESSAGE: &str = "x-error-message";
+    pub const REPO_COMMIT: &str = "x-repo-commit";
+    pub const XET_HASH: &str = "x-xet-hash";
+    pub const LINKED_SIZE: &str = "x-linked-size";
+    pub const LINKED_ETAG: &str = "x-linked-etag";
+    pub const XET_CAS_URL: &str = "x-xet-cas-url";
+    pub const XET_ACCESS_TOKEN: &str = "x-xet-access-token";
+    pub const XET_TOKEN_EXPIRATION: &str = "x-xet-token-expiration";
+    pub const XET_SESSION_ID: &str = "x-xet-session-id";
+    /// The media type huggingface.js asks a resolve URL for to get Xet facts only.
+    pub const XET_FILEINFO_MEDIA_TYPE: &str = "application/vnd.xet-fileinfo+json";
+}
+
+/// Values of `X-Error-Code` the clients map to typed errors.
+pub mod error_code {
+    pub const REPO_NOT_FOUND: &str = "RepoNotFound";
+    pub const REVISION_NOT_FOUND: &str = "RevisionNotFound";
+    pub const ENTRY_NOT_FOUND: &str = "EntryNotFound";
+    pub const GATED_REPO: &str = "GatedRepo";
+}
+
+/// `{"error": "..."}`, the body of every Hub API error.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+/// `POST /api/repos/create`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CreateRepoRequest {
+    pub name: String,
+    #[serde(default)]
+    pub organization: Option<String>,
+    /// `model` (also when absent), `dataset` or `space`.
+    #[serde(default, rename = "type")]
+    pub repo_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private: Option<bool>,
+    /// `private` or `public` (huggingface_hub ≥ 1.x sends this instead of `private`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visibility: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdk: Option<String>,
+}
+
+impl CreateRepoRequest {
+    pub fn is_private(&self) -> bool {
+        self.private == Some(true) || self.visibility.as_deref() == Some("private")
+    }
+}
+
+/// Answer of `POST /api/repos/create` (200, and with the 409 of an existing repository).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreateRepoResponse {
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// An entry of `siblings`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Sibling {
+    pub rfilename: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(default, rename = "blobId", skip_serializing_if = "Option::is_none")]
+    pub blob_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lfs: Option<SiblingLfs>,
+}
+
+/// `siblings[].lfs` (note: `sha256`, where the tree says `oid`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SiblingLfs {
+    pub size: u64,
+    pub sha256: String,
+    #[serde(rename = "pointerSize")]
+    pub pointer_size: u64,
+}
+
+/// `GET /api/{type}s/{ns}/{name}[/revision/{rev}]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RepoInfo {
+    pub id: String,
+    /// The resolved commit.
+    pub sha: String,
+    #[serde(default)]
+    pub private: bool,
+    #[serde(default)]
+    pub siblings: Vec<Sibling>,
+    #[serde(
+        default,
+        rename = "lastModified",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub last_modified: Option<String>,
+    #[serde(default, rename = "createdAt", skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub gated: bool,
+    #[serde(default)]
+    pub disabled: bool,
+}
+
+/// `lfs` of a tree entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeLfs {
+    /// sha256 of the content.
+    pub oid: String,
+    pub size: u64,
+    #[serde(rename = "pointerSize")]
+    pub pointer_size: u64,
+}
+
+/// An entry of `GET .../tree/{rev}[/{path}]` and of `paths-info`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum TreeEntry {
+    File {
+        /// The git blob id (of the LFS pointer for LFS files).
+        oid: String,
+        path: String,
+        size: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lfs: Option<TreeLfs>,
+        #[serde(default, rename = "xetHash", skip_serializing_if = "Option::is_none")]
+        xet_hash: Option<String>,
+    },
+    Directory {
+        oid: String,
+        path: String,
+        #[serde(default)]
+        size: u64,
+    },
+}
+
+impl TreeEntry {
+    pub fn path(&self) -> &str {
+        match self {
+            TreeEntry::File { path, .. } | TreeEntry::Directory { path, .. } => path,
+        }
+    }
+}
+
+/// `POST .../paths-info/{rev}` (JSON from huggingface.js, a form from huggingface_hub).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PathsInfoRequest {
+    pub paths: Vec<String>,
+    #[serde(default)]
+    pub expand: bool,
+}
+
+/// A file of `POST .../preupload/{rev}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PreuploadFile {
+    pub path: String,
+    /// Base64 of the first 512 bytes.
+    #[serde(default)]
+    pub sample: String,
+    pub size: u64,
+}
+
+/// `POST .../preupload/{rev}`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PreuploadRequest {
+    pub files: Vec<PreuploadFile>,
+    #[serde(default, rename = "gitIgnore", skip_serializing_if = "Option::is_none")]
+    pub git_ignore: Option<String>,
+    #[serde(
+        default,
+        rename = "gitAttributes",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub git_attributes: Option<String>,
+}
+
+/// `lfs`: content goes to Xet; `regular`: inline in the commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UploadMode {
+    Lfs,
+    Regular,
+}
+
+/// An answer of `preupload`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PreuploadAnswer {
+    pub path: String,
+    #[serde(rename = "uploadMode")]
+    pub upload_mode: UploadMode,
+    #[serde(rename = "shouldIgnore")]
+    pub should_ignore: bool,
+    /// The file's current remote id in the id space of `upload_mode` (sha256 for `lfs`,
+    /// git blob id for `regular`), when the file exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oid: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PreuploadResponse {
+    pub files: Vec<PreuploadAnswer>,
+    #[serde(default, rename = "commitOid", skip_serializing_if = "Option::is_none")]
+    pub commit_oid: Option<String>,
+}
+
+/// The xet token routes' JSON body (also sent as `X-Xet-*` headers).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XetToken {
+    #[serde(rename = "accessToken")]
+    pub access_token: String,
+    /// Unix seconds.
+    pub exp: u64,
+    #[serde(rename = "casUrl")]
+    pub cas_url: String,
+}
+
+/// `header` line of a commit.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CommitHeader {
+    #[serde(default)]
+    pub summary: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(
+        default,
+        rename = "parentCommit",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub parent_commit: Option<String>,
+}
+
+/// `file` line: inline content.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CommitFile {
+    pub path: String,
+    pub content: String,
+    /// `base64` (the only encoding clients send; `utf-8` is accepted too).
+    #[serde(default = "base64_encoding")]
+    pub encoding: String,
+}
+
+fn base64_encoding() -> String {
+    "base64".into()
+}
+
+/// `lfsFile` line: content uploaded through Xet, named by sha256.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CommitLfsFile {
+    pub path: String,
+    #[serde(default = "sha256_algo")]
+    pub algo: String,
+    pub oid: String,
+    /// Absent on copies of an LFS file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+fn sha256_algo() -> String {
+    "sha256".into()
+}
+
+/// `deletedFile` / `deletedFolder` line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CommitDeletion {
+    pub path: String,
+}
+
+/// One NDJSON line of `POST .../commit/{rev}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "key", content = "value")]
+pub enum CommitLine {
+    #[serde(rename = "header")]
+    Header(CommitHeader),
+    #[serde(rename = "file")]
+    File(CommitFile),
+    #[serde(rename = "lfsFile")]
+    LfsFile(CommitLfsFile),
+    #[serde(rename = "deletedFile")]
+    DeletedFile(CommitDeletion),
+    #[serde(rename = "deletedFolder")]
+    DeletedFolder(CommitDeletion),
+}
+
+/// Answer of a commit.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CommitResponse {
+    #[serde(rename = "commitOid")]
+    pub commit_oid: String,
+    #[serde(rename = "commitUrl")]
+    pub commit_url: String,
+    #[serde(
+        default,
+        rename = "pullRequestUrl",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pull_request_url: Option<String>,
+    #[serde(default, rename = "hookOutput")]
+    pub hook_output: String,
+    #[serde(default)]
+    pub success: bool,
+}
+
+/// `POST .../branch/{name}`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CreateBranchRequest {
+    #[serde(
+        default,
+        rename = "startingPoint",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub starting_point: Option<String>,
+}
+
+/// An object of the LFS batch API.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LfsObject {
+    pub oid: String,
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actions: Option<LfsActions>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<LfsObjectError>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LfsActions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<LfsAction>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LfsAction {
+    pub href: String,
+    #[serde(default)]
+    pub header: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LfsObjectError {
+    pub code: u16,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LfsRef {
+    pub name: String,
+}
+
+/// `POST /{prefix}{ns}/{name}.git/info/lfs/objects/batch`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LfsBatchRequest {
+    pub operation: String,
+    #[serde(default)]
+    pub transfers: Vec<String>,
+    pub objects: Vec<LfsObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_algo: Option<String>,
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub reference: Option<LfsRef>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LfsBatchResponse {
+    pub transfer: String,
+    pub objects: Vec<LfsObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_algo: Option<String>,
+}
+
+/// `GET /api/whoami-v2`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Whoami {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub name: String,
+    pub auth: WhoamiAuth,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WhoamiAuth {
+    #[serde(rename = "accessToken")]
+    pub access_token: WhoamiToken,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WhoamiToken {
+    #[serde(rename = "displayName")]
+    pub display_name: String,
+    /// `read` or `write`.
+    pub role: String,
+}
+
+/// Characters `quote(rev, safe="")` escapes: everything but unreserved ones.
+const REV_ESCAPE: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'!')
+    .add(b'"')
+    .add(b'#')
+    .add(b'$')
+    .add(b'%')
+    .add(b'&')
+    .add(b'\'')
+    .add(b'(')
+    .add(b')')
+    .add(b'*')
+    .add(b'+')
+    .add(b',')
+    .add(b'/')
+    .add(b':')
+    .add(b';')
+    .add(b'<')
+    .add(b'=')
+    .add(b'>')
+    .add(b'?')
+    .add(b'@')
+    .add(b'[')
+    .add(b'\\')
+    .add(b']')
+    .add(b'^')
+    .add(b'`')
+    .add(b'{')
+    .add(b'|')
+    .add(b'}');
+
+/// The same, keeping `/` (file paths in URLs).
+const PATH_ESCAPE: &AsciiSet = &REV_ESCAPE.remove(b'/');
+
+/// A revision as a single URL segment (`refs/pr/1` → `refs%2Fpr%2F1`).
+pub fn quote_revision(rev: &str) -> String {
+    utf8_percent_encode(rev, REV_ESCAPE).to_string()
+}
+
+/// A repository path in a URL, `/` kept.
+pub fn quote_path(path: &str) -> String {
+    utf8_percent_encode(path, PATH_ESCAPE).to_string()
+}
+
+/// Percent-decode a URL segment; `None` if the result is not UTF-8.
+pub fn unquote(s: &str) -> Option<String> {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(|c| c.into_owned())
+}
+
+/// URL builders on a Hub at `base` (scheme and host, no trailing `/`).
+pub mod url {
+    use super::*;
+
+    /// `{base}/api/{type}s/{ns}/{name}`.
+    pub fn api_repo(base: &str, repo: &RepoRef) -> String {
+        format!("{base}/api/{}/{}", repo.kind.plural(), repo.id)
+    }
+
+    /// `{base}/api/{type}s/{ns}/{name}/{what}/{rev}` (`revision`, `tree`, `preupload`,
+    /// `commit`, `xet-read-token`, `xet-write-token`, `paths-info`).
+    pub fn api_repo_rev(base: &str, repo: &RepoRef, what: &str, rev: &str) -> String {
+        format!("{}/{what}/{}", api_repo(base, repo), quote_revision(rev))
+    }
+
+    /// `{base}/{prefix}{ns}/{name}`: the repository's page, as `create` answers it.
+    pub fn repo_page(base: &str, repo: &RepoRef) -> String {
+        format!("{base}/{repo}")
+    }
+
+    /// `{base}/{prefix}{ns}/{name}/resolve/{rev}/{path}`.
+    pub fn resolve(base: &str, repo: &RepoRef, rev: &str, path: &RepoPath) -> String {
+        format!(
+            "{base}/{repo}/resolve/{}/{}",
+            quote_revision(rev),
+            quote_path(path.as_str())
+        )
+    }
+
+    /// `{base}/{prefix}{ns}/{name}/commit/{oid}`.
+    pub fn commit_page(base: &str, repo: &RepoRef, oid: &str) -> String {
+        format!("{base}/{repo}/commit/{oid}")
+    }
+
+    /// The type from a URL prefix segment (`datasets`, `spaces`), for file URLs.
+    pub fn type_of_prefix(seg: &str) -> Option<RepoType> {
+        match seg {
+            "datasets" => Some(RepoType::Dataset),
+            "spaces" => Some(RepoType::Space),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::RepoId;
+
+    #[test]
+    fn quoting_matches_python() {
+        assert_eq!(quote_revision("refs/pr/1"), "refs%2Fpr%2F1");
+        assert_eq!(quote_revision("main"), "main");
+        assert_eq!(quote_path("a b/c#d.bin"), "a%20b/c%23d.bin");
+        assert_eq!(quote_path("ü/x-y_z.~"), "%C3%BC/x-y_z.~");
+        assert_eq!(unquote("refs%2Fpr%2F1").unwrap(), "refs/pr/1");
+        let r = RepoRef::new(RepoType::Dataset, RepoId::parse("o/n").unwrap());
+        assert_eq!(
+            url::resolve("http://h", &r, "main", &RepoPath::parse("a b").unwrap()),
+            "http://h/datasets/o/n/resolve/main/a%20b"
+        );
+        assert_eq!(
+            url::api_repo_rev("http://h", &r, "xet-read-token", "refs/pr/2"),
+            "http://h/api/datasets/o/n/xet-read-token/refs%2Fpr%2F2"
+        );
+    }
+
+    #[test]
+    fn commit_lines_parse_as_clients_send_them() {
+        let lines = [
+            r#"{"key": "header", "value": {"summary": "s", "description": "", "parentCommit": "abc"}}"#,
+            r#"{"key": "file", "value": {"content": "aGk=", "path": "README.md", "encoding": "base64"}}"#,
+            r#"{"key": "lfsFile", "value": {"path": "b.bin", "algo": "sha256", "oid": "00", "size": 3}}"#,
+            r#"{"key": "lfsFile", "value": {"path": "c.bin", "algo": "sha256", "oid": "00"}}"#,
+            r#"{"key": "deletedFile", "value": {"path": "old.txt"}}"#,
+            r#"{"key": "deletedFolder", "value": {"path": "logs/"}}"#,
+        ];
+        for l in lines {
+            serde_json::from_str::<CommitLine>(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        }
+        assert!(serde_json::from_str::<CommitLine>(r#"{"key":"nope","value":{}}"#).is_err());
+    }
+
+    #[test]
+    fn tree_entries() {
+        let t: Vec<TreeEntry> = serde_json::from_str(
+            r#"[{"oid":"57","path":"regression","size":0,"type":"directory"},
+            {"lfs":{"oid":"cd","pointerSize":132,"size":1048576},"oid":"c9","path":"r/x.bin","size":1048576,"type":"file","xetHash":"f8"},
+            {"oid":"e5","path":"r/y.txt","size":186,"type":"file"}]"#,
+        )
+        .unwrap();
+        assert_eq!(t.len(), 3);
+        let back = serde_json::to_value(&t[1]).unwrap();
+        assert_eq!(back["type"], "file");
+        assert_eq!(back["xetHash"], "f8");
+        assert_eq!(back["lfs"]["pointerSize"], 132);
+    }
+}

@@ -1,0 +1,460 @@
+//! Names: repository types and ids, revisions, paths in a repository, commit ids.
+//!
+//! Every name that arrives from a request or a command line is parsed here, once, into a
+//! type that can only hold a valid value; storage keys and URLs are built from these types
+//! only.
+
+use std::fmt;
+
+/// What a repository may not be called or hold; says which name and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("unknown repository type {0:?} (expected model, dataset or space)")]
+    RepoType(String),
+    #[error("invalid repository id {id:?}: {why}")]
+    RepoId { id: String, why: &'static str },
+    #[error("invalid revision {rev:?}: {why}")]
+    Revision { rev: String, why: &'static str },
+    #[error("invalid path {path:?}: {why}")]
+    Path { path: String, why: &'static str },
+}
+
+/// `model`, `dataset` or `space`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RepoType {
+    Model,
+    Dataset,
+    Space,
+}
+
+impl RepoType {
+    pub const ALL: [RepoType; 3] = [RepoType::Model, RepoType::Dataset, RepoType::Space];
+
+    /// `model`, `dataset`, `space` (the `type` field of requests).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RepoType::Model => "model",
+            RepoType::Dataset => "dataset",
+            RepoType::Space => "space",
+        }
+    }
+
+    /// The plural of API paths: `models`, `datasets`, `spaces`.
+    pub fn plural(self) -> &'static str {
+        match self {
+            RepoType::Model => "models",
+            RepoType::Dataset => "datasets",
+            RepoType::Space => "spaces",
+        }
+    }
+
+    /// The prefix of file URLs: `""`, `datasets/`, `spaces/`.
+    pub fn url_prefix(self) -> &'static str {
+        match self {
+            RepoType::Model => "",
+            RepoType::Dataset => "datasets/",
+            RepoType::Space => "spaces/",
+        }
+    }
+
+    /// Parse the singular form (`model`); `None` and `""` mean model, as the Hub reads them.
+    pub fn parse(s: Option<&str>) -> Result<RepoType, NameError> {
+        match s.unwrap_or("model") {
+            "" | "model" => Ok(RepoType::Model),
+            "dataset" => Ok(RepoType::Dataset),
+            "space" => Ok(RepoType::Space),
+            other => Err(NameError::RepoType(other.to_string())),
+        }
+    }
+
+    /// Parse the plural of an API path (`models`).
+    pub fn from_plural(s: &str) -> Option<RepoType> {
+        RepoType::ALL.into_iter().find(|t| t.plural() == s)
+    }
+}
+
+impl fmt::Display for RepoType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `namespace/name`, each segment as the Hub allows it: 1 to 96 characters of ASCII
+/// letters, digits, `-`, `_` and `.`, starting with a letter or digit, without `--` or
+/// `..`, not ending in `.` or `.git`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RepoId {
+    namespace: String,
+    name: String,
+}
+
+fn check_segment(seg: &str) -> Result<(), &'static str> {
+    if seg.is_empty() {
+        return Err("a segment is empty");
+    }
+    if seg.len() > 96 {
+        return Err("a segment is longer than 96 characters");
+    }
+    if !seg
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err("only ASCII letters, digits, '-', '_' and '.' are allowed");
+    }
+    if !seg.as_bytes()[0].is_ascii_alphanumeric() {
+        return Err("a segment must start with a letter or a digit");
+    }
+    if seg.contains("--") || seg.contains("..") {
+        return Err("'--' and '..' are not allowed");
+    }
+    if seg.ends_with('.') || seg.ends_with(".git") {
+        return Err("a segment may not end with '.' or '.git'");
+    }
+    Ok(())
+}
+
+impl RepoId {
+    pub fn new(namespace: &str, name: &str) -> Result<RepoId, NameError> {
+        let id = || format!("{namespace}/{name}");
+        check_segment(namespace).map_err(|why| NameError::RepoId { id: id(), why })?;
+        check_segment(name).map_err(|why| NameError::RepoId { id: id(), why })?;
+        Ok(RepoId {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })
+    }
+
+    /// Parse `namespace/name`.
+    pub fn parse(s: &str) -> Result<RepoId, NameError> {
+        match s.split_once('/') {
+            Some((ns, name)) if !name.contains('/') => RepoId::new(ns, name),
+            _ => Err(NameError::RepoId {
+                id: s.to_string(),
+                why: "expected namespace/name",
+            }),
+        }
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for RepoId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A repository: its type and id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RepoRef {
+    pub kind: RepoType,
+    pub id: RepoId,
+}
+
+impl RepoRef {
+    pub fn new(kind: RepoType, id: RepoId) -> RepoRef {
+        RepoRef { kind, id }
+    }
+}
+
+impl fmt::Display for RepoRef {
+    /// `org/name`, `datasets/org/name`, `spaces/org/name`: the form of file URLs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.kind.url_prefix(), self.id)
+    }
+}
+
+/// A commit id: 40 lowercase hex digits (the SHA-1 of the commit object).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CommitId([u8; 20]);
+
+impl CommitId {
+    pub fn from_bytes(b: [u8; 20]) -> CommitId {
+        CommitId(b)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 20] {
+        &self.0
+    }
+
+    /// Parse 40 hex digits (either case).
+    pub fn parse(s: &str) -> Option<CommitId> {
+        let v = hex_decode(s)?;
+        <[u8; 20]>::try_from(v).ok().map(CommitId)
+    }
+}
+
+impl fmt::Display for CommitId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex(&self.0))
+    }
+}
+
+impl serde::Serialize for CommitId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for CommitId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        CommitId::parse(&s).ok_or_else(|| serde::de::Error::custom("expected a 40-hex commit id"))
+    }
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// Decode hex (either case); `None` on an odd length or a non-hex digit.
+pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    s.as_bytes()
+        .chunks(2)
+        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
+}
+
+/// A branch name, as git allows it (simplified): 1 to 255 bytes, no control characters,
+/// spaces or any of `~^:?*[\`, no `..`, `//` or `@{`, not starting or ending with `/` or
+/// `.`, not ending in `.lock`. `refs/heads/X` is read as `X`; `refs/pr/N` is kept whole.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BranchName(String);
+
+impl BranchName {
+    pub const MAIN: &'static str = "main";
+
+    pub fn main() -> BranchName {
+        BranchName(Self::MAIN.to_string())
+    }
+
+    pub fn parse(s: &str) -> Result<BranchName, NameError> {
+        let s = s.strip_prefix("refs/heads/").unwrap_or(s);
+        let bad = |why| {
+            Err(NameError::Revision {
+                rev: s.to_string(),
+                why,
+            })
+        };
+        if s.is_empty() || s.len() > 255 {
+            return bad("a branch name is 1 to 255 bytes");
+        }
+        if s.bytes()
+            .any(|b| b.is_ascii_control() || b" ~^:?*[\\".contains(&b))
+        {
+            return bad("control characters, spaces and ~^:?*[\\ are not allowed");
+        }
+        if s.contains("..") || s.contains("//") || s.contains("@{") || s == "@" {
+            return bad("'..', '//' and '@{' are not allowed");
+        }
+        if s.starts_with(['/', '.']) || s.ends_with(['/', '.']) || s.ends_with(".lock") {
+            return bad("may not start or end with '/' or '.', or end with '.lock'");
+        }
+        if s.split('/').any(|seg| seg.starts_with('.')) {
+            return bad("no segment may start with '.'");
+        }
+        Ok(BranchName(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for BranchName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a `{rev}` in a URL names: a commit (40 hex digits) or a branch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Revision {
+    Commit(CommitId),
+    Branch(BranchName),
+}
+
+impl Revision {
+    /// Parse an already percent-decoded revision. 40 hex digits are a commit id.
+    pub fn parse(s: &str) -> Result<Revision, NameError> {
+        if s.len() == 40
+            && let Some(c) = CommitId::parse(s)
+        {
+            return Ok(Revision::Commit(c));
+        }
+        BranchName::parse(s).map(Revision::Branch)
+    }
+}
+
+impl fmt::Display for Revision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Revision::Commit(c) => c.fmt(f),
+            Revision::Branch(b) => b.fmt(f),
+        }
+    }
+}
+
+/// A file's path in a repository: `/`-separated, relative, UTF-8, at most 4096 bytes; no
+/// empty, `.` or `..` segment, no control character or backslash, nothing under `.git/`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RepoPath(String);
+
+impl RepoPath {
+    pub fn parse(s: &str) -> Result<RepoPath, NameError> {
+        let bad = |why| {
+            Err(NameError::Path {
+                path: s.to_string(),
+                why,
+            })
+        };
+        if s.is_empty() {
+            return bad("the path is empty");
+        }
+        if s.len() > 4096 {
+            return bad("the path is longer than 4096 bytes");
+        }
+        if s.starts_with('/') {
+            return bad("the path is absolute (starts with '/')");
+        }
+        if s.chars().any(|c| c.is_control() || c == '\\') {
+            return bad("control characters and '\\' are not allowed");
+        }
+        for seg in s.split('/') {
+            match seg {
+                "" => return bad("the path has an empty segment ('//' or a trailing '/')"),
+                "." | ".." => return bad("'.' and '..' segments are not allowed"),
+                _ => {}
+            }
+        }
+        if s == ".git" || s.starts_with(".git/") {
+            return bad("paths under .git are reserved");
+        }
+        Ok(RepoPath(s.to_string()))
+    }
+
+    /// A folder prefix as `deletedFolder` and `/tree/{rev}/{path}` name it: the same rules,
+    /// with one trailing `/` allowed (and dropped).
+    pub fn parse_folder(s: &str) -> Result<RepoPath, NameError> {
+        RepoPath::parse(s.strip_suffix('/').unwrap_or(s))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `self` is `folder` or lies below it.
+    pub fn is_within(&self, folder: &RepoPath) -> bool {
+        self.0 == folder.0
+            || (self.0.starts_with(&folder.0) && self.0.as_bytes()[folder.0.len()] == b'/')
+    }
+
+    /// The folders containing this path, outermost first (`a/b/c` → `a`, `a/b`).
+    pub fn parents(&self) -> impl Iterator<Item = &str> {
+        self.0.match_indices('/').map(move |(i, _)| &self.0[..i])
+    }
+}
+
+impl fmt::Display for RepoPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl serde::Serialize for RepoPath {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RepoPath {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        RepoPath::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repo_ids() {
+        assert!(RepoId::parse("org/model-1.5_b").is_ok());
+        for bad in [
+            "org", "org/", "/x", "a/b/c", "o/-x", "o/a--b", "o/a..b", "o/x.git", "o/x.", "o/é",
+            "o/a b",
+        ] {
+            assert!(RepoId::parse(bad).is_err(), "{bad}");
+        }
+        assert!(RepoId::parse(&format!("o/{}", "a".repeat(97))).is_err());
+    }
+
+    #[test]
+    fn paths() {
+        for ok in ["a", "a/b.bin", "dir/.hidden", "a b/ü.txt", ".gitattributes"] {
+            assert!(RepoPath::parse(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "/a",
+            "a/",
+            "a//b",
+            "./a",
+            "a/../b",
+            "..",
+            "a\\b",
+            "a\nb",
+            ".git",
+            ".git/config",
+        ] {
+            assert!(RepoPath::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(RepoPath::parse_folder("logs/").unwrap().as_str(), "logs");
+        let p = RepoPath::parse("a/b/c").unwrap();
+        assert_eq!(p.parents().collect::<Vec<_>>(), ["a", "a/b"]);
+        assert!(p.is_within(&RepoPath::parse("a/b").unwrap()));
+        assert!(!p.is_within(&RepoPath::parse("a/bc").unwrap()));
+        assert!(
+            !RepoPath::parse("a/bc")
+                .unwrap()
+                .is_within(&RepoPath::parse("a/b").unwrap())
+        );
+    }
+
+    #[test]
+    fn revisions() {
+        let c = "0123456789abcdef0123456789abcdef01234567";
+        assert!(matches!(Revision::parse(c), Ok(Revision::Commit(_))));
+        assert_eq!(
+            Revision::parse("refs/heads/dev").unwrap(),
+            Revision::Branch(BranchName::parse("dev").unwrap())
+        );
+        assert!(matches!(
+            Revision::parse("refs/pr/1"),
+            Ok(Revision::Branch(_))
+        ));
+        for bad in ["", "a..b", "a b", "/a", "a/", "x.lock", "a:b", "@", "a/.b"] {
+            assert!(Revision::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(CommitId::parse(c).unwrap().to_string(), c);
+        assert_eq!(CommitId::parse(&c.to_uppercase()).unwrap().to_string(), c);
+    }
+}

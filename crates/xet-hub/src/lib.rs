@@ -1,0 +1,26 @@
+//! The Hugging Face Hub side of `xet`, as a contract shared by the server (`xet serve`'s
+//! Hub API) and the client (`hf://` addresses):
+//!
+//! - [`id`]: repository types and ids, revisions, paths, commit ids — parsed once,
+//!   strictly, so nothing taken from a request reaches a storage key or a URL unchecked;
+//! - [`commit`]: commits as immutable, content-addressed full trees, and the operations
+//!   a commit applies;
+//! - [`api`]: the JSON and NDJSON of the Hub API, its headers and URL forms
+//!   (`hub-api.md`);
+//! - [`mode`]: which files go to Xet and which inline;
+//! - [`store`] and [`repos`]: the repository-store contract and the operations over it
+//!   (create, resolve, commit by compare-and-swap, branch).
+//!
+//! No transport and no runtime: the server and the client bring theirs.
+
+pub mod api;
+pub mod commit;
+pub mod id;
+pub mod mode;
+pub mod repos;
+pub mod store;
+
+pub use commit::{Commit, FileEntry, Operation, Storage};
+pub use id::{BranchName, CommitId, NameError, RepoId, RepoPath, RepoRef, RepoType, Revision};
+pub use repos::{CommitMeta, Committed, HubError, Repos};
+pub use store::{BranchHead, RepoRecord, RepoStore};

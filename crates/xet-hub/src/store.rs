@@ -1,0 +1,99 @@
+//! Where repositories live: the [`RepoStore`] contract, which the store engine implements
+//! over the same object backend (directory or S3 bucket) as the CAS.
+//!
+//! Contract (checked by `xet_cas_conformance::repos` on every implementation):
+//! - Repository records and commit objects are written once, atomically, and never
+//!   change; writing an existing commit id again is a no-op (same id, same bytes).
+//! - A branch head moves only through [`RepoStore::update_branch`], a compare-and-swap:
+//!   of any number of concurrent calls from the same head, exactly one succeeds, in this
+//!   process or in another process sharing the backend; a successful move is visible to
+//!   every later read in every process.
+//! - Everything is read from the backend (nothing cached that another process could make
+//!   stale), so several servers on one store see each other's commits at once.
+//! - Missing things are `Ok(None)`; storage failures are [`CasError::Storage`]. Nobody
+//!   retries inside: callers decide.
+
+use bytes::Bytes;
+use xet_cas::{CasError, Result};
+use xet_hash::MerkleHash;
+
+use crate::id::{BranchName, CommitId, RepoRef};
+
+/// What is stored about a repository besides its commits.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RepoRecord {
+    /// `model`, `dataset`, `space`.
+    pub kind: String,
+    /// `namespace/name`.
+    pub id: String,
+    pub private: bool,
+    /// The user whose token created it.
+    pub owner: String,
+    /// Seconds since the Unix epoch.
+    pub created_at: u64,
+}
+
+impl RepoRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a record always serializes")
+    }
+
+    pub fn decode(repo: &RepoRef, bytes: &[u8]) -> Result<RepoRecord> {
+        serde_json::from_slice(bytes).map_err(|e| {
+            CasError::Storage(format!(
+                "the stored record of repository {repo} is not valid: {e}"
+            ))
+        })
+    }
+}
+
+/// Where a branch points, with the version its next compare-and-swap must name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BranchHead {
+    pub commit: CommitId,
+    /// Opaque to callers; increases with every move.
+    pub version: u64,
+}
+
+/// The storage of repositories (contract in the module docs).
+#[async_trait::async_trait]
+pub trait RepoStore: Send + Sync + 'static {
+    /// Write the record of a new repository; `false` (and nothing written) if it exists.
+    async fn create_repo(&self, repo: &RepoRef, record: &RepoRecord) -> Result<bool>;
+
+    /// The record of `repo`, if it exists.
+    async fn repo(&self, repo: &RepoRef) -> Result<Option<RepoRecord>>;
+
+    /// Store the commit `id` of `repo` (the bytes `Commit::encode` gave).
+    async fn put_commit(&self, repo: &RepoRef, id: &CommitId, bytes: Bytes) -> Result<()>;
+
+    /// The bytes of commit `id` of `repo`.
+    async fn commit(&self, repo: &RepoRef, id: &CommitId) -> Result<Option<Bytes>>;
+
+    /// Where `name` points, if the branch exists.
+    async fn branch(&self, repo: &RepoRef, name: &BranchName) -> Result<Option<BranchHead>>;
+
+    /// Every branch of `repo`, sorted by name.
+    async fn branches(&self, repo: &RepoRef) -> Result<Vec<(BranchName, BranchHead)>>;
+
+    /// Move `name` from `from` (`None`: the branch does not exist yet) to `to`. Returns
+    /// the new head if this call moved it, `None` if the branch was not at `from` (someone
+    /// else moved or created it first).
+    async fn update_branch(
+        &self,
+        repo: &RepoRef,
+        name: &BranchName,
+        from: Option<&BranchHead>,
+        to: &CommitId,
+    ) -> Result<Option<BranchHead>>;
+
+    /// Xet file hashes whose uploaded shards claim content with this sha256
+    /// (FileMetadataExt). Claims only: nothing has checked them.
+    async fn files_claiming_sha256(&self, sha256: &[u8; 32]) -> Result<Vec<MerkleHash>>;
+
+    /// The file a previous check found to have this sha256.
+    async fn verified_sha256(&self, sha256: &[u8; 32]) -> Result<Option<MerkleHash>>;
+
+    /// Remember that `file`'s content was read and has this sha256.
+    async fn record_verified_sha256(&self, sha256: &[u8; 32], file: &MerkleHash) -> Result<()>;
+}

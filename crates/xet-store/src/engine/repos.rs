@@ -1,0 +1,578 @@
+//! [`RepoStore`] for [`StoreCas`]: Hub repositories kept as objects of the same backend as
+//! the CAS, so every process sharing a directory or a bucket shares them too.
+//!
+//! Layout (keys built by [`ObjectKey`] from hashes only; see `docs/STORE.md`):
+//!
+//! ```text
+//! hub/repos/<rk>/record                      RepoRecord JSON (put-if-absent: created once)
+//! hub/repos/<rk>/commits/<commit id>         commit bytes (content-addressed)
+//! hub/repos/<rk>/branches/<bk>/<version>     {"name": <branch>, "commit": <40 hex>}
+//! hub/sha256/<sha256>                        the Xet hash string of a verified file
+//! ```
+//!
+//! `<rk>` is [`hub_repo_name`] (a hash of `type/namespace/name`), `<bk>` is
+//! [`hub_branch_name`] (a hash of the branch name), `<version>` 20 decimal digits. A
+//! branch's head is its highest version. Moving it from version `v` is the put-if-absent
+//! of version `v + 1`: of several writers racing from `v`, in any processes, exactly one
+//! creates it, which is the compare-and-swap [`RepoStore::update_branch`] promises,
+//! without a lock or anything but the backend's atomic put-if-absent. Versions are never
+//! removed, so they run 1, 2, … without gaps.
+//!
+//! Nothing is cached: every head, record and commit is read from the backend on every
+//! call, so a commit through one process is visible through every other at once.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use sha2::Digest as _;
+use tokio::time::{Duration, Instant};
+use xet_cas::{CasError, Result};
+use xet_hash::MerkleHash;
+use xet_hub::{BranchHead, BranchName, CommitId, RepoRecord, RepoRef, RepoStore};
+
+use super::backend::{HubName, ObjectBackend, ObjectKey};
+use super::cas::StoreCas;
+
+/// The name of `repo` in hub keys: the first 16 bytes of SHA-256(`type/namespace/name`),
+/// so no user-chosen text ever reaches a key, and `model` and `dataset` repositories of
+/// one id are different repositories.
+pub fn hub_repo_name(repo: &RepoRef) -> HubName {
+    truncated_sha256(&format!("{}/{}", repo.kind.as_str(), repo.id))
+}
+
+/// The name of branch `name` in hub keys: the first 16 bytes of SHA-256 of the name.
+pub fn hub_branch_name(name: &BranchName) -> HubName {
+    truncated_sha256(name.as_str())
+}
+
+fn truncated_sha256(s: &str) -> HubName {
+    let digest = sha2::Sha256::digest(s.as_bytes());
+    let mut out = HubName::default();
+    let n = out.len();
+    out.copy_from_slice(&digest[..n]);
+    out
+}
+
+/// What a branch version object holds. The name is kept because the key holds only its
+/// hash, and `branches` must say which branches exist.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct BranchObject {
+    name: String,
+    commit: CommitId,
+}
+
+/// The least pause between two refreshes that sha256 misses run (see
+/// [`StoreCas::refresh_since`]); the pause is longer after a refresh that took longer.
+const MIN_CLAIM_REFRESH_PAUSE: Duration = Duration::from_millis(100);
+
+/// The refreshes of the index that sha256 misses ask for: at most one in flight, each
+/// shared by every miss it can answer, and a pause after each at least as long as it
+/// took (see [`StoreCas::refresh_since`]).
+#[derive(Default)]
+pub(crate) struct ClaimRefresh {
+    state: Mutex<ClaimRefreshState>,
+    done: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct ClaimRefreshState {
+    /// A refresh is in flight.
+    running: bool,
+    /// When the next refresh may start.
+    next_allowed: Option<Instant>,
+    /// When the latest refresh that succeeded started.
+    succeeded: Option<Instant>,
+    /// When the latest refresh that failed started, and why.
+    failed: Option<(Instant, String)>,
+}
+
+/// What a miss does next.
+enum Step {
+    /// A refresh that started after the miss has succeeded: look again.
+    Fresh,
+    /// A refresh that started after the miss has failed.
+    Failed(String),
+    /// Another refresh is in flight: wait for it to end.
+    WaitForRunning,
+    /// The last refresh ended too recently: wait until this time.
+    WaitUntil(Instant),
+    /// Run the refresh (started now).
+    Run(Instant),
+}
+
+impl ClaimRefresh {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClaimRefreshState> {
+        // Every critical section assigns a few fields; a panic cannot leave them torn.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn next_step(&self, since: Instant) -> Step {
+        let mut st = self.lock();
+        if st.succeeded.is_some_and(|s| s >= since) {
+            return Step::Fresh;
+        }
+        if let Some((s, why)) = &st.failed
+            && *s >= since
+        {
+            return Step::Failed(why.clone());
+        }
+        if st.running {
+            return Step::WaitForRunning;
+        }
+        let now = Instant::now();
+        if let Some(next) = st.next_allowed
+            && next > now
+        {
+            return Step::WaitUntil(next);
+        }
+        st.running = true;
+        Step::Run(now)
+    }
+}
+
+/// Ends the refresh started at `start`, also when the future running it is dropped (a
+/// client gone away), so waiting misses never wait for a refresh nobody runs.
+struct Running<'a> {
+    refresh: &'a ClaimRefresh,
+    start: Instant,
+    outcome: Option<std::result::Result<(), String>>,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        {
+            let mut st = self.refresh.lock();
+            let now = Instant::now();
+            st.running = false;
+            st.next_allowed = Some(now + (now - self.start).max(MIN_CLAIM_REFRESH_PAUSE));
+            match self.outcome.take() {
+                Some(Ok(())) => st.succeeded = Some(self.start),
+                Some(Err(why)) => st.failed = Some((self.start, why)),
+                // Cancelled: the misses waiting for it start their own.
+                None => {}
+            }
+        }
+        self.refresh.done.notify_waiters();
+    }
+}
+
+impl<B: ObjectBackend> StoreCas<B> {
+    /// Return once a refresh of the index that started at or after `since` has completed.
+    ///
+    /// Why a refresh on a miss at all: a commit names a sha256 only after the client's
+    /// shard upload returned, possibly through another server sharing the backend, and
+    /// the periodic refresh may not have run since. A listing that starts after the miss
+    /// sees that shard (the backends' listings are consistent); an older one may not, so
+    /// a miss never settles for a refresh that started before it. Why not one refresh per
+    /// miss: a refresh lists all of `shards/` (one S3 request per 1000 shards), and a
+    /// flood of commits naming unknown sha256s would list without end. So misses share
+    /// refreshes (any that started after them), one runs at a time, and after each the
+    /// next waits at least as long as it took (and [`MIN_CLAIM_REFRESH_PAUSE`]): misses
+    /// can keep the index listing at most half of the time, whatever the store's size,
+    /// while a lone miss waits for one listing, and one that arrives during a refresh for
+    /// about three.
+    pub(super) async fn refresh_since(&self, since: Instant) -> Result<()> {
+        let refresh = &self.claim_refresh;
+        loop {
+            // Registered before the state is read, so a refresh ending in between still
+            // wakes this miss.
+            let ended = refresh.done.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            match refresh.next_step(since) {
+                Step::Fresh => return Ok(()),
+                Step::Failed(why) => return Err(CasError::Storage(why)),
+                Step::WaitForRunning => ended.await,
+                Step::WaitUntil(t) => tokio::time::sleep_until(t).await,
+                Step::Run(start) => {
+                    let mut running = Running {
+                        refresh,
+                        start,
+                        outcome: None,
+                    };
+                    let result = self.refresh().await;
+                    running.outcome = Some(match &result {
+                        Ok(_) => Ok(()),
+                        Err(e) => Err(format!("refreshing the store index: {e}")),
+                    });
+                    drop(running);
+                    return result.map(drop);
+                }
+            }
+        }
+    }
+
+    /// The commit version `version` of branch `name` of `repo` (whose hub name is `rk`)
+    /// points at, checked to be that branch's.
+    async fn branch_object(
+        &self,
+        repo: &RepoRef,
+        rk: &HubName,
+        name: &BranchName,
+        version: u64,
+    ) -> Result<Option<CommitId>> {
+        let key = ObjectKey::hub_branch_version(rk, &hub_branch_name(name), version);
+        let Some(obj) = self.read_branch_object(repo, &key).await? else {
+            return Ok(None);
+        };
+        if obj.name != name.as_str() {
+            return Err(CasError::Storage(format!(
+                "{key}, read as version {version} of branch {name} of repository {repo}, \
+                 belongs to branch {:?}",
+                obj.name
+            )));
+        }
+        Ok(Some(obj.commit))
+    }
+
+    async fn read_branch_object(
+        &self,
+        repo: &RepoRef,
+        key: &ObjectKey,
+    ) -> Result<Option<BranchObject>> {
+        let Some(bytes) = self.backend().get(key).await? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            CasError::Storage(format!(
+                "{key}, a branch of repository {repo}, is not a valid branch object: {e}"
+            ))
+        })
+    }
+
+    /// The highest version present of each branch listed under `prefix`, by `bk`.
+    async fn latest_versions(&self, prefix: &str) -> Result<BTreeMap<HubName, u64>> {
+        let mut latest = BTreeMap::new();
+        for (bk, version) in self
+            .backend()
+            .list(prefix)
+            .await?
+            .iter()
+            .filter_map(ObjectKey::branch_version)
+        {
+            let v = latest.entry(bk).or_insert(version);
+            *v = (*v).max(version);
+        }
+        Ok(latest)
+    }
+}
+
+#[async_trait::async_trait]
+impl<B: ObjectBackend> RepoStore for StoreCas<B> {
+    async fn create_repo(&self, repo: &RepoRef, record: &RepoRecord) -> Result<bool> {
+        // A record naming another repository would make every later read of this one
+        // fail (see `repo`); refuse to write it.
+        if record.kind != repo.kind.as_str() || record.id != repo.id.to_string() {
+            return Err(CasError::Storage(format!(
+                "refusing to store a record of {} {} as repository {repo}",
+                record.kind, record.id
+            )));
+        }
+        let key = ObjectKey::hub_record(&hub_repo_name(repo));
+        self.backend()
+            .put_if_absent(&key, Bytes::from(record.encode()))
+            .await
+    }
+
+    async fn repo(&self, repo: &RepoRef) -> Result<Option<RepoRecord>> {
+        let key = ObjectKey::hub_record(&hub_repo_name(repo));
+        let Some(bytes) = self.backend().get(&key).await? else {
+            return Ok(None);
+        };
+        let record = RepoRecord::decode(repo, &bytes)?;
+        // Keys are hashes of the names; this catches a record put under the wrong one.
+        if record.kind != repo.kind.as_str() || record.id != repo.id.to_string() {
+            return Err(CasError::Storage(format!(
+                "{key}, the record of repository {repo}, describes {} {}",
+                record.kind, record.id
+            )));
+        }
+        Ok(Some(record))
+    }
+
+    async fn put_commit(&self, repo: &RepoRef, id: &CommitId, bytes: Bytes) -> Result<()> {
+        let key = ObjectKey::hub_commit(&hub_repo_name(repo), id.as_bytes());
+        // `false`: the commit is stored already, with these bytes (its id is their hash).
+        self.backend().put_if_absent(&key, bytes).await.map(drop)
+    }
+
+    async fn commit(&self, repo: &RepoRef, id: &CommitId) -> Result<Option<Bytes>> {
+        let key = ObjectKey::hub_commit(&hub_repo_name(repo), id.as_bytes());
+        self.backend().get(&key).await
+    }
+
+    async fn branch(&self, repo: &RepoRef, name: &BranchName) -> Result<Option<BranchHead>> {
+        let rk = hub_repo_name(repo);
+        let bk = hub_branch_name(name);
+        let prefix = ObjectKey::hub_branch_prefix(&rk, &bk);
+        let Some(&version) = self.latest_versions(&prefix).await?.get(&bk) else {
+            return Ok(None);
+        };
+        // Listed, so stored; objects are never removed by the store.
+        let commit = self
+            .branch_object(repo, &rk, name, version)
+            .await?
+            .ok_or_else(|| {
+                CasError::Storage(format!(
+                    "version {version} of branch {name} of repository {repo} was listed but \
+                     cannot be read"
+                ))
+            })?;
+        Ok(Some(BranchHead { commit, version }))
+    }
+
+    async fn branches(&self, repo: &RepoRef) -> Result<Vec<(BranchName, BranchHead)>> {
+        let rk = hub_repo_name(repo);
+        let prefix = ObjectKey::hub_branches_prefix(&rk);
+        let mut out = Vec::new();
+        for (bk, version) in self.latest_versions(&prefix).await? {
+            let key = ObjectKey::hub_branch_version(&rk, &bk, version);
+            let obj = self.read_branch_object(repo, &key).await?.ok_or_else(|| {
+                CasError::Storage(format!(
+                    "{key}, a branch of repository {repo}, was listed but cannot be read"
+                ))
+            })?;
+            let name = BranchName::parse(&obj.name)
+                .ok()
+                .filter(|n| hub_branch_name(n) == bk)
+                .ok_or_else(|| {
+                    CasError::Storage(format!(
+                        "{key}, a branch of repository {repo}, names branch {:?}, which is not \
+                         the branch of that key",
+                        obj.name
+                    ))
+                })?;
+            out.push((
+                name,
+                BranchHead {
+                    commit: obj.commit,
+                    version,
+                },
+            ));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    async fn update_branch(
+        &self,
+        repo: &RepoRef,
+        name: &BranchName,
+        from: Option<&BranchHead>,
+        to: &CommitId,
+    ) -> Result<Option<BranchHead>> {
+        let rk = hub_repo_name(repo);
+        let version = match from {
+            // Versions start at 1: if it exists, the branch does.
+            None => 1,
+            Some(from) => {
+                // The branch was at `from` only if version `from.version` names
+                // `from.commit`. Versions are immutable, so this cannot change after the
+                // check; whether the branch is still there is decided by the put below.
+                if self.branch_object(repo, &rk, name, from.version).await? != Some(from.commit) {
+                    return Ok(None);
+                }
+                from.version.checked_add(1).ok_or_else(|| {
+                    CasError::Storage(format!(
+                        "branch {name} of repository {repo} cannot move past version {}",
+                        from.version
+                    ))
+                })?
+            }
+        };
+        let key = ObjectKey::hub_branch_version(&rk, &hub_branch_name(name), version);
+        let body = serde_json::to_vec(&BranchObject {
+            name: name.as_str().to_string(),
+            commit: *to,
+        })
+        .map_err(|e| CasError::Storage(format!("encoding {key}: {e}")))?;
+        let moved = self
+            .backend()
+            .put_if_absent(&key, Bytes::from(body))
+            .await?;
+        Ok(moved.then_some(BranchHead {
+            commit: *to,
+            version,
+        }))
+    }
+
+    async fn files_claiming_sha256(&self, sha256: &[u8; 32]) -> Result<Vec<MerkleHash>> {
+        let asked = Instant::now();
+        let claims = self.index.files_claiming(sha256);
+        if !claims.is_empty() {
+            return Ok(claims);
+        }
+        // Another server sharing the backend may have registered the shard since this
+        // one last refreshed (see `refresh_since`).
+        self.refresh_since(asked).await?;
+        Ok(self.index.files_claiming(sha256))
+    }
+
+    async fn verified_sha256(&self, sha256: &[u8; 32]) -> Result<Option<MerkleHash>> {
+        let key = ObjectKey::hub_sha256(sha256);
+        let Some(bytes) = self.backend().get(&key).await? else {
+            return Ok(None);
+        };
+        std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(|s| MerkleHash::from_hex(s).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                CasError::Storage(format!(
+                    "{key} holds {} bytes that are not a Xet hash string",
+                    bytes.len()
+                ))
+            })
+    }
+
+    async fn record_verified_sha256(&self, sha256: &[u8; 32], file: &MerkleHash) -> Result<()> {
+        let key = ObjectKey::hub_sha256(sha256);
+        if self
+            .backend()
+            .put_if_absent(&key, Bytes::from(file.to_string()))
+            .await?
+        {
+            return Ok(());
+        }
+        // Someone verified this sha256 first. A Xet file hash is a function of the content
+        // (deterministic chunking), so a different file means SHA-256 collided or one of
+        // the two checks was wrong. The first pair stays, as commits may already rely on
+        // it; both name content with this sha256 as far as their checks could tell.
+        if let Some(first) = self.verified_sha256(sha256).await?
+            && first != *file
+        {
+            tracing::warn!(
+                object = %key, first = %first, ignored = %file,
+                "a second file was verified to have the sha256 of an already verified one"
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use xet_cas::ByteRange;
+
+    use super::*;
+    use crate::engine::backend::{MemoryBackend, SHARD_PREFIX};
+
+    /// A memory backend that counts (and can slow down) listings of `shards/`: the
+    /// refreshes of the index.
+    #[derive(Clone, Default)]
+    struct Counting {
+        inner: MemoryBackend,
+        shard_listings: Arc<AtomicUsize>,
+        list_delay: Duration,
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectBackend for Counting {
+        async fn put_if_absent(&self, key: &ObjectKey, data: Bytes) -> Result<bool> {
+            self.inner.put_if_absent(key, data).await
+        }
+        async fn get(&self, key: &ObjectKey) -> Result<Option<Bytes>> {
+            self.inner.get(key).await
+        }
+        async fn get_range(&self, key: &ObjectKey, range: ByteRange) -> Result<Option<Bytes>> {
+            self.inner.get_range(key, range).await
+        }
+        async fn size(&self, key: &ObjectKey) -> Result<Option<u64>> {
+            self.inner.size(key).await
+        }
+        async fn list(&self, prefix: &str) -> Result<Vec<ObjectKey>> {
+            if prefix == SHARD_PREFIX {
+                self.shard_listings.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(self.list_delay).await;
+            }
+            self.inner.list(prefix).await
+        }
+        async fn delete(&self, key: &ObjectKey) -> Result<bool> {
+            self.inner.delete(key).await
+        }
+    }
+
+    fn listings(store: &StoreCas<Counting>) -> usize {
+        store.backend().shard_listings.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn misses_share_refreshes_and_pause_between_them() {
+        let backend = Counting {
+            list_delay: Duration::from_millis(20),
+            ..Counting::default()
+        };
+        let store = Arc::new(StoreCas::open(backend).await.unwrap());
+        let opened = listings(&store);
+
+        // A burst of misses: one refresh, or two if some arrive after the first started.
+        let mut burst = tokio::task::JoinSet::new();
+        for i in 0..32u8 {
+            let store = store.clone();
+            burst.spawn(async move { store.files_claiming_sha256(&[i; 32]).await });
+        }
+        while let Some(r) = burst.join_next().await {
+            assert_eq!(r.unwrap(), Ok(vec![]));
+        }
+        let after_burst = listings(&store);
+        assert!(
+            (1..=2).contains(&(after_burst - opened)),
+            "32 concurrent misses listed shards/ {} times",
+            after_burst - opened
+        );
+
+        // Misses one after the other: one refresh each, spaced by the pause.
+        let t = Instant::now();
+        for i in 0..3u8 {
+            assert_eq!(
+                store.files_claiming_sha256(&[100 + i; 32]).await,
+                Ok(vec![])
+            );
+        }
+        assert_eq!(listings(&store), after_burst + 3);
+        assert!(
+            t.elapsed() >= 2 * MIN_CLAIM_REFRESH_PAUSE,
+            "{:?}",
+            t.elapsed()
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_refresh_does_not_block_later_misses() {
+        let backend = Counting {
+            list_delay: Duration::from_millis(300),
+            ..Counting::default()
+        };
+        let store = Arc::new(StoreCas::open(backend).await.unwrap());
+        let s = store.clone();
+        let first = tokio::spawn(async move { s.files_claiming_sha256(&[1; 32]).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        first.abort();
+        let _ = first.await;
+        let next = tokio::time::timeout(
+            Duration::from_secs(10),
+            store.files_claiming_sha256(&[2; 32]),
+        )
+        .await;
+        assert_eq!(next.expect("a later miss is answered"), Ok(vec![]));
+    }
+
+    #[test]
+    fn names_are_hashes_of_type_and_id() {
+        use xet_hub::{RepoId, RepoType};
+        let id = RepoId::parse("org/name").unwrap();
+        let model = hub_repo_name(&RepoRef::new(RepoType::Model, id.clone()));
+        let dataset = hub_repo_name(&RepoRef::new(RepoType::Dataset, id));
+        assert_ne!(model, dataset);
+        let digest = sha2::Sha256::digest(b"model/org/name");
+        assert_eq!(model[..], digest[..16]);
+        assert_eq!(
+            hub_branch_name(&BranchName::main())[..],
+            sha2::Sha256::digest(b"main")[..16]
+        );
+    }
+}
