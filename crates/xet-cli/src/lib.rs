@@ -6,6 +6,7 @@
 mod dest;
 mod exit;
 mod formats;
+mod hub;
 mod log;
 mod output;
 mod progress;
@@ -63,8 +64,11 @@ enum Command {
     },
     /// Chunk, dedupe and upload files and directories; print each file's xet hash.
     Upload(transfer::UploadArgs),
-    /// Rebuild files from their xet hashes, verified.
+    /// Rebuild files from their xet hashes, verified; or download hf://NS/NAME[@REV][/PATH]
+    /// from the Hugging Face Hub (into its cache, or -o DIR).
     Download(transfer::DownloadArgs),
+    /// List a Hub repository: hf://[datasets/|spaces/]NS/NAME[@REV][/PATH].
+    Ls(hub::LsArgs),
     /// Serve a store over the CAS HTTP API (what hf_xet and `xet --endpoint` talk to).
     Serve(transfer::ServeArgs),
     /// Inspect or empty the chunk cache that downloads use.
@@ -198,6 +202,7 @@ pub fn main() -> ExitCode {
         }
         Command::Serve(args) => runtime().and_then(|rt| rt.block_on(transfer::serve(&out, args))),
         Command::Upload(args) => runtime().and_then(|rt| rt.block_on(transfer::upload(&out, args))),
+        Command::Ls(args) => runtime().and_then(|rt| rt.block_on(hub::ls(&out, args))),
         Command::Download(args) => {
             runtime().and_then(|rt| rt.block_on(transfer::download(&out, args)))
         }

@@ -114,6 +114,8 @@ pub struct DownloadArgs {
     #[arg(long, env = "XET_CHUNK_CACHE_COPIES")]
     chunk_cache_copies: bool,
     #[command(flatten)]
+    hub: crate::hub::HubDownloadArgs,
+    #[command(flatten)]
     remote: RemoteArgs,
 }
 
@@ -175,6 +177,26 @@ fn download_entries(a: &DownloadArgs) -> CliResult<Vec<dest::Entry>> {
 }
 
 pub async fn download(out: &Out, a: DownloadArgs) -> CliResult {
+    if a.hashes.iter().any(|h| xet_hub_client::HfAddress::is_hf(h)) {
+        let given = [
+            ("--files-from", a.files_from.is_some()),
+            ("--range", a.range.is_some()),
+            ("--size", a.size.is_some()),
+        ];
+        return crate::hub::download(
+            out,
+            crate::hub::DownloadInput {
+                targets: &a.hashes,
+                output: a.output.as_deref(),
+                unsupported: given.iter().filter(|g| g.1).map(|g| g.0).collect(),
+                hub: &a.hub,
+                remote: &a.remote,
+                chunk_cache_size: a.chunk_cache_size,
+                chunk_cache_copies: a.chunk_cache_copies,
+            },
+        )
+        .await;
+    }
     let entries = download_entries(&a)?;
     if entries.is_empty() {
         return Err(Failure::new(
@@ -331,6 +353,8 @@ pub struct UploadArgs {
     #[arg(long)]
     rehash: bool,
     #[command(flatten)]
+    hub: crate::hub::HubUploadArgs,
+    #[command(flatten)]
     remote: RemoteArgs,
 }
 
@@ -355,6 +379,24 @@ fn upload_code(e: &xet_upload::UploadError) -> Code {
 }
 
 pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
+    if a.paths
+        .last()
+        .and_then(|p| p.to_str())
+        .is_some_and(xet_hub_client::HfAddress::is_hf)
+    {
+        let given = [("--dry-run", a.dry_run), ("--rehash", a.rehash)];
+        return crate::hub::upload(
+            out,
+            crate::hub::UploadInput {
+                paths: &a.paths,
+                files_from: a.files_from.as_deref(),
+                unsupported: given.iter().filter(|g| g.1).map(|g| g.0).collect(),
+                hub: &a.hub,
+                remote: &a.remote,
+            },
+        )
+        .await;
+    }
     let mut roots = a.paths.clone();
     if let Some(src) = &a.files_from {
         roots.extend(read_list(src)?.into_iter().map(|(_, l)| PathBuf::from(l)));
@@ -521,10 +563,37 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = xet_server::conn::DEFAULT_MAX_CONNECTIONS as u32, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
+    /// The Hub API's user: the namespace of repositories created without one, the
+    /// author of commits, what `hf auth whoami` shows.
+    #[arg(long, default_value = "user", value_name = "NAME")]
+    hub_user: String,
+}
+
+/// What `xet serve` serves from: the CAS, the repositories of its Hub API (the same
+/// store), and the key of the CAS tokens the Hub API mints (derived from the store's
+/// secret, so every server on one store accepts the others' tokens).
+struct Served {
+    cas: Arc<dyn xet_cas::Cas>,
+    repos: Arc<dyn xet_hub::RepoStore>,
+    token_key: [u8; 32],
+}
+
+impl Served {
+    fn new<B: xet_store::ObjectBackend>(
+        store: xet_store::StoreCas<B>,
+    ) -> (Served, Arc<xet_store::StoreCas<B>>) {
+        let store = Arc::new(store);
+        let served = Served {
+            cas: store.clone(),
+            repos: store.clone(),
+            token_key: store.derive_key("xet serve: hub CAS token key v1"),
+        };
+        (served, store)
+    }
 }
 
 /// The store of `xet serve --store s3://BUCKET[/PREFIX]`.
-async fn open_s3_store(url: &str, a: &ServeArgs) -> CliResult<Arc<dyn xet_cas::Cas>> {
+async fn open_s3_store(url: &str, a: &ServeArgs) -> CliResult<Served> {
     let mut config = xet_store_s3::S3Config::from_url(url)
         .map_err(|e| Failure::new(Code::Usage, anyhow!("--store: {e}")))?;
     if let Some(e) = &a.s3_endpoint {
@@ -535,12 +604,24 @@ async fn open_s3_store(url: &str, a: &ServeArgs) -> CliResult<Arc<dyn xet_cas::C
         .await
         .with_context(|| format!("cannot open the store at {url}"))
         .map_err(|e| Failure::new(Code::Failure, e))?;
-    let store = Arc::new(store);
+    let (served, store) = Served::new(store);
     if a.s3_refresh_secs > 0 {
         let every = std::time::Duration::from_secs(a.s3_refresh_secs);
         store.spawn_refresh(every);
     }
-    Ok(store)
+    Ok(served)
+}
+
+/// The store of `xet serve --store DIR`.
+async fn open_dir_store(dir: &Path) -> CliResult<Served> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the store directory {}", dir.display()))
+        .map_err(Failure::input)?;
+    let store = xet_store::open_store(dir)
+        .await
+        .with_context(|| format!("cannot open the store at {}", dir.display()))
+        .map_err(|e| Failure::new(Code::Failure, e))?;
+    Ok(Served::new(store).0)
 }
 
 pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
@@ -560,12 +641,12 @@ pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
     let s3_url = a.store.as_deref().and_then(|p| p.to_str());
     // Grant uploads not yet committed spill to disk past their memory budget: for a
     // directory store, into its visible `grants/` directory (cleaned at start-up).
-    let (store, serving, spool_dir): (Arc<dyn xet_cas::Cas>, String, Option<PathBuf>) =
+    let (store, serving, spool_dir): (Served, String, Option<PathBuf>) =
         match s3_url.filter(|u| xet_store_s3::is_s3_url(u)) {
             Some(url) => (open_s3_store(url, &a).await?, url.to_string(), None),
             None => {
                 let dir = a.store.clone().unwrap_or_else(remote::default_store_dir);
-                let store = remote::open_store(&dir).await?;
+                let store = open_dir_store(&dir).await?;
                 let grants = dir.join("grants");
                 std::fs::create_dir_all(&grants)
                     .with_context(|| format!("creating {}", grants.display()))
@@ -586,9 +667,12 @@ pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
         send_timeout: std::time::Duration::from_secs(a.send_timeout),
         max_connections: a.max_connections as usize,
         spool_dir,
+        hub_user: a.hub_user.clone(),
+        cas_token_key: Some(store.token_key),
         ..Default::default()
     };
-    let server = xet_server::Server::bind(config, store)
+    let repos = xet_hub::Repos::new(store.repos);
+    let server = xet_server::Server::bind_with_hub(config, store.cas, Some(repos))
         .await
         .map_err(|e| match e {
             // The library's message is neutral; which flags give a token is ours to say.

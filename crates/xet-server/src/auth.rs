@@ -8,6 +8,7 @@
 use crate::app::AppState;
 use crate::config::{Access, Token};
 use crate::error::{ApiError, code};
+use crate::sign::{UrlSigner, unix_now};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -15,6 +16,7 @@ use subtle::ConstantTimeEq;
 
 pub struct Auth {
     tokens: Vec<Token>,
+    minter: Option<TokenMinter>,
 }
 
 /// The caller's token, if any (`None` when auth is off and no token was sent).
@@ -22,6 +24,66 @@ pub struct Auth {
 pub struct Caller {
     pub token: Option<String>,
     pub access: Access,
+    /// The token is one of the configured (user) tokens, not a minted CAS token and not
+    /// an open server's anything-goes.
+    pub user: bool,
+}
+
+/// Short-lived CAS tokens handed out by the Hub's xet token routes:
+/// `xet-cas.<r|w>.<exp>.<signature>`, signed with a key every server sharing the store
+/// holds, so a token minted by one server works on all of them until `exp`.
+pub struct TokenMinter {
+    signer: UrlSigner,
+}
+
+/// Prefix of minted CAS tokens.
+pub const MINTED_PREFIX: &str = "xet-cas.";
+const SIGN_CAS_TOKEN: &str = "cas-token";
+
+impl TokenMinter {
+    pub fn new(key: [u8; 32]) -> TokenMinter {
+        TokenMinter {
+            signer: UrlSigner::with_key(key),
+        }
+    }
+
+    /// A token granting `access` until `exp` (Unix seconds).
+    pub fn mint(&self, access: Access, exp: u64) -> String {
+        let scope = scope_letter(access);
+        let sig = self.signer.sign(SIGN_CAS_TOKEN, scope, exp);
+        format!("{MINTED_PREFIX}{scope}.{exp}.{sig}")
+    }
+
+    /// The access a minted token grants at `now`, or why it grants none.
+    fn verify(&self, token: &str, now: u64) -> Result<Access, &'static str> {
+        let mut parts = token
+            .strip_prefix(MINTED_PREFIX)
+            .ok_or("not a minted token")?
+            .splitn(3, '.');
+        let (Some(scope), Some(exp), Some(sig)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err("malformed CAS token");
+        };
+        let access = match scope {
+            "r" => Access::Read,
+            "w" => Access::Write,
+            _ => return Err("malformed CAS token"),
+        };
+        let exp: u64 = exp.parse().map_err(|_| "malformed CAS token")?;
+        if !self.signer.check(SIGN_CAS_TOKEN, scope, exp, sig) {
+            return Err("invalid token");
+        }
+        if now >= exp {
+            return Err("the CAS token has expired; fetch a new one from the xet token route");
+        }
+        Ok(access)
+    }
+}
+
+fn scope_letter(access: Access) -> &'static str {
+    match access {
+        Access::Read => "r",
+        Access::Write => "w",
+    }
 }
 
 fn unauthorized(reason: &str) -> ApiError {
@@ -41,7 +103,20 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 impl Auth {
     pub fn new(tokens: Vec<Token>) -> Self {
-        Auth { tokens }
+        Auth {
+            tokens,
+            minter: None,
+        }
+    }
+
+    /// Also accept CAS tokens minted with `minter`'s key.
+    pub fn with_minter(mut self, minter: TokenMinter) -> Self {
+        self.minter = Some(minter);
+        self
+    }
+
+    pub fn minter(&self) -> Option<&TokenMinter> {
+        self.minter.as_ref()
     }
 
     pub fn enabled(&self) -> bool {
@@ -55,6 +130,7 @@ impl Auth {
             return Ok(Caller {
                 token: presented.map(str::to_string),
                 access: Access::Write,
+                user: false,
             });
         }
         let Some(presented) = presented else {
@@ -64,6 +140,20 @@ impl Auth {
                 unauthorized("missing bearer token")
             });
         };
+        if let Some(minter) = &self.minter
+            && presented.starts_with(MINTED_PREFIX)
+        {
+            let access = minter.verify(presented, unix_now()).map_err(unauthorized)?;
+            return grant(presented, access, need, false);
+        }
+        let access = self
+            .user_access(presented)
+            .ok_or_else(|| unauthorized("invalid token"))?;
+        grant(presented, access, need, true)
+    }
+
+    /// The access a configured (user) token grants; minted CAS tokens grant nothing here.
+    pub fn user_access(&self, presented: &str) -> Option<Access> {
         // Compare against every configured token (no early exit on a match).
         let mut found: Option<Access> = None;
         for t in &self.tokens {
@@ -73,20 +163,22 @@ impl Auth {
                 found = found.max(Some(t.access));
             }
         }
-        let Some(access) = found else {
-            return Err(unauthorized("invalid token"));
-        };
-        if access < need {
-            return Err(ApiError::forbidden(
-                code::FORBIDDEN,
-                "this token is read-only; uploads need a write token",
-            ));
-        }
-        Ok(Caller {
-            token: Some(presented.to_string()),
-            access,
-        })
+        found
     }
+}
+
+fn grant(presented: &str, access: Access, need: Access, user: bool) -> Result<Caller, ApiError> {
+    if access < need {
+        return Err(ApiError::forbidden(
+            code::FORBIDDEN,
+            "this token is read-only; uploads need a write token",
+        ));
+    }
+    Ok(Caller {
+        token: Some(presented.to_string()),
+        access,
+        user,
+    })
 }
 
 /// Extractor: any valid token.
@@ -148,5 +240,40 @@ mod tests {
         let open = Auth::new(vec![]);
         assert!(open.check(&HeaderMap::new(), Access::Write).is_ok());
         assert!(open.check(&h("Bearer anything"), Access::Write).is_ok());
+    }
+
+    #[test]
+    fn minted_cas_tokens() {
+        let key = [7u8; 32];
+        let a = Auth::new(vec![Token::write("w")]).with_minter(TokenMinter::new(key));
+        let later = unix_now() + 600;
+        let w = TokenMinter::new(key).mint(Access::Write, later);
+        let r = TokenMinter::new(key).mint(Access::Read, later);
+        let caller = a.check(&h(&format!("Bearer {w}")), Access::Write).unwrap();
+        assert!(!caller.user);
+        assert_eq!(
+            a.check(&h(&format!("Bearer {r}")), Access::Write)
+                .unwrap_err()
+                .status,
+            StatusCode::FORBIDDEN
+        );
+        assert!(a.check(&h(&format!("Bearer {r}")), Access::Read).is_ok());
+        // Another key, a changed scope or expiry, an expired token: refused.
+        let other = TokenMinter::new([8u8; 32]).mint(Access::Write, later);
+        let widened = r.replacen(".r.", ".w.", 1);
+        let extended = w.replacen(&later.to_string(), &(later + 1).to_string(), 1);
+        let expired = TokenMinter::new(key).mint(Access::Write, unix_now() - 1);
+        for bad in [other, widened, extended, expired, "xet-cas.w.1".into()] {
+            assert_eq!(
+                a.check(&h(&format!("Bearer {bad}")), Access::Read)
+                    .unwrap_err()
+                    .status,
+                StatusCode::UNAUTHORIZED,
+                "{bad}"
+            );
+        }
+        // Minted tokens are for the CAS only: they are no user token.
+        assert_eq!(a.user_access(&w), None);
+        assert_eq!(a.user_access("w"), Some(Access::Write));
     }
 }

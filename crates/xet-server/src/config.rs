@@ -200,6 +200,14 @@ pub struct ServerConfig {
     /// At most this many open connections (idle ones are closed to make room, else new
     /// ones get `503`); lowered to fit the open-file limit.
     pub max_connections: usize,
+    /// The Hub API's user: who `whoami` says the caller is, the namespace of a
+    /// repository created without one, the author of commits.
+    pub hub_user: String,
+    /// Key of the short-lived CAS tokens the Hub API hands out (shared by every server on
+    /// one store, kept in the store). `None`: the Hub API is off.
+    pub cas_token_key: Option<[u8; 32]>,
+    /// Largest commit request body (NDJSON with inline files) the Hub API accepts.
+    pub max_commit_bytes: u64,
 }
 
 impl Default for ServerConfig {
@@ -229,6 +237,9 @@ impl Default for ServerConfig {
             body_timeout: crate::conn::DEFAULT_BODY_TIMEOUT,
             send_timeout: crate::conn::DEFAULT_SEND_TIMEOUT,
             max_connections: crate::conn::DEFAULT_MAX_CONNECTIONS,
+            hub_user: "user".to_string(),
+            cas_token_key: None,
+            max_commit_bytes: 512 * 1024 * 1024,
         }
     }
 }

@@ -91,6 +91,7 @@ pub mod config;
 pub mod conn;
 pub mod error;
 pub mod grants;
+pub mod hub;
 pub mod multipart;
 pub mod range;
 mod routes;
@@ -139,6 +140,17 @@ pub struct Server {
 impl Server {
     /// Resolve and bind `config.listen` (port 0 picks a free port).
     pub async fn bind(config: ServerConfig, cas: Arc<dyn Cas>) -> Result<Server, ServerError> {
+        Self::bind_with_hub(config, cas, None).await
+    }
+
+    /// [`bind`](Self::bind), also serving the Hub API over `repos` (see [`hub`]); CAS
+    /// tokens are minted with `config.cas_token_key` (a random key if unset, so tokens
+    /// then work on this process only).
+    pub async fn bind_with_hub(
+        config: ServerConfig,
+        cas: Arc<dyn Cas>,
+        repos: Option<xet_hub::Repos>,
+    ) -> Result<Server, ServerError> {
         let listen = config.listen.clone();
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host(&listen)
             .await
@@ -180,9 +192,16 @@ impl Server {
             config.max_open_grants,
             config.grant_commit_ttl,
         ));
+        let mut auth = auth::Auth::new(config.tokens.clone());
+        if repos.is_some() {
+            auth = auth.with_minter(auth::TokenMinter::new(
+                config.cas_token_key.unwrap_or_else(rand::random),
+            ));
+        }
         let state = Arc::new(app::Shared {
             cas,
-            auth: auth::Auth::new(config.tokens.clone()),
+            auth,
+            hub: repos.map(|repos| Arc::new(hub::Hub { repos })),
             signer: sign::UrlSigner::random(),
             grants,
             upload_permits: Arc::new(tokio::sync::Semaphore::new(

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+pub mod hub;
 mod s3;
 pub use s3::{MOTO_VERSION, MotoServer, moto_python, moto_requirement, shared_moto};
 

@@ -48,19 +48,25 @@ fn plausible_host(h: &str) -> bool {
 impl FromRequestParts<AppState> for BaseUrl {
     type Rejection = Infallible;
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Infallible> {
-        if let Some(p) = &state.config.public_url {
-            return Ok(BaseUrl(p.trim_end_matches('/').to_string()));
-        }
-        let host = parts
-            .headers
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .or_else(|| parts.uri.authority().map(|a| a.as_str()))
-            .filter(|h| plausible_host(h));
-        Ok(BaseUrl(match host {
-            Some(h) => format!("http://{h}"),
-            None => format!("http://{}", state.local_addr),
-        }))
+        Ok(BaseUrl(base_url(parts, state)))
+    }
+}
+
+/// The URL clients reach this server at: the configured public URL, else `http://` +
+/// the `Host` they connected to (so links work from wherever they came).
+pub fn base_url(parts: &Parts, state: &AppState) -> String {
+    if let Some(p) = &state.config.public_url {
+        return p.trim_end_matches('/').to_string();
+    }
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| parts.uri.authority().map(|a| a.as_str()))
+        .filter(|h| plausible_host(h));
+    match host {
+        Some(h) => format!("http://{h}"),
+        None => format!("http://{}", state.local_addr),
     }
 }
 

@@ -6,7 +6,7 @@ use crate::config::ServerConfig;
 use crate::error::{ApiError, ApiResult, code};
 use crate::grants::Grants;
 use crate::routes::grants::{grant_upload, xorb_commit, xorb_grant};
-use crate::routes::misc::{health, method_not_allowed, no_route, telemetry, token_refresh};
+use crate::routes::misc::{health, method_not_allowed, telemetry, token_refresh};
 use crate::routes::reconstructions::{
     file_head, reconstruction_batch, reconstruction_v1, reconstruction_v2,
 };
@@ -16,7 +16,7 @@ use crate::routes::xorbs::{xorb_head, xorb_post};
 use crate::sign::{SignatureError, UrlSigner, unix_now};
 use axum::Router;
 use axum::middleware;
-use axum::routing::{get, head, post, put};
+use axum::routing::{any, get, head, post, put};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use xet_cas::routes;
@@ -25,7 +25,7 @@ use xet_hash::MerkleHash;
 pub(crate) mod extract;
 mod log;
 
-pub use extract::{BaseUrl, PathParams, read_body};
+pub use extract::{BaseUrl, PathParams, base_url, read_body};
 
 /// Path of presigned xorb data URLs: `/_xorb/{prefix}/{hash}?X-Xet-Expires=..&X-Xet-Signature=..`.
 pub const XORB_DATA_PREFIX: &str = "/_xorb";
@@ -47,6 +47,8 @@ pub struct Shared {
     pub local_addr: SocketAddr,
     /// Bounds the upload bodies held in memory at once.
     pub upload_permits: Arc<tokio::sync::Semaphore>,
+    /// The Hub API's repositories, when it is on.
+    pub hub: Option<Arc<crate::hub::Hub>>,
 }
 
 pub type AppState = Arc<Shared>;
@@ -155,8 +157,11 @@ pub fn router(state: AppState) -> Router {
             .route(routes::SHARDS_V2, post(shards_v2))
             .route("/v2/reconstructions/{hash}", get(reconstruction_v2));
     }
+    if state.hub.is_some() {
+        r = r.route("/api/{*rest}", any(crate::hub::api));
+    }
     let body_timeout = state.config.body_timeout;
-    r.fallback(no_route)
+    r.fallback(crate::hub::files)
         .method_not_allowed_fallback(method_not_allowed)
         // Inside the log, so a stalled body's 408 is what the log says.
         .layer(middleware::from_fn(move |req, next| {

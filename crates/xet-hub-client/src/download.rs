@@ -1,0 +1,561 @@
+//! `xet download hf://...`: a file, a folder or a whole repository at one commit, into
+//! the HF cache or a plain folder (or one file, or a writer).
+//!
+//! 1. The revision is resolved to a commit once (`/revision/{rev}`); everything after
+//!    asks for that commit, so a branch moving meanwhile cannot mix two trees.
+//! 2. The files come from the tree listing (`paths-info` first for a single path, to
+//!    tell a file from a folder), filtered by `--include` / `--exclude`.
+//! 3. Xet files go through the download pipeline in one call (bounded concurrency,
+//!    resume, chunk cache, Xet-hash verification), then their sha256 is checked against
+//!    the listing; the others are fetched from `resolve` a few at a time and checked by
+//!    git blob id (sha256 for LFS files not in Xet). Both run at once.
+//! 4. Nothing reaches its final name before it is verified: files are written under a
+//!    temporary name beside it and renamed. In the cache, a file already there (its
+//!    snapshot link leads to a blob of the right size) or whose blob is there is not
+//!    fetched again.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::TryStreamExt;
+use serde::Serialize;
+use xet_hub::{CommitId, RepoPath, RepoRef};
+
+use crate::address::HfAddress;
+use crate::cache::RepoCache;
+use crate::client::{HubClient, TokenKind};
+use crate::error::{HubError, Result, Subject};
+use crate::tree::{Content, RemoteFile};
+use crate::verify::{self, Expect, Mismatch, Sha256Tap};
+
+/// Where files go.
+#[derive(Debug, Clone)]
+pub enum Output {
+    /// The HF cache at this hub cache folder.
+    Cache(PathBuf),
+    /// `-o PATH`: a folder (files keep their repository paths below it), or, when the
+    /// address names one file and PATH is not an existing folder nor written with a
+    /// trailing `/`, that file.
+    Path(PathBuf),
+    /// `-o -`: one file to stdout.
+    Stdout,
+}
+
+pub struct DownloadSpec {
+    pub address: HfAddress,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+    pub output: Output,
+}
+
+/// How to run the transfer.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// For the Xet files (its `cancel` stops the other fetches too).
+    pub pipeline: xet_download::DownloadOptions,
+    /// The CAS client's idle timeout, if not its default.
+    pub idle_timeout: Option<Duration>,
+    /// Files fetched from `resolve` at once.
+    pub concurrency: usize,
+}
+
+/// Progress of the whole transfer: its total, then bytes as they are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    Total(u64),
+    Bytes(u64),
+}
+
+pub type ProgressFn = Arc<dyn Fn(Progress) + Send + Sync>;
+
+/// One file of the outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct DownloadedFile {
+    /// In the repository.
+    pub path: String,
+    /// On this machine (`-` for stdout); in the cache, the snapshot link.
+    pub local: PathBuf,
+    pub size: u64,
+    pub xet_hash: Option<String>,
+    pub sha256: Option<String>,
+    pub git_oid: String,
+    /// `xet`, `resolve`, or `cache` (nothing fetched).
+    pub source: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DownloadOutcome {
+    pub repo: String,
+    pub revision: String,
+    pub commit: String,
+    pub files: Vec<DownloadedFile>,
+    /// Bytes of all files.
+    pub bytes: u64,
+    /// Bytes received over the network (compressed, for Xet files).
+    pub bytes_fetched: u64,
+    pub bytes_from_cache: u64,
+    /// Seconds.
+    pub elapsed: f64,
+}
+
+/// Where one file's bytes go.
+enum Dest {
+    /// Written to `tmp`, checked, renamed to `path`.
+    Path { path: PathBuf, tmp: PathBuf },
+    /// Written through (stdout, a device): checked as it passes, after the fact.
+    Writer(Box<dyn std::io::Write + Send>),
+}
+
+struct Job {
+    index: usize,
+    file: RemoteFile,
+    dest: Dest,
+}
+
+pub async fn download(
+    client: &HubClient,
+    spec: DownloadSpec,
+    opts: Options,
+    progress: ProgressFn,
+) -> Result<DownloadOutcome> {
+    let started = Instant::now();
+    let repo = spec.address.repo.clone();
+    let rev = spec.address.revision_or_default().to_string();
+    let (commit, _) = client.repo_info(&repo, &rev).await?;
+    let (listed, whole_repo) = list(client, &spec.address, &commit).await?;
+    let files = select(&listed, &spec, &commit)?;
+    let (jobs, mut report) = plan(
+        &spec.output,
+        &repo,
+        &commit,
+        &files,
+        spec.address.path.as_ref(),
+    )?;
+    progress(Progress::Total(jobs.iter().map(|j| j.file.size).sum()));
+    let (xet_jobs, resolve_jobs): (Vec<Job>, Vec<Job>) =
+        jobs.into_iter().partition(|j| j.file.xet_hash().is_some());
+    for j in xet_jobs.iter().chain(&resolve_jobs) {
+        report[j.index].source = if j.file.xet_hash().is_some() {
+            "xet"
+        } else {
+            "resolve"
+        };
+    }
+    let subject = Subject::repo(&repo).at(&commit.to_string());
+    let fetched = Arc::new(AtomicU64::new(0));
+    let (xet_stats, ()) = tokio::try_join!(
+        fetch_xet(client, &subject, xet_jobs, &opts, progress.clone()),
+        fetch_resolved(
+            client,
+            &repo,
+            &commit,
+            resolve_jobs,
+            &opts,
+            progress,
+            fetched.clone()
+        ),
+    )?;
+    if let Output::Cache(root) = &spec.output {
+        finish_cache(
+            &RepoCache::new(root, &repo),
+            &rev,
+            &commit,
+            &files,
+            whole_repo.then_some(&listed[..]),
+        )?;
+    }
+    Ok(DownloadOutcome {
+        repo: repo.to_string(),
+        revision: rev,
+        commit: commit.to_string(),
+        bytes: report.iter().map(|f| f.size).sum(),
+        files: report,
+        bytes_fetched: xet_stats.0 + fetched.load(Ordering::Relaxed),
+        bytes_from_cache: xet_stats.1,
+        elapsed: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The files at the address (one file, a folder, or all), and whether that is the
+/// commit's whole tree.
+async fn list(
+    client: &HubClient,
+    addr: &HfAddress,
+    commit: &CommitId,
+) -> Result<(Vec<RemoteFile>, bool)> {
+    let rev = commit.to_string();
+    let subject = Subject::repo(&addr.repo).at(&rev);
+    let entries = match &addr.path {
+        None => client.list_tree(&addr.repo, &rev, None, true).await?,
+        Some(p) => {
+            let info = client
+                .paths_info(&addr.repo, &rev, std::slice::from_ref(p))
+                .await?;
+            let is_file = info.iter().any(|e| {
+                e.path() == p.as_str() && matches!(e, xet_hub::api::TreeEntry::File { .. })
+            });
+            if is_file {
+                info
+            } else {
+                client.list_tree(&addr.repo, &rev, Some(p), true).await?
+            }
+        }
+    };
+    let mut files = Vec::new();
+    for e in &entries {
+        let f = RemoteFile::from_entry(e).map_err(|why| HubError::BadAnswer {
+            action: "listing",
+            subject: subject.clone(),
+            url: client.endpoint().to_string(),
+            why,
+        })?;
+        // A listing of a folder holds only what is below it.
+        if let Some(f) = f.filter(|f| addr.path.as_ref().is_none_or(|p| f.path.is_within(p))) {
+            files.push(f);
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files.dedup_by(|a, b| a.path == b.path);
+    Ok((files, addr.path.is_none()))
+}
+
+/// The listed files `--include` / `--exclude` keep; none is an error naming the path.
+fn select(
+    listed: &[RemoteFile],
+    spec: &DownloadSpec,
+    commit: &CommitId,
+) -> Result<Vec<RemoteFile>> {
+    let files: Vec<RemoteFile> = listed
+        .iter()
+        .filter(|f| crate::glob::selected(f.path.as_str(), &spec.include, &spec.exclude))
+        .cloned()
+        .collect();
+    if files.is_empty() {
+        let mut subject = Subject::repo(&spec.address.repo).at(spec.address.revision_or_default());
+        if let Some(p) = &spec.address.path {
+            subject = subject.path(p.as_str());
+        }
+        if listed.is_empty() {
+            return Err(HubError::EntryNotFound { subject });
+        }
+        return Err(HubError::Usage(format!(
+            "{subject} (commit {commit}) has {} files, but none matches --include / --exclude",
+            listed.len()
+        )));
+    }
+    Ok(files)
+}
+
+/// The jobs for the files not already where they go, and the outcome of every file
+/// (in `files` order).
+fn plan(
+    output: &Output,
+    repo: &RepoRef,
+    commit: &CommitId,
+    files: &[RemoteFile],
+    addressed: Option<&RepoPath>,
+) -> Result<(Vec<Job>, Vec<DownloadedFile>)> {
+    let single = matches!(files, [f] if Some(&f.path) == addressed);
+    let mut jobs = Vec::new();
+    let mut report = Vec::with_capacity(files.len());
+    let mut blobs_planned: HashMap<&str, ()> = HashMap::new();
+    let cache = match output {
+        Output::Cache(root) => {
+            let c = RepoCache::new(root, repo);
+            c.prepare()
+                .map_err(|e| HubError::local("cannot prepare the cache", c.dir(), e))?;
+            Some(c)
+        }
+        _ => None,
+    };
+    for (index, f) in files.iter().enumerate() {
+        let (local, dest) = match (output, &cache) {
+            (Output::Cache(_), Some(c)) => {
+                let local = c.pointer_path(commit, &f.path);
+                let blob = c.blob_path(f.etag());
+                let needed = !c.is_cached(commit, f) && !c.has_blob(f);
+                let first = blobs_planned.insert(f.etag(), ()).is_none();
+                let tmp = blob.with_file_name(format!("{}.xet-incomplete", f.etag()));
+                (
+                    local,
+                    (needed && first).then_some(Dest::Path { path: blob, tmp }),
+                )
+            }
+            (Output::Stdout, _) if single => {
+                ("-".into(), Some(Dest::Writer(Box::new(std::io::stdout()))))
+            }
+            (Output::Stdout, _) => {
+                return Err(HubError::Usage(format!(
+                    "-o - writes one file to stdout; the address names {} files",
+                    files.len()
+                )));
+            }
+            (Output::Path(p), _) => {
+                let path = plain_destination(p, f, single);
+                match existing_non_file(&path) {
+                    true => (
+                        path.clone(),
+                        Some(Dest::Writer(Box::new(open_existing(&path)?))),
+                    ),
+                    false => (
+                        path.clone(),
+                        Some(Dest::Path {
+                            tmp: stable_tmp(&path),
+                            path,
+                        }),
+                    ),
+                }
+            }
+            (Output::Cache(_), None) => unreachable!("the cache is opened for Output::Cache"),
+        };
+        report.push(DownloadedFile {
+            path: f.path.to_string(),
+            local,
+            size: f.size,
+            xet_hash: f.xet_hash().map(|h| h.to_string()),
+            sha256: f.sha256().map(str::to_string),
+            git_oid: f.git_oid.clone(),
+            source: "cache",
+        });
+        if let Some(dest) = dest {
+            jobs.push(Job {
+                index,
+                file: f.clone(),
+                dest,
+            });
+        }
+    }
+    Ok((jobs, report))
+}
+
+/// `-o P`: the file itself when the address names one file and P is not a folder
+/// (existing, or written with a trailing `/`); else the repository path below P.
+fn plain_destination(p: &Path, f: &RemoteFile, single: bool) -> PathBuf {
+    let as_dir = p.is_dir() || p.to_string_lossy().ends_with(std::path::is_separator);
+    if single && !as_dir {
+        return p.to_path_buf();
+    }
+    let mut out = p.to_path_buf();
+    out.extend(f.path.as_str().split('/'));
+    out
+}
+
+/// A device, FIFO or the like: written into, never replaced (as the download pipeline
+/// treats them).
+fn existing_non_file(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| !m.is_file() && !m.is_dir())
+}
+
+fn open_existing(p: &Path) -> Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(p)
+        .map_err(|e| HubError::local("cannot open", p, e))
+}
+
+/// `.<name>.xet-incomplete` beside `path`: the same on every run, so an interrupted
+/// Xet download resumes from its `.part` file.
+fn stable_tmp(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.xet-incomplete"))
+}
+
+/// The Xet files, through the download pipeline; then each one's sha256 checked and the
+/// file renamed into place. Returns (bytes fetched, bytes from the chunk cache).
+async fn fetch_xet(
+    client: &HubClient,
+    subject: &Subject,
+    jobs: Vec<Job>,
+    opts: &Options,
+    progress: ProgressFn,
+) -> Result<(u64, u64)> {
+    if jobs.is_empty() {
+        return Ok((0, 0));
+    }
+    let rev = subject.revision().unwrap_or_default().to_string();
+    let token_url = client.xet_token_url(subject.repo_ref(), TokenKind::Read, &rev);
+    let cas = Arc::new(client.xet_cas(subject, &token_url, opts.idle_timeout)?);
+    let mut requests = Vec::with_capacity(jobs.len());
+    let mut checks = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let hash = job.file.xet_hash().expect("partitioned on the Xet hash");
+        let (req, check) = match job.dest {
+            Dest::Path { path, tmp } => {
+                std::fs::create_dir_all(tmp.parent().expect("has a folder"))
+                    .map_err(|e| HubError::local("cannot create the folder of", &tmp, e))?;
+                (
+                    xet_download::DownloadRequest::to_path(hash, &tmp),
+                    (job.file, Some((tmp, path)), None),
+                )
+            }
+            Dest::Writer(w) => {
+                let tap = Sha256Tap::default();
+                (
+                    xet_download::DownloadRequest::to_writer(hash, tap.wrap(w)),
+                    (job.file, None, Some(tap)),
+                )
+            }
+        };
+        requests.push(req.with_size(check.0.size));
+        checks.push(check);
+    }
+    let on_event: xet_download::ProgressFn =
+        Arc::new(move |ev: &xet_download::ProgressEvent| match ev {
+            xet_download::ProgressEvent::FileStarted { resumed, .. } => {
+                progress(Progress::Bytes(*resumed))
+            }
+            xet_download::ProgressEvent::Written { bytes, .. } => progress(Progress::Bytes(*bytes)),
+            _ => {}
+        });
+    let report = xet_download::download(cas, requests, opts.pipeline.clone(), Some(on_event))
+        .await
+        .map_err(|source| match source.kind() {
+            xet_download::ErrorKind::Interrupted => HubError::Interrupted,
+            _ => HubError::Download {
+                subject: subject.clone(),
+                source,
+            },
+        })?;
+    for (file, paths, tap) in checks {
+        let expect = Expect::Sha256(file.sha256().expect("Xet files have a sha256").to_string());
+        let checked = match (&paths, &tap) {
+            (Some((tmp, _)), _) => verify::check_file(tmp, file.size, &expect).await,
+            (None, Some(tap)) => verify::check_tap(tap, &expect),
+            (None, None) => Ok(()),
+        };
+        settle(subject, &file, paths.as_ref(), checked)?;
+    }
+    Ok((report.totals.bytes_fetched, report.totals.bytes_from_cache))
+}
+
+/// After a file was written and checked: rename it into place, or remove it and say why.
+fn settle(
+    subject: &Subject,
+    file: &RemoteFile,
+    paths: Option<&(PathBuf, PathBuf)>,
+    checked: std::result::Result<(), Mismatch>,
+) -> Result<()> {
+    let subject = subject.clone().path(file.path.as_str());
+    match (checked, paths) {
+        (Ok(()), Some((tmp, path))) => std::fs::rename(tmp, path)
+            .map_err(|e| HubError::local("cannot rename into place", path, e)),
+        (Ok(()), None) => Ok(()),
+        (Err(e), paths) => {
+            if let Some((tmp, _)) = paths {
+                let _ = std::fs::remove_file(tmp);
+            }
+            Err(match e {
+                Mismatch::Io(source) => HubError::Local {
+                    what: "cannot write",
+                    path: paths.map(|p| p.0.clone()).unwrap_or_else(|| "-".into()),
+                    source,
+                },
+                Mismatch::Body(why) => HubError::Transfer { subject, why },
+                e => HubError::Verify {
+                    subject,
+                    why: e.to_string(),
+                },
+            })
+        }
+    }
+}
+
+/// The files not in Xet, from `resolve` at the commit, a few at a time.
+async fn fetch_resolved(
+    client: &HubClient,
+    repo: &RepoRef,
+    commit: &CommitId,
+    jobs: Vec<Job>,
+    opts: &Options,
+    progress: ProgressFn,
+    fetched: Arc<AtomicU64>,
+) -> Result<()> {
+    let cancel = opts.pipeline.cancel.clone().unwrap_or_default();
+    let rev = commit.to_string();
+    let subject = Subject::repo(repo).at(&rev);
+    let all = futures_util::stream::iter(jobs.into_iter().map(Ok)).try_for_each_concurrent(
+        opts.concurrency.max(1),
+        |job| {
+            let (progress, fetched, subject, rev) = (
+                progress.clone(),
+                fetched.clone(),
+                subject.clone(),
+                rev.clone(),
+            );
+            async move {
+                let response = client.resolve_get(repo, &rev, &job.file.path).await?;
+                let expect = match job.file.sha256() {
+                    Some(sha) => Expect::Sha256(sha.to_string()),
+                    None => Expect::GitBlob(job.file.git_oid.clone()),
+                };
+                let count = |n: u64| {
+                    fetched.fetch_add(n, Ordering::Relaxed);
+                    progress(Progress::Bytes(n));
+                };
+                let (sink, paths): (Box<dyn std::io::Write + Send>, _) = match job.dest {
+                    Dest::Path { path, tmp } => (create(&tmp)?, Some((tmp, path))),
+                    Dest::Writer(w) => (w, None),
+                };
+                let checked =
+                    verify::copy_body(response, sink, job.file.size, &expect, &count).await;
+                settle(&subject, &job.file, paths.as_ref(), checked)
+            }
+        },
+    );
+    tokio::select! {
+        r = all => r,
+        () = cancel.cancelled() => Err(HubError::Interrupted),
+    }
+}
+
+fn create(tmp: &Path) -> Result<Box<dyn std::io::Write + Send>> {
+    let parent = tmp.parent().expect("has a folder");
+    std::fs::create_dir_all(parent).map_err(|e| HubError::local("cannot create", parent, e))?;
+    let f = std::fs::File::create(tmp).map_err(|e| HubError::local("cannot create", tmp, e))?;
+    Ok(Box::new(std::io::BufWriter::with_capacity(1 << 20, f)))
+}
+
+/// Snapshot links for every selected file, the ref, and the tree listing when the whole
+/// tree was listed.
+fn finish_cache(
+    cache: &RepoCache,
+    rev: &str,
+    commit: &CommitId,
+    files: &[RemoteFile],
+    whole_tree: Option<&[RemoteFile]>,
+) -> Result<()> {
+    let local = |what, e| HubError::local(what, cache.dir(), e);
+    for f in files {
+        if !cache.is_cached(commit, f) {
+            cache
+                .link(commit, f)
+                .map_err(|e| local("cannot link a snapshot file in", e))?;
+        }
+    }
+    cache
+        .write_ref(rev, commit)
+        .map_err(|e| local("cannot write a ref in", e))?;
+    if let Some(all) = whole_tree {
+        cache
+            .write_tree(commit, all)
+            .map_err(|e| local("cannot write the tree listing in", e))?;
+    }
+    Ok(())
+}
+
+impl Content {
+    /// `xet`, `lfs` or `regular`, for listings.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Content::Xet { .. } => "xet",
+            Content::Lfs { .. } => "lfs",
+            Content::Git => "regular",
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! `POST .../commit/{rev}`: an NDJSON commit, checked whole before anything is applied.
+//!
+//! 1. Parse every line (one `header`; `file`, `lfsFile`, `deletedFile`, `deletedFolder`),
+//!    every path checked. Malformed input is a `400` naming the line.
+//! 2. Resolve each `lfsFile` sha256 to a stored Xet file: a pair checked before is
+//!    trusted; otherwise each file whose uploaded shard *claims* that sha256 is read
+//!    once and hashed, and a match is remembered in the store. No match is a `422`
+//!    naming the path, and nothing of the commit is applied.
+//! 3. Store the inline (`file`) contents in the CAS like any upload (chunked, deduped),
+//!    so every file of every tree is content-addressed.
+//! 4. Apply the operations to the branch head by compare-and-swap
+//!    ([`xet_hub::Repos::commit_to_branch`]); a stale `parentCommit` is `412`.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use axum::response::Response;
+use base64::Engine as _;
+use xet_hash::MerkleHash;
+use xet_hub::api::{CommitLine, CommitResponse, url};
+use xet_hub::id::{hex, hex_decode};
+use xet_hub::{CommitId, CommitMeta, FileEntry, Operation, RepoPath, RepoRef, Revision};
+
+use super::{Ctx, HubReply, HubResult, json, now};
+use crate::app::read_body;
+use crate::config::Access;
+
+/// A parsed commit request.
+#[derive(Default)]
+struct Request {
+    summary: String,
+    description: String,
+    parent: Option<CommitId>,
+    inline: Vec<(RepoPath, Vec<u8>)>,
+    lfs: Vec<(RepoPath, [u8; 32], Option<u64>)>,
+    deletions: Vec<Operation>,
+}
+
+pub(super) async fn commit(
+    ctx: &Ctx,
+    repo: &RepoRef,
+    rev: &str,
+    body: Body,
+) -> HubResult<Response> {
+    let caller = ctx.caller(Access::Write)?;
+    ctx.open_repo(repo, &caller).await?;
+    if ctx
+        .query_param("create_pr")
+        .is_some_and(|v| v == "1" || v == "true")
+    {
+        return Err(HubReply::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "pull requests are not supported by this server: commit to a branch instead",
+        ));
+    }
+    let branch = match Revision::parse(rev)? {
+        Revision::Branch(b) => b,
+        Revision::Commit(c) => {
+            return Err(HubReply::bad_request(format!(
+                "cannot commit onto commit {c}: name a branch"
+            )));
+        }
+    };
+    let max = ctx.state.config.max_commit_bytes;
+    let bytes = read_body(&ctx.headers, body, max, "commit").await?;
+    let req = parse(&bytes)?;
+    let mut ops = Vec::with_capacity(req.inline.len() + req.lfs.len() + req.deletions.len());
+    for (path, sha, size) in &req.lfs {
+        ops.push(Operation::Add {
+            entry: resolve_lfs(ctx, repo, path, sha, *size).await?,
+            path: path.clone(),
+        });
+    }
+    ops.extend(store_inline(ctx, req.inline).await?);
+    ops.extend(req.deletions);
+    let meta = CommitMeta {
+        summary: req.summary,
+        description: req.description,
+        author: ctx.state.config.hub_user.clone(),
+        created_at: now(),
+    };
+    let done = ctx
+        .repos()
+        .commit_to_branch(repo, &branch, req.parent, &ops, &meta)
+        .await?;
+    tracing::info!(repo = %repo, branch = %branch, commit = %done.id, files = ops.len(), "commit");
+    Ok(answer(ctx, repo, &done.id))
+}
+
+fn answer(ctx: &Ctx, repo: &RepoRef, id: &CommitId) -> Response {
+    json(
+        StatusCode::OK,
+        &CommitResponse {
+            commit_oid: id.to_string(),
+            commit_url: url::commit_page(&ctx.base, repo, &id.to_string()),
+            pull_request_url: None,
+            hook_output: String::new(),
+            success: true,
+        },
+    )
+}
+
+/// Parse the NDJSON body whole (step 1).
+fn parse(body: &[u8]) -> HubResult<Request> {
+    let text = std::str::from_utf8(body)
+        .map_err(|e| HubReply::bad_request(format!("the commit body is not UTF-8: {e}")))?;
+    let mut req = Request::default();
+    let mut header = false;
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let n = i + 1;
+        let bad = |what: String| HubReply::bad_request(format!("commit line {n}: {what}"));
+        let parsed: CommitLine = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
+        match parsed {
+            CommitLine::Header(h) => {
+                if std::mem::replace(&mut header, true) {
+                    return Err(bad("a second header".into()));
+                }
+                req.summary = h.summary;
+                req.description = h.description;
+                req.parent = h
+                    .parent_commit
+                    .map(|p| {
+                        CommitId::parse(&p).ok_or_else(|| {
+                            bad(format!("parentCommit {p:?} is not a 40-hex commit id"))
+                        })
+                    })
+                    .transpose()?;
+            }
+            CommitLine::File(f) => {
+                let content = match f.encoding.as_str() {
+                    "base64" => base64::engine::general_purpose::STANDARD
+                        .decode(f.content.as_bytes())
+                        .map_err(|e| {
+                            bad(format!("the content of {} is not base64: {e}", f.path))
+                        })?,
+                    "utf-8" | "utf8" => f.content.into_bytes(),
+                    other => return Err(bad(format!("unknown encoding {other:?} for {}", f.path))),
+                };
+                req.inline.push((RepoPath::parse(&f.path)?, content));
+            }
+            CommitLine::LfsFile(f) => {
+                if f.algo != "sha256" {
+                    return Err(bad(format!("{}: algo {:?} is not sha256", f.path, f.algo)));
+                }
+                let sha = parse_sha256(&f.oid).ok_or_else(|| {
+                    bad(format!(
+                        "{}: oid {:?} is not a sha256 (64 hex)",
+                        f.path, f.oid
+                    ))
+                })?;
+                req.lfs.push((RepoPath::parse(&f.path)?, sha, f.size));
+            }
+            CommitLine::DeletedFile(d) => req.deletions.push(Operation::DeleteFile {
+                path: RepoPath::parse(&d.path)?,
+            }),
+            CommitLine::DeletedFolder(d) => req.deletions.push(Operation::DeleteFolder {
+                path: RepoPath::parse_folder(&d.path)?,
+            }),
+        }
+    }
+    if !header {
+        return Err(HubReply::bad_request("the commit has no header line"));
+    }
+    Ok(req)
+}
+
+pub(super) fn parse_sha256(s: &str) -> Option<[u8; 32]> {
+    (s.len() == 64)
+        .then(|| hex_decode(s))
+        .flatten()?
+        .try_into()
+        .ok()
+}
+
+/// The stored file whose content has `sha256`, checked (step 2): a pair verified before,
+/// else the first file whose shard claims it and whose bytes hash to it.
+pub(super) async fn known_sha256(
+    ctx: &Ctx,
+    sha256: &[u8; 32],
+) -> HubResult<Option<(MerkleHash, u64)>> {
+    let store = ctx.repos().store();
+    let cas = &ctx.state.cas;
+    if let Some(file) = store.verified_sha256(sha256).await?
+        && let Some(size) = cas.file_size(&file).await?
+    {
+        return Ok(Some((file, size)));
+    }
+    if *sha256 == EMPTY_SHA256 {
+        return Ok(Some((MerkleHash::default(), 0)));
+    }
+    for file in store.files_claiming_sha256(sha256).await? {
+        let (actual, size) = super::stream::sha256_of(cas.clone(), file).await?;
+        if actual == *sha256 {
+            store.record_verified_sha256(sha256, &file).await?;
+            return Ok(Some((file, size)));
+        }
+        tracing::warn!(
+            file = %file,
+            claimed = %hex(sha256),
+            actual = %hex(&actual),
+            "an uploaded shard claims a sha256 its file does not have; ignoring the claim"
+        );
+    }
+    Ok(None)
+}
+
+/// sha256 of no bytes: the empty file needs no upload.
+const EMPTY_SHA256: [u8; 32] = [
+    0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4, 0xc8, 0x99, 0x6f, 0xb9, 0x24,
+    0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b, 0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52, 0xb8, 0x55,
+];
+
+async fn resolve_lfs(
+    ctx: &Ctx,
+    repo: &RepoRef,
+    path: &RepoPath,
+    sha: &[u8; 32],
+    size: Option<u64>,
+) -> HubResult<FileEntry> {
+    let unprocessable = |msg: String| HubReply::new(StatusCode::UNPROCESSABLE_ENTITY, msg);
+    let Some((file, actual)) = known_sha256(ctx, sha).await? else {
+        return Err(unprocessable(format!(
+            "{path}: no file with sha256 {} was uploaded to this server's CAS; upload it through \
+             Xet (hf_xet) before committing it to {repo}",
+            hex(sha)
+        )));
+    };
+    if let Some(size) = size.filter(|&s| s != actual) {
+        return Err(unprocessable(format!(
+            "{path}: the commit says {size} bytes, but the uploaded file with sha256 {} has {actual}",
+            hex(sha)
+        )));
+    }
+    Ok(FileEntry::lfs(file, hex(sha), actual))
+}
+
+/// Store inline contents in the CAS (step 3), through the upload pipeline, from a
+/// temporary directory beside the grant spool.
+async fn store_inline(ctx: &Ctx, inline: Vec<(RepoPath, Vec<u8>)>) -> HubResult<Vec<Operation>> {
+    if inline.is_empty() {
+        return Ok(Vec::new());
+    }
+    let internal = |what: &str, e: &dyn std::fmt::Display| {
+        HubReply::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("storing inline files: {what}: {e}"),
+        )
+    };
+    let spool = ctx
+        .state
+        .config
+        .spool_dir
+        .clone()
+        .unwrap_or_else(std::env::temp_dir);
+    let (dir, paths) = {
+        let inline = &inline;
+        tokio::task::spawn_blocking({
+            let inline: Vec<Vec<u8>> = inline.iter().map(|(_, c)| c.clone()).collect();
+            move || -> std::io::Result<(tempfile::TempDir, Vec<std::path::PathBuf>)> {
+                let dir = tempfile::Builder::new()
+                    .prefix("xet-commit-")
+                    .tempdir_in(&spool)?;
+                let mut paths = Vec::with_capacity(inline.len());
+                for (i, content) in inline.iter().enumerate() {
+                    let p = dir.path().join(i.to_string());
+                    std::fs::write(&p, content)?;
+                    paths.push(p);
+                }
+                Ok((dir, paths))
+            }
+        })
+        .await
+        .map_err(|e| internal("writing", &e))?
+        .map_err(|e| internal("writing", &e))?
+    };
+    let report = xet_upload::upload(
+        ctx.state.cas.clone(),
+        &paths,
+        &xet_upload::UploadOptions::default(),
+        Arc::new(xet_upload::NoProgress),
+    )
+    .await
+    .map_err(|e| match e {
+        xet_upload::UploadError::Cas(c) => HubReply::from(c),
+        other => internal("uploading", &other),
+    })?;
+    drop(dir);
+    let hashes: std::collections::HashMap<&std::path::Path, MerkleHash> = report
+        .files
+        .iter()
+        .map(|f| (f.path.as_path(), f.hash))
+        .collect();
+    inline
+        .into_iter()
+        .zip(&paths)
+        .map(|((path, content), p)| {
+            let hash = *hashes
+                .get(p.as_path())
+                .ok_or_else(|| internal("uploading", &format!("no report for {path}")))?;
+            Ok(Operation::Add {
+                path,
+                entry: FileEntry::regular(hash, &content),
+            })
+        })
+        .collect()
+}

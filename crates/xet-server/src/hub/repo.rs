@@ -1,0 +1,413 @@
+//! Repositories: create, info, tree, paths-info, branches, and the small routes clients
+//! call on the side (validate-yaml, whoami, agent-harnesses).
+
+use axum::body::Body;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
+use xet_hub::api::{
+    CreateBranchRequest, CreateRepoRequest, CreateRepoResponse, PathsInfoRequest, RepoInfo,
+    Sibling, SiblingLfs, TreeEntry, TreeLfs, url,
+};
+use xet_hub::commit::folder_oid;
+use xet_hub::{
+    BranchName, Commit, CommitId, FileEntry, HubError, RepoId, RepoPath, RepoRef, RepoType,
+    Revision, Storage,
+};
+
+use super::{Ctx, HubReply, HubResult, json, now, rfc3339};
+use crate::app::read_body;
+use crate::config::Access;
+
+/// JSON bodies of the small routes are at most this large.
+pub(super) const SMALL_BODY: u64 = 16 * 1024 * 1024;
+
+pub(super) async fn json_body<T: serde::de::DeserializeOwned>(
+    ctx: &Ctx,
+    body: Body,
+    what: &str,
+) -> HubResult<T> {
+    let bytes = read_body(&ctx.headers, body, SMALL_BODY, what).await?;
+    let bytes = if bytes.iter().all(u8::is_ascii_whitespace) {
+        &b"{}"[..]
+    } else {
+        &bytes[..]
+    };
+    serde_json::from_slice(bytes).map_err(|e| {
+        HubReply::bad_request(format!(
+            "the {what} body is not valid JSON for this route: {e}"
+        ))
+    })
+}
+
+pub(super) async fn create(ctx: &Ctx, body: Body) -> HubResult<Response> {
+    ctx.caller(Access::Write)?;
+    let req: CreateRepoRequest = json_body(ctx, body, "create-repo").await?;
+    let kind = RepoType::parse(req.repo_type.as_deref())?;
+    let cfg = &ctx.state.config;
+    let namespace = req.organization.as_deref().unwrap_or(&cfg.hub_user);
+    let repo = RepoRef::new(kind, RepoId::new(namespace, &req.name)?);
+    if req.is_private() && !ctx.state.auth.enabled() {
+        return Err(HubReply::bad_request(
+            "this server has no tokens, so nobody could ever read a private repository: \
+             start xet serve with --token to create private ones",
+        ));
+    }
+    let page = url::repo_page(&ctx.base, &repo);
+    match ctx
+        .repos()
+        .create(&repo, &cfg.hub_user, req.is_private(), now())
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(repo = %repo, "repository created");
+            Ok(json(
+                StatusCode::OK,
+                &CreateRepoResponse {
+                    url: page,
+                    error: None,
+                },
+            ))
+        }
+        Err(HubError::RepoExists(_)) => {
+            let message = format!("You already created this {kind} repo: {repo}");
+            let mut r = json(
+                StatusCode::CONFLICT,
+                &CreateRepoResponse {
+                    url: page,
+                    error: Some(message.clone()),
+                },
+            );
+            r.headers_mut().insert(
+                xet_hub::api::header::ERROR_MESSAGE,
+                super::header_value(&message),
+            );
+            Ok(r)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Resolve `rev` (percent-decoded) in `repo`.
+pub(super) async fn resolve(ctx: &Ctx, repo: &RepoRef, rev: &str) -> HubResult<(CommitId, Commit)> {
+    let parsed = Revision::parse(rev).map_err(|_| {
+        HubReply::from(HubError::RevisionNotFound {
+            repo: repo.clone(),
+            rev: rev.to_string(),
+        })
+    })?;
+    Ok(ctx.repos().resolve(repo, &parsed).await?)
+}
+
+pub(super) async fn info(ctx: &Ctx, repo: &RepoRef, rev: &str) -> HubResult<Response> {
+    let caller = ctx.caller(Access::Read)?;
+    let record = ctx.open_repo(repo, &caller).await?;
+    let (id, commit) = resolve(ctx, repo, rev).await?;
+    let siblings = commit
+        .files
+        .iter()
+        .map(|(p, e)| Sibling {
+            rfilename: p.to_string(),
+            size: Some(e.size),
+            blob_id: Some(e.git_oid.clone()),
+            lfs: (e.storage == Storage::Lfs).then(|| SiblingLfs {
+                size: e.size,
+                sha256: e.sha256.clone(),
+                pointer_size: e.pointer_size() as u64,
+            }),
+        })
+        .collect();
+    let info = RepoInfo {
+        id: repo.id.to_string(),
+        sha: id.to_string(),
+        private: record.private,
+        siblings,
+        last_modified: Some(rfc3339(commit.created_at)),
+        created_at: Some(rfc3339(record.created_at)),
+        author: Some(repo.id.namespace().to_string()),
+        tags: Vec::new(),
+        gated: false,
+        disabled: false,
+    };
+    let mut v = serde_json::to_value(&info)
+        .map_err(|e| HubReply::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    // Fields some clients expect by type: `modelId` for models, `_id` everywhere.
+    if let Some(o) = v.as_object_mut() {
+        o.insert("_id".into(), id.to_string().into());
+        if repo.kind == RepoType::Model {
+            o.insert("modelId".into(), repo.id.to_string().into());
+        }
+    }
+    Ok(json(StatusCode::OK, &v))
+}
+
+/// The tree entry of a file.
+pub(super) fn file_entry(path: &RepoPath, e: &FileEntry) -> TreeEntry {
+    let lfs = e.storage == Storage::Lfs;
+    TreeEntry::File {
+        oid: e.git_oid.clone(),
+        path: path.to_string(),
+        size: e.size,
+        lfs: lfs.then(|| TreeLfs {
+            oid: e.sha256.clone(),
+            size: e.size,
+            pointer_size: e.pointer_size() as u64,
+        }),
+        xet_hash: lfs.then(|| e.xet_hash.to_string()),
+    }
+}
+
+/// The tree entry of folder `path` of `commit`.
+fn folder_entry(commit: &Commit, path: &str) -> TreeEntry {
+    let folder = RepoPath::parse(path).expect("folders come from valid paths");
+    TreeEntry::Directory {
+        oid: folder_oid(commit.files_under(Some(&folder))),
+        path: path.to_string(),
+        size: 0,
+    }
+}
+
+/// Entries of `commit` below `folder` (everything for `None`): every file and folder
+/// when `recursive`, else only the direct children. Sorted by path.
+fn list(commit: &Commit, folder: Option<&RepoPath>, recursive: bool) -> Vec<TreeEntry> {
+    let depth = folder.map_or(0, |f| f.as_str().split('/').count());
+    let mut folders = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for (p, e) in commit.files_under(folder) {
+        if folder.is_some_and(|f| f == p) {
+            continue;
+        }
+        for parent in p.parents().skip(depth) {
+            if !recursive && parent.split('/').count() > depth + 1 {
+                break;
+            }
+            folders.insert(parent.to_string());
+        }
+        if recursive || p.as_str().split('/').count() == depth + 1 {
+            out.push(file_entry(p, e));
+        }
+    }
+    out.extend(folders.iter().map(|f| folder_entry(commit, f)));
+    out.sort_by(|a, b| a.path().cmp(b.path()));
+    out
+}
+
+/// Entries per page of a tree listing unless `limit` says otherwise.
+const TREE_PAGE: usize = 1000;
+
+pub(super) async fn tree(ctx: &Ctx, repo: &RepoRef, rev: &str, path: &str) -> HubResult<Response> {
+    let caller = ctx.caller(Access::Read)?;
+    ctx.open_repo(repo, &caller).await?;
+    let (id, commit) = resolve(ctx, repo, rev).await?;
+    let folder = if path.is_empty() {
+        None
+    } else {
+        let f = RepoPath::parse_folder(path)?;
+        if !commit.is_folder(&f) {
+            return Err(HubReply::from(HubError::EntryNotFound {
+                repo: repo.clone(),
+                rev: rev.to_string(),
+                path: path.to_string(),
+            })
+            .at_commit(id));
+        }
+        Some(f)
+    };
+    let recursive = ctx
+        .query_param("recursive")
+        .is_some_and(|v| v == "true" || v == "1");
+    let entries = list(&commit, folder.as_ref(), recursive);
+    let limit = ctx
+        .query_param("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|&l| l > 0)
+        .unwrap_or(TREE_PAGE);
+    let start = ctx
+        .query_param("cursor")
+        .and_then(|c| c.parse::<usize>().ok())
+        .unwrap_or(0)
+        .min(entries.len());
+    let end = start.saturating_add(limit).min(entries.len());
+    let mut r = json(StatusCode::OK, &&entries[start..end]);
+    if end < entries.len() {
+        let next = next_page_url(ctx, end);
+        r.headers_mut().insert(
+            header::LINK,
+            super::header_value(&format!("<{next}>; rel=\"next\"")),
+        );
+    }
+    Ok(r)
+}
+
+/// This request's URL with `cursor=end` (other parameters kept).
+fn next_page_url(ctx: &Ctx, end: usize) -> String {
+    let mut params: Vec<String> = ctx
+        .query
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty() && !p.starts_with("cursor="))
+        .map(str::to_string)
+        .collect();
+    params.push(format!("cursor={end}"));
+    format!("{}{}?{}", ctx.base, ctx.path, params.join("&"))
+}
+
+pub(super) async fn paths_info(
+    ctx: &Ctx,
+    repo: &RepoRef,
+    rev: &str,
+    body: Body,
+) -> HubResult<Response> {
+    let caller = ctx.caller(Access::Read)?;
+    ctx.open_repo(repo, &caller).await?;
+    let (_, commit) = resolve(ctx, repo, rev).await?;
+    let is_form = ctx
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    let req: PathsInfoRequest = if is_form {
+        let bytes = read_body(&ctx.headers, body, SMALL_BODY, "paths-info").await?;
+        let text = String::from_utf8_lossy(&bytes);
+        PathsInfoRequest {
+            paths: super::form_pairs(&text)
+                .into_iter()
+                .filter(|(k, _)| k == "paths")
+                .map(|(_, v)| v)
+                .collect(),
+            expand: false,
+        }
+    } else {
+        json_body(ctx, body, "paths-info").await?
+    };
+    let mut out = Vec::new();
+    for p in &req.paths {
+        let path = RepoPath::parse_folder(p)?;
+        if let Some(e) = commit.files.get(&path) {
+            out.push(file_entry(&path, e));
+        } else if commit.is_folder(&path) {
+            out.push(folder_entry(&commit, path.as_str()));
+        }
+    }
+    Ok(json(StatusCode::OK, &out))
+}
+
+pub(super) async fn create_branch(
+    ctx: &Ctx,
+    repo: &RepoRef,
+    name: &str,
+    body: Body,
+) -> HubResult<Response> {
+    let caller = ctx.caller(Access::Write)?;
+    ctx.open_repo(repo, &caller).await?;
+    let branch = BranchName::parse(name)?;
+    let req: CreateBranchRequest = json_body(ctx, body, "create-branch").await?;
+    let from = req.starting_point.as_deref().unwrap_or(BranchName::MAIN);
+    let from = Revision::parse(from).map_err(|_| {
+        HubReply::from(HubError::RevisionNotFound {
+            repo: repo.clone(),
+            rev: from.to_string(),
+        })
+    })?;
+    ctx.repos().create_branch(repo, &branch, &from).await?;
+    Ok(json(StatusCode::OK, &serde_json::json!({})))
+}
+
+/// Accepted without checking the YAML: clients only need the answer's shape to go on
+/// (the Hub's metadata rules are its own).
+pub(super) async fn validate_yaml(ctx: &Ctx, body: Body) -> HubResult<Response> {
+    read_body(&ctx.headers, body, SMALL_BODY, "validate-yaml").await?;
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({"errors": [], "warnings": []}),
+    ))
+}
+
+pub(super) fn whoami(ctx: &Ctx) -> HubResult<Response> {
+    let caller = ctx.caller(Access::Read)?;
+    let role = match caller.access {
+        Access::Read => "read",
+        Access::Write => "write",
+    };
+    let name = &ctx.state.config.hub_user;
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({
+            "type": "user",
+            "name": name,
+            "fullname": name,
+            "orgs": [],
+            "auth": {"type": "access_token", "accessToken": {"displayName": "xet serve", "role": role}},
+        }),
+    ))
+}
+
+pub(super) fn agent_harnesses() -> Response {
+    let mut r = json(
+        StatusCode::OK,
+        &serde_json::json!({"standardEnvVars": [], "harnesses": {}}),
+    );
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("max-age=86400"),
+    );
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn commit(paths: &[&str]) -> Commit {
+        let mut files = BTreeMap::new();
+        for p in paths {
+            files.insert(
+                RepoPath::parse(p).unwrap(),
+                FileEntry::regular(xet_hash::MerkleHash::default(), p.as_bytes()),
+            );
+        }
+        Commit {
+            version: 1,
+            parent: None,
+            summary: String::new(),
+            description: String::new(),
+            author: String::new(),
+            created_at: 0,
+            files,
+        }
+    }
+
+    fn paths(v: &[TreeEntry]) -> Vec<String> {
+        v.iter()
+            .map(|e| match e {
+                TreeEntry::File { path, .. } => path.clone(),
+                TreeEntry::Directory { path, .. } => format!("{path}/"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn listings() {
+        let c = commit(&["README.md", "a/b/c.bin", "a/d.txt", "e/f"]);
+        assert_eq!(
+            paths(&list(&c, None, true)),
+            [
+                "README.md",
+                "a/",
+                "a/b/",
+                "a/b/c.bin",
+                "a/d.txt",
+                "e/",
+                "e/f"
+            ]
+        );
+        assert_eq!(paths(&list(&c, None, false)), ["README.md", "a/", "e/"]);
+        let a = RepoPath::parse("a").unwrap();
+        assert_eq!(paths(&list(&c, Some(&a), false)), ["a/b/", "a/d.txt"]);
+        assert_eq!(
+            paths(&list(&c, Some(&a), true)),
+            ["a/b/", "a/b/c.bin", "a/d.txt"]
+        );
+    }
+}
