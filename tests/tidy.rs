@@ -343,3 +343,113 @@ fn no_unused_dependencies() {
         unused.join("\n")
     );
 }
+
+/// The fields of the item that follows `at` (a `{...}` or `(...)` group; empty for a
+/// unit variant), as written.
+fn item_fields(text: &str) -> &str {
+    let start = text.find(|c| matches!(c, '{' | '(' | ',' | ';' | '}'));
+    let Some(start) = start else { return "" };
+    let open = text.as_bytes()[start];
+    let close = match open {
+        b'{' => b'}',
+        b'(' => b')',
+        _ => return "",
+    };
+    let mut depth = 0;
+    for (i, b) in text.bytes().enumerate().skip(start) {
+        if b == open {
+            depth += 1;
+        } else if b == close {
+            depth -= 1;
+            if depth == 0 {
+                return &text[start + 1..i];
+            }
+        }
+    }
+    ""
+}
+
+/// Names of the fields thiserror returns from `source()`: a field named `source`, or one
+/// marked `#[source]` / `#[from]` (tuple fields by index).
+fn source_fields(fields: &str, tuple: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut part = String::new();
+    let mut parts = Vec::new();
+    for c in fields.chars() {
+        match c {
+            '<' | '(' | '[' | '{' => depth += 1,
+            '>' | ')' | ']' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(std::mem::take(&mut part));
+                continue;
+            }
+            _ => {}
+        }
+        part.push(c);
+    }
+    parts.push(part);
+    for (i, p) in parts.iter().filter(|p| !p.trim().is_empty()).enumerate() {
+        let marked = p.contains("#[source]") || p.contains("#[from]");
+        let name = if tuple {
+            i.to_string()
+        } else {
+            let decl = p.rsplit(']').next().unwrap_or(p);
+            decl.split(':')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .trim_start_matches("pub ")
+                .trim()
+                .to_string()
+        };
+        if marked || (!tuple && name == "source") {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// Typed errors show their cause once: in the message or through `source()`, never
+/// both (a chain printer would repeat it). Checks every `#[error("...")]` in the
+/// workspace's libraries.
+#[test]
+fn errors_print_each_cause_once() {
+    let mut bad = Vec::new();
+    for (name, dir) in crates() {
+        let mut files = Vec::new();
+        rust_files(&dir.join("src"), &mut files);
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            for (at, _) in text.match_indices("#[error(\"") {
+                let rest = &text[at + "#[error(\"".len()..];
+                let fmt_end = rest.find("\"").unwrap_or(0);
+                let fmt = &rest[..fmt_end];
+                let after = &rest[rest.find(")]").map_or(0, |i| i + 2)..];
+                let fields = item_fields(after);
+                let tuple = after
+                    .find(|c| matches!(c, '{' | '(' | ',' | ';' | '}'))
+                    .is_some_and(|i| after.as_bytes()[i] == b'(');
+                for s in source_fields(fields, tuple) {
+                    if fmt.contains(&format!("{{{s}}}")) || fmt.contains(&format!("{{{s}:")) {
+                        bad.push(format!("{name}: {}: #[error(\"{fmt}\")] prints `{s}`, which source() also returns", f.display()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "causes printed twice:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn the_cause_check_sees_struct_and_tuple_fields() {
+    let tuple = ")]\n    Io(#[from] std::io::Error),\n";
+    assert_eq!(source_fields(item_fields(tuple), true), ["0"]);
+    let named = ")]\n    Bind {\n        listen: String,\n        source: std::io::Error,\n    },";
+    assert_eq!(source_fields(item_fields(named), false), ["source"]);
+    let marked = ")]\n    Name { addr: String, #[source] cause: Box<dyn Error> },";
+    assert_eq!(source_fields(item_fields(marked), false), ["cause"]);
+    let plain = ")]\n    Name { addr: String, cause: NameError },";
+    assert!(source_fields(item_fields(plain), false).is_empty());
+    assert!(source_fields(item_fields(")]\n    Interrupted,\n"), false).is_empty());
+}

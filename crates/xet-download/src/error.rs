@@ -68,18 +68,20 @@ pub enum DownloadError {
         message: String,
     },
 
-    #[error("file {file}: {source}")]
-    Auth { file: MerkleHash, source: CasError },
+    // The causes below are in the message and kept typed in the variant, but not
+    // returned by `source()`: a chain printer would otherwise show them twice.
+    #[error("file {file}: {cause}")]
+    Auth { file: MerkleHash, cause: CasError },
 
-    #[error("file {file}: {source}")]
-    Cas { file: MerkleHash, source: CasError },
+    #[error("file {file}: {cause}")]
+    Cas { file: MerkleHash, cause: CasError },
 
     /// Writing or reading local output files failed.
-    #[error("{op} {}: {source}", path.display())]
+    #[error("{op} {}: {cause}", path.display())]
     Io {
         op: &'static str,
         path: PathBuf,
-        source: Arc<std::io::Error>,
+        cause: Arc<std::io::Error>,
     },
 
     #[error("file {file}: download interrupted{}", if *resumable { " (rerun to resume)" } else { "" })]
@@ -127,11 +129,11 @@ impl DownloadError {
         }
     }
 
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, cause: std::io::Error) -> Self {
         DownloadError::Io {
             op,
             path: path.into(),
-            source: Arc::new(source),
+            cause: Arc::new(cause),
         }
     }
 
@@ -147,7 +149,7 @@ impl DownloadError {
                 DownloadError::RangeNotSatisfiable { file, start, size }
             }
             CasError::Unauthorized(_) | CasError::Forbidden(_) => {
-                DownloadError::Auth { file, source: e }
+                DownloadError::Auth { file, cause: e }
             }
             CasError::Corrupt { what, message } => DownloadError::Verification {
                 file,
@@ -160,10 +162,7 @@ impl DownloadError {
                 attempts: 1,
                 message,
             },
-            other => DownloadError::Cas {
-                file,
-                source: other,
-            },
+            other => DownloadError::Cas { file, cause: other },
         }
     }
 }

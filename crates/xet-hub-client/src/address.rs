@@ -20,12 +20,8 @@ use xet_hub::{NameError, RepoId, RepoPath, RepoRef, RepoType, Revision};
 pub enum AddressError {
     #[error("{addr:?} is not an hf:// address: {why}")]
     Syntax { addr: String, why: String },
-    #[error("{addr:?}: {source}")]
-    Name {
-        addr: String,
-        #[source]
-        source: NameError,
-    },
+    #[error("{addr:?}: {cause}")]
+    Name { addr: String, cause: NameError },
 }
 
 /// A repository, a revision of it, and a file or folder in it.
@@ -54,9 +50,9 @@ impl HfAddress {
             addr: s.to_string(),
             why: why.to_string(),
         };
-        let name = |source| AddressError::Name {
+        let name = |cause| AddressError::Name {
             addr: s.to_string(),
-            source,
+            cause,
         };
         let body = s
             .strip_prefix(SCHEME)

@@ -190,8 +190,8 @@ fn collect(sources: &[PathBuf], prefix: Option<&RepoPath>) -> Result<Vec<LocalFi
     for root in sources {
         let meta = std::fs::metadata(root).map_err(|e| HubError::local("cannot read", root, e))?;
         let found = xet_upload::collect_files(std::slice::from_ref(root)).map_err(|e| match e {
-            xet_upload::UploadError::Input { path, source } => {
-                HubError::local("cannot read", path, source)
+            xet_upload::UploadError::Input { path, cause } => {
+                HubError::local("cannot read", path, cause)
             }
             e => HubError::Usage(e.to_string()),
         })?;

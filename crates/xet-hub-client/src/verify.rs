@@ -59,10 +59,17 @@ pub enum Mismatch {
     Size { got: u64, want: u64 },
     #[error("the content hashes to {got}, the listing says {want}")]
     Hash { got: String, want: String },
+    /// The cause is in the message, not in `source()` (printed once either way).
     #[error("writing: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     #[error("reading the answer: {0}")]
     Body(String),
+}
+
+impl From<std::io::Error> for Mismatch {
+    fn from(e: std::io::Error) -> Mismatch {
+        Mismatch::Io(e)
+    }
 }
 
 fn compare(expect: &Expect, got: String) -> Result<(), Mismatch> {

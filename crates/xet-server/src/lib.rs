@@ -116,10 +116,10 @@ pub enum ServerError {
     NoTokenOnPublicAddress { listen: String },
     #[error("cannot resolve listen address {listen}: {message}")]
     Resolve { listen: String, message: String },
-    #[error("cannot listen on {listen}: {source}")]
+    #[error("cannot listen on {listen}: {cause}")]
     Bind {
         listen: String,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("invalid public URL {url:?}: it must start with http:// or https://")]
     PublicUrl { url: String },
@@ -127,7 +127,7 @@ pub enum ServerError {
     SpoolDir(PathBuf),
     #[error(transparent)]
     Token(#[from] TokenError),
-    #[error("server failed: {0}")]
+    #[error("server failed")]
     Io(#[from] std::io::Error),
 }
 
@@ -183,7 +183,7 @@ impl Server {
             .await
             .map_err(|source| ServerError::Bind {
                 listen: listen.clone(),
-                source,
+                cause: source,
             })?;
         let local_addr = listener.local_addr()?;
         let grants = Arc::new(grants::Grants::new(

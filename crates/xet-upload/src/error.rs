@@ -12,11 +12,12 @@ use xet_cas::CasError;
 pub enum UploadError {
     /// An input file or directory could not be read (missing, permissions, not a
     /// regular file, I/O error while reading).
-    #[error("{}: {source}", path.display())]
+    // The causes of `Input` and `Cache` are in the message (so `{e}` says it all), not
+    // in `source()`: a chain printer would show them twice.
+    #[error("{}: {cause}", path.display())]
     Input {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The CAS refused or failed a request.
     #[error(transparent)]
@@ -26,11 +27,10 @@ pub enum UploadError {
     #[error("upload interrupted")]
     Interrupted,
     /// The local cache directory (shard cache, resume journal) could not be used.
-    #[error("cache {}: {source}", path.display())]
+    #[error("cache {}: {cause}", path.display())]
     Cache {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A bug: a format builder refused what the pipeline produced, or a worker panicked.
     #[error("internal error: {0}")]
@@ -38,16 +38,16 @@ pub enum UploadError {
 }
 
 impl UploadError {
-    pub(crate) fn input(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn input(path: impl Into<PathBuf>, cause: std::io::Error) -> Self {
         UploadError::Input {
             path: path.into(),
-            source,
+            cause,
         }
     }
-    pub(crate) fn cache(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn cache(path: impl Into<PathBuf>, cause: std::io::Error) -> Self {
         UploadError::Cache {
             path: path.into(),
-            source,
+            cause,
         }
     }
 }

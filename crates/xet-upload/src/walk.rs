@@ -125,9 +125,9 @@ mod tests {
         std::os::unix::fs::symlink(d.path().join("gone"), d.path().join("b")).unwrap();
         let err = collect_files(&[d.path().to_path_buf()]).unwrap_err();
         match &err {
-            UploadError::Input { path, source } => {
+            UploadError::Input { path, cause } => {
                 assert_eq!(path, &d.path().join("b"));
-                assert_eq!(source.kind(), io::ErrorKind::NotFound);
+                assert_eq!(cause.kind(), io::ErrorKind::NotFound);
             }
             other => panic!("{other:?}"),
         }
