@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 pub mod hub;
 mod s3;
+pub mod swh;
 pub use s3::{MOTO_VERSION, MotoServer, moto_python, moto_requirement, shared_moto};
 
 /// What a corpus file contains.

@@ -306,5 +306,48 @@ fn main() {
         "unknown",
         b"{\"type\":\"heartbeat\"}\r\n not json\n",
     );
+    // SWH read shards: our writer's (empty, small, with deleted objects) and the files
+    // made by the real swh-shard that xet-swh's tests hold (those under 16 KiB).
+    for (name, count) in [("empty", 0u64), ("one", 1), ("three", 3), ("fifty", 50)] {
+        let mut w = xet_swh::ShardWriter::new(std::io::Cursor::new(Vec::new())).expect("writer");
+        for i in 0..count {
+            let mut key = [0u8; 32];
+            key[..8].copy_from_slice(&(i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes());
+            w.add(&key, &content((i % 3) as u8, (i * 13 % 70) as usize, i))
+                .expect("add");
+        }
+        let mut bytes = w.finish().expect("finish").0.into_inner();
+        write(dir, "swh_shard", &format!("ours-{name}"), &bytes);
+        if count >= 3 {
+            let keys: Vec<[u8; 32]> = {
+                let r = xet_swh::ShardReader::open(&bytes, &xet_swh::ReadLimits::default())
+                    .expect("open");
+                r.iter().step_by(2).map(|e| *e.expect("entry").0).collect()
+            };
+            for k in &keys {
+                xet_swh::delete(&mut bytes, k, &xet_swh::ReadLimits::default()).expect("delete");
+            }
+            write(dir, "swh_shard", &format!("ours-{name}-deleted"), &bytes);
+        }
+    }
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crates/xet-swh/tests/data");
+    if let Ok(rd) = std::fs::read_dir(&samples) {
+        let mut files: Vec<_> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "shard"))
+            .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() < 16 << 10))
+            .collect();
+        files.sort();
+        for f in files {
+            let name = f.file_stem().expect("name").to_string_lossy().into_owned();
+            write(
+                dir,
+                "swh_shard",
+                &format!("swh-{name}"),
+                &std::fs::read(&f).expect("read"),
+            );
+        }
+    }
+
     eprintln!("seed corpora written to {}", dir.display());
 }
