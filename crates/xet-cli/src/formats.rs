@@ -7,9 +7,7 @@ use serde_json::json;
 use std::path::Path;
 use xet_upload::scan::scan_file;
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
+use xet_hash::hex::encode as hex;
 
 fn read_input(path: &Path) -> CliResult<Vec<u8>> {
     std::fs::read(path)

@@ -67,11 +67,7 @@ impl MerkleHash {
     }
     /// Plain hex of the raw bytes in order (not the hash string form).
     pub fn raw_hex(&self) -> String {
-        let mut s = String::with_capacity(64);
-        for b in self.0 {
-            push_hex_byte(&mut s, b);
-        }
-        s
+        hex::encode(&self.0)
     }
     /// Parse the hash string form (draft §6.5). Accepts upper or lower case.
     pub fn from_hex(s: &str) -> Result<Self, HashError> {
@@ -116,6 +112,41 @@ impl MerkleHash {
     /// (draft §10.3.1; the first chunk of a file is eligible regardless).
     pub fn is_global_dedup_eligible(&self) -> bool {
         self.word(3).is_multiple_of(GLOBAL_DEDUP_MODULUS)
+    }
+}
+
+/// Plain hex of bytes, the one encoder and decoder of the workspace (the format crate
+/// xet-swh, which depends on no xet crate, keeps its own).
+pub mod hex {
+    /// Lowercase hex of `bytes`.
+    pub fn encode(bytes: &[u8]) -> String {
+        let mut s = String::with_capacity(bytes.len() * 2);
+        for &b in bytes {
+            super::push_hex_byte(&mut s, b);
+        }
+        s
+    }
+
+    /// Bytes of hex text (either case); `None` on an odd length or a non-hex digit.
+    pub fn decode(s: &str) -> Option<Vec<u8>> {
+        let b = s.as_bytes();
+        if !b.len().is_multiple_of(2) {
+            return None;
+        }
+        b.chunks(2)
+            .map(|p| Some(super::hex_val(p[0])? << 4 | super::hex_val(p[1])?))
+            .collect()
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn round_trip() {
+            assert_eq!(super::encode(&[0, 0xab, 0x5f]), "00ab5f");
+            assert_eq!(super::decode("00AB5f"), Some(vec![0, 0xab, 0x5f]));
+            assert_eq!(super::decode("abc"), None);
+            assert_eq!(super::decode("zz"), None);
+        }
     }
 }
 

@@ -209,28 +209,7 @@ impl<'de> serde::Deserialize<'de> for CommitId {
     }
 }
 
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
-}
-
-/// Decode hex (either case); `None` on an odd length or a non-hex digit.
-pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    s.as_bytes()
-        .chunks(2)
-        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
-        .collect()
-}
+pub use xet_hash::hex::{decode as hex_decode, encode as hex};
 
 /// A branch name, as git allows it (simplified): 1 to 255 bytes, no control characters,
 /// spaces or any of `~^:?*[\`, no `..`, `//` or `@{`, not starting or ending with `/` or

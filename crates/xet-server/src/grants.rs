@@ -373,7 +373,7 @@ impl Grants {
     ) -> ApiResult<String> {
         let id = {
             let r: [u8; 16] = rand::random();
-            r.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            xet_hash::hex::encode(&r)
         };
         let mut t = self.lock();
         Self::sweep(&mut t, now, self.commit_ttl);

@@ -192,9 +192,7 @@ fn is_hex(s: &str, len: usize) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+use xet_hash::hex::encode as hex;
 
 fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
     if !is_hex(s, 2 * N) {
