@@ -64,6 +64,9 @@ pub(super) async fn commit(
     };
     let max = ctx.state.config.max_commit_bytes;
     let bytes = read_body(&ctx.headers, body, max, "commit").await?;
+    // Like the CAS uploads: a permit once the body is here, so commits that verify files
+    // and store inline contents take turns with them (and a stalled sender holds none).
+    let _permit = ctx.state.upload_permit().await?;
     let req = parse(&bytes)?;
     let mut ops = Vec::with_capacity(req.inline.len() + req.lfs.len() + req.deletions.len());
     for (path, sha, size) in &req.lfs {

@@ -23,8 +23,19 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(config: ServerConfig, cas: Arc<dyn Cas>) -> TestServer {
+        Self::start_hub(config, cas, None).await
+    }
+
+    /// [`TestServer::start`] with the Hub API over `repos`.
+    pub async fn start_hub(
+        config: ServerConfig,
+        cas: Arc<dyn Cas>,
+        repos: Option<xet_hub::Repos>,
+    ) -> TestServer {
         init_log();
-        let server = Server::bind(config, cas).await.expect("bind");
+        let server = Server::bind_with_hub(config, cas, repos)
+            .await
+            .expect("bind");
         let url = server.url();
         let addr = server.local_addr();
         let (tx, rx) = oneshot::channel::<()>();
@@ -215,6 +226,11 @@ pub struct Fixture {
 
 /// A file made of chunks of the given sizes (alternating random and compressible data).
 pub fn fixture(seed: u64, chunk_sizes: &[usize]) -> Fixture {
+    fixture_claiming(seed, chunk_sizes, None)
+}
+
+/// [`fixture`] whose shard claims `sha256` for the file (its true sha256 when `None`).
+pub fn fixture_claiming(seed: u64, chunk_sizes: &[usize], sha256: Option<[u8; 32]>) -> Fixture {
     let chunks: Vec<Vec<u8>> = chunk_sizes
         .iter()
         .enumerate()
@@ -241,7 +257,7 @@ pub fn fixture(seed: u64, chunk_sizes: &[usize]) -> Fixture {
     let mut fb = xet_shard::FileInfoBuilder::new(file);
     fb.add_term_from_cas(&cas, 0..entries.len() as u32).unwrap();
     let data = chunks.concat();
-    fb.sha256(<sha2::Sha256 as sha2::Digest>::digest(&data).into());
+    fb.sha256(sha256.unwrap_or_else(|| <sha2::Sha256 as sha2::Digest>::digest(&data).into()));
     let shard = xet_shard::Shard::new(vec![fb.build()], vec![cas])
         .into_upload()
         .to_upload_bytes()

@@ -8,6 +8,7 @@ mod support;
 mod auth;
 mod grants;
 mod hardening;
+mod hub;
 mod limits;
 mod reconstructions;
 mod server;

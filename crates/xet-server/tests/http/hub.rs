@@ -1,0 +1,579 @@
+//! The Hub API over HTTP against an in-memory store: the routes and rules the real
+//! clients' tests (tests/hub_serve.rs) do not reach: paging, paths-info in both body
+//! forms, regular files by path, ranges, branches, whoami, the LFS batch answer, private
+//! repositories, minted CAS tokens, and commits that must change nothing.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use xet_server::{ServerConfig, Token};
+
+use crate::common::{TestServer, client, fixture, fixture_claiming, memory_store, put_fixture};
+
+const W: &str = "hub-w";
+const R: &str = "hub-r";
+
+struct Hub {
+    server: TestServer,
+    store: Arc<xet_store::MemoryStore>,
+    http: reqwest::Client,
+}
+
+impl Hub {
+    async fn start() -> Hub {
+        let store = memory_store().await;
+        let config = ServerConfig {
+            tokens: vec![Token::write(W), Token::read(R)],
+            cas_token_key: Some([9; 32]),
+            ..Default::default()
+        };
+        let repos = xet_hub::Repos::new(store.clone());
+        let server = TestServer::start_hub(config, store.clone(), Some(repos)).await;
+        Hub {
+            server,
+            store,
+            http: client(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        self.server.url(path)
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> reqwest::Response {
+        let mut r = self.http.request(method, self.url(path));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        if let Some((ct, b)) = body {
+            r = r.header("content-type", ct).body(b);
+        }
+        r.send().await.unwrap()
+    }
+
+    async fn get(&self, path: &str, token: Option<&str>) -> reqwest::Response {
+        self.send(reqwest::Method::GET, path, token, None).await
+    }
+
+    async fn post_json(&self, path: &str, token: Option<&str>, v: Value) -> reqwest::Response {
+        let body = serde_json::to_vec(&v).unwrap();
+        self.send(
+            reqwest::Method::POST,
+            path,
+            token,
+            Some(("application/json", body)),
+        )
+        .await
+    }
+
+    async fn commit(&self, repo: &str, lines: &[Value]) -> reqwest::Response {
+        let body: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        self.send(
+            reqwest::Method::POST,
+            &format!("/api/models/{repo}/commit/main"),
+            Some(W),
+            Some(("application/x-ndjson", body.into_bytes())),
+        )
+        .await
+    }
+
+    async fn head_sha(&self, repo: &str, rev: &str) -> String {
+        let r = self
+            .get(&format!("/api/models/{repo}/revision/{rev}"), Some(R))
+            .await;
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json::<Value>().await.unwrap()["sha"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    async fn create(&self, name: &str) {
+        let r = self
+            .post_json(
+                "/api/repos/create",
+                Some(W),
+                json!({"name": name, "organization": "org"}),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+}
+
+fn header() -> Value {
+    json!({"key": "header", "value": {"summary": "test"}})
+}
+
+fn inline(path: &str, content: &[u8]) -> Value {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(content);
+    json!({"key": "file", "value": {"path": path, "content": b64, "encoding": "base64"}})
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    xet_hash::hex::encode(&<sha2::Sha256 as sha2::Digest>::digest(data))
+}
+
+#[tokio::test]
+async fn create_is_idempotent_in_answer_and_needs_a_write_token() {
+    let hub = Hub::start().await;
+    hub.create("a").await;
+    let again = hub
+        .post_json(
+            "/api/repos/create",
+            Some(W),
+            json!({"name": "a", "organization": "org"}),
+        )
+        .await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    let v: Value = again.json().await.unwrap();
+    assert_eq!(v["url"], hub.url("/org/a"));
+    let r = hub
+        .post_json(
+            "/api/repos/create",
+            Some(R),
+            json!({"name": "b", "organization": "org"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = hub
+        .post_json(
+            "/api/repos/create",
+            None,
+            json!({"name": "b", "organization": "org"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // Without an organization the repository goes to the server's user.
+    let r = hub
+        .post_json("/api/repos/create", Some(W), json!({"name": "mine"}))
+        .await;
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["url"],
+        hub.url("/user/mine")
+    );
+    let r = hub
+        .post_json(
+            "/api/repos/create",
+            Some(W),
+            json!({"name": "../x", "organization": "org"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn trees_page_and_paths_info_takes_json_and_forms() {
+    let hub = Hub::start().await;
+    hub.create("t").await;
+    let mut lines = vec![header()];
+    for p in ["a/1.txt", "a/2.txt", "a/b/3.txt", "c.txt", "d/4.txt"] {
+        lines.push(inline(p, p.as_bytes()));
+    }
+    assert_eq!(hub.commit("org/t", &lines).await.status(), StatusCode::OK);
+    // Recursive, two entries a page: every file and folder exactly once, in order.
+    let mut next = Some(hub.url("/api/models/org/t/tree/main?recursive=true&limit=2"));
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    while let Some(u) = next.take() {
+        let r = hub.http.get(&u).bearer_auth(R).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        next = r
+            .headers()
+            .get("link")
+            .map(|l| l.to_str().unwrap().to_string())
+            .map(|l| {
+                l.trim_start_matches('<')
+                    .split('>')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            });
+        for e in r.json::<Vec<Value>>().await.unwrap() {
+            seen.push(format!(
+                "{}:{}",
+                e["type"].as_str().unwrap(),
+                e["path"].as_str().unwrap()
+            ));
+        }
+        pages += 1;
+    }
+    assert_eq!(pages, 4);
+    assert_eq!(
+        seen,
+        [
+            "directory:a",
+            "file:a/1.txt",
+            "file:a/2.txt",
+            "directory:a/b",
+            "file:a/b/3.txt",
+            "file:c.txt",
+            "directory:d",
+            "file:d/4.txt"
+        ]
+    );
+    let top: Vec<Value> = hub
+        .get("/api/models/org/t/tree/main/a", Some(R))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(top.len(), 3, "{top:?}");
+    let missing = hub.get("/api/models/org/t/tree/main/zz", Some(R)).await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    assert_eq!(missing.headers()["x-error-code"], "EntryNotFound");
+    assert!(missing.headers().contains_key("x-repo-commit"));
+    // paths-info: JSON (huggingface.js) and a form (huggingface_hub); absent paths left out.
+    let j: Vec<Value> = hub
+        .post_json(
+            "/api/models/org/t/paths-info/main",
+            Some(R),
+            json!({"paths": ["c.txt", "a", "nope"], "expand": true}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(j.len(), 2);
+    assert_eq!(j[0]["oid"], xet_hub::commit::git_blob_oid(b"c.txt"));
+    let f: Vec<Value> = hub
+        .send(
+            reqwest::Method::POST,
+            "/api/models/org/t/paths-info/main",
+            Some(R),
+            Some((
+                "application/x-www-form-urlencoded",
+                b"paths=a%2Fb%2F3.txt&paths=d&expand=false".to_vec(),
+            )),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        f.iter()
+            .map(|e| e["path"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["a/b/3.txt", "d"]
+    );
+}
+
+#[tokio::test]
+async fn regular_files_by_path_with_ranges() {
+    let hub = Hub::start().await;
+    hub.create("f").await;
+    let content: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let r = hub
+        .commit("org/f", &[header(), inline("data/x.txt", &content)])
+        .await;
+    let commit: Value = r.json().await.unwrap();
+    let url = "/org/f/resolve/main/data/x.txt";
+    let whole = hub.get(url, Some(R)).await;
+    assert_eq!(whole.status(), StatusCode::OK);
+    let h = whole.headers().clone();
+    assert_eq!(h["x-repo-commit"], commit["commitOid"].as_str().unwrap());
+    assert_eq!(
+        h["etag"],
+        format!("\"{}\"", xet_hub::commit::git_blob_oid(&content)).as_str()
+    );
+    assert!(
+        !h.contains_key("x-xet-hash"),
+        "inline files are plain git files"
+    );
+    assert!(whole.bytes().await.unwrap() == content);
+    let part = hub
+        .http
+        .get(hub.url(url))
+        .bearer_auth(R)
+        .header("range", "bytes=-1000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(
+        part.headers()["content-range"],
+        "bytes 199000-199999/200000"
+    );
+    assert!(part.bytes().await.unwrap() == content[199_000..]);
+    let past = hub
+        .http
+        .get(hub.url(url))
+        .bearer_auth(R)
+        .header("range", "bytes=200000-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(past.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+    assert_eq!(past.headers()["content-range"], "bytes */200000");
+    // The file is content-addressed in the CAS as well.
+    let sha = sha256_hex(&content);
+    let sha: [u8; 32] = xet_hash::hex::decode(&sha).unwrap().try_into().unwrap();
+    let claims = xet_hub::RepoStore::files_claiming_sha256(hub.store.as_ref(), &sha)
+        .await
+        .unwrap();
+    assert_eq!(claims.len(), 1);
+}
+
+#[tokio::test]
+async fn xet_files_are_committed_by_checked_sha256_only() {
+    let hub = Hub::start().await;
+    hub.create("x").await;
+    let honest = fixture(1, &[5000, 7000, 3000]);
+    put_fixture(hub.store.as_ref(), &honest).await;
+    // A shard that claims another file's sha256 for its own content.
+    let liar = fixture_claiming(
+        2,
+        &[4000, 4000],
+        Some(<sha2::Sha256 as sha2::Digest>::digest(b"someone else").into()),
+    );
+    put_fixture(hub.store.as_ref(), &liar).await;
+    let lfs = |path: &str, oid: String, size: u64| json!({"key": "lfsFile", "value": {"path": path, "algo": "sha256", "oid": oid, "size": size}});
+    let before = hub.head_sha("org/x", "main").await;
+    let r = hub
+        .commit(
+            "org/x",
+            &[header(), lfs("lie.bin", sha256_hex(b"someone else"), 8000)],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.text().await.unwrap().contains("lie.bin"));
+    assert_eq!(
+        hub.head_sha("org/x", "main").await,
+        before,
+        "a refused commit changed the branch"
+    );
+    // The wrong size is refused too, and one bad file refuses the whole commit.
+    let good = lfs("w.bin", sha256_hex(&honest.data), honest.data.len() as u64);
+    let r = hub
+        .commit(
+            "org/x",
+            &[
+                header(),
+                good.clone(),
+                lfs("v.bin", sha256_hex(&honest.data), 1),
+            ],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(hub.head_sha("org/x", "main").await, before);
+    assert_eq!(
+        hub.commit("org/x", &[header(), good]).await.status(),
+        StatusCode::OK
+    );
+    let head = hub.get("/org/x/resolve/main/w.bin", Some(R)).await;
+    assert_eq!(
+        head.headers()["x-xet-hash"],
+        honest.file.to_string().as_str()
+    );
+    assert_eq!(
+        head.headers()["x-linked-size"],
+        honest.data.len().to_string().as_str()
+    );
+    assert!(head.bytes().await.unwrap() == honest.data);
+    // huggingface.js asks for the Xet facts only.
+    let info = hub
+        .http
+        .get(hub.url("/org/x/resolve/main/w.bin"))
+        .bearer_auth(R)
+        .header("accept", "application/vnd.xet-fileinfo+json, */*")
+        .header("range", "bytes=0-0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        info.headers()["content-type"],
+        "application/vnd.xet-fileinfo+json"
+    );
+    let link = info.headers()["link"].to_str().unwrap().to_string();
+    assert!(link.contains("rel=\"xet-auth\"") && link.contains("rel=\"xet-reconstruction-info\""));
+}
+
+#[tokio::test]
+async fn deletions_clashes_and_branches() {
+    let hub = Hub::start().await;
+    hub.create("d").await;
+    let ok = hub
+        .commit(
+            "org/d",
+            &[header(), inline("a/b.txt", b"b"), inline("c.txt", b"c")],
+        )
+        .await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    let before = hub.head_sha("org/d", "main").await;
+    let cases = [
+        (
+            json!({"key": "deletedFile", "value": {"path": "nope.txt"}}),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            json!({"key": "deletedFolder", "value": {"path": "nope/"}}),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            inline("a", b"file where a folder is"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            inline("c.txt/d", b"below a file"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+    ];
+    for (line, status) in cases {
+        let r = hub.commit("org/d", &[header(), line.clone()]).await;
+        assert_eq!(r.status(), status, "{line}");
+        assert_eq!(hub.head_sha("org/d", "main").await, before, "{line}");
+    }
+    let r = hub
+        .commit(
+            "org/d",
+            &[
+                header(),
+                json!({"key": "deletedFolder", "value": {"path": "a/"}}),
+            ],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let files: Vec<Value> = hub
+        .get("/api/models/org/d/tree/main?recursive=true", Some(R))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(files.len(), 1);
+    // Branches: created from main, a second time 409, then they diverge.
+    let b = hub
+        .post_json("/api/models/org/d/branch/dev", Some(W), json!({}))
+        .await;
+    assert_eq!(b.status(), StatusCode::OK);
+    let again = hub
+        .post_json("/api/models/org/d/branch/dev", Some(W), json!({}))
+        .await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    let main = hub.head_sha("org/d", "main").await;
+    assert_eq!(hub.head_sha("org/d", "dev").await, main);
+    let quoted = hub
+        .get("/api/models/org/d/revision/refs%2Fheads%2Fdev", Some(R))
+        .await;
+    assert_eq!(quoted.status(), StatusCode::OK);
+    let nope = hub
+        .get("/api/models/org/d/revision/nobranch", Some(R))
+        .await;
+    assert_eq!(nope.headers()["x-error-code"], "RevisionNotFound");
+}
+
+#[tokio::test]
+async fn whoami_lfs_batch_private_repos_and_minted_tokens() {
+    let hub = Hub::start().await;
+    let me: Value = hub
+        .get("/api/whoami-v2", Some(R))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            me["name"].as_str(),
+            me["auth"]["accessToken"]["role"].as_str()
+        ),
+        (Some("user"), Some("read"))
+    );
+    assert_eq!(
+        hub.get("/api/whoami-v2", Some("wrong")).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let r = hub
+        .post_json(
+            "/api/repos/create",
+            Some(W),
+            json!({"name": "p", "organization": "org", "private": true}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let info: Value = hub
+        .get("/api/models/org/p", Some(R))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(info["private"], true);
+    // The LFS batch: Xet for uploads, the write token in each unknown object's header.
+    let known = fixture(3, &[3000]);
+    put_fixture(hub.store.as_ref(), &known).await;
+    let batch = |transfers: Value| {
+        json!({"operation": "upload", "transfers": transfers, "hash_algo": "sha_256",
+               "objects": [{"oid": sha256_hex(&known.data), "size": known.data.len()},
+                           {"oid": "ab".repeat(32), "size": 10}]})
+    };
+    let r: Value = hub
+        .post_json(
+            "/org/p.git/info/lfs/objects/batch",
+            Some(W),
+            batch(json!(["basic", "xet"])),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["transfer"], "xet");
+    assert!(r["objects"][0].get("actions").is_none(), "{r}");
+    let up = &r["objects"][1]["actions"]["upload"];
+    assert!(
+        up["href"]
+            .as_str()
+            .unwrap()
+            .ends_with("/api/models/org/p/xet-write-token/main")
+    );
+    let token = up["header"]["X-Xet-Access-Token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r: Value = hub
+        .post_json(
+            "/org/p.git/info/lfs/objects/batch",
+            Some(W),
+            batch(json!(["basic"])),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["objects"][1]["error"]["code"], 501);
+    // The minted token works on the CAS (a junk shard is a 400, not a 401), a user token's
+    // read scope gives a read CAS token, and minted tokens are no Hub tokens.
+    let shard = hub
+        .send(
+            reqwest::Method::POST,
+            "/v1/shards",
+            Some(&token),
+            Some(("application/octet-stream", b"junk".to_vec())),
+        )
+        .await;
+    assert_eq!(shard.status(), StatusCode::BAD_REQUEST);
+    let read: Value = hub
+        .get("/api/models/org/p/xet-read-token/main", Some(R))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let rt = read["accessToken"].as_str().unwrap();
+    let shard = hub
+        .send(
+            reqwest::Method::POST,
+            "/v1/shards",
+            Some(rt),
+            Some(("application/octet-stream", b"junk".to_vec())),
+        )
+        .await;
+    assert_eq!(shard.status(), StatusCode::FORBIDDEN);
+    assert_eq!(
+        hub.get("/api/models/org/p", Some(&token)).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+}
