@@ -12,7 +12,7 @@ use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use xet_cas::{ByteRange, Cas, ChunkRange, Term, XorbFetch};
+use xet_cas::{ByteRange, Cas, ChunkRange, Reconstruction, Term, XorbFetch};
 use xet_hash::MerkleHash;
 
 use crate::budget::MemoryBudget;
@@ -127,9 +127,10 @@ pub(crate) async fn download_file(
     } = output;
     let resumable = writer.is_none();
 
-    let size = match size {
-        Some(s) => s,
-        None => fetch::query_file_size(&shared, file).await?,
+    let (size, first) = match size {
+        Some(s) => (s, None),
+        None if range.is_none() => first_segment_and_size(&shared, file).await?,
+        None => (fetch::query_file_size(&shared, file).await?, None),
     };
     let out = wanted_bytes(file, range, size)?;
     let whole = out.start == 0 && out.end == size;
@@ -166,7 +167,7 @@ pub(crate) async fn download_file(
     });
     let cancel = shared.cancel.clone();
     let res = tokio::select! {
-        r = run_segments(ctx.clone(), opened.done) => r,
+        r = run_segments(ctx.clone(), opened.done, first) => r,
         _ = cancel.cancelled() => Err(DownloadError::Interrupted { file, resumable }),
     };
     let res = match res {
@@ -181,6 +182,28 @@ pub(crate) async fn download_file(
     res?;
     shared.emit(ProgressEvent::FileFinished { index });
     Ok(report(&ctx, shown, resumed, started))
+}
+
+/// The size of a file asked for whole, and the first segment's reconstruction, with no
+/// request of their own: the first segment is asked for first, and an answer ending
+/// before the segment does was cut at the end of the file, whose size it then gives
+/// (every file smaller than a segment costs one request, not two). A larger file needs
+/// the size query as well; its first segment is the answer already in hand.
+async fn first_segment_and_size(
+    shared: &Shared,
+    file: MerkleHash,
+) -> Result<(u64, Option<Reconstruction>)> {
+    let seg = shared.opts.segment_bytes.max(1);
+    let first = fetch::query_reconstruction(shared, file, ByteRange::new(0, seg)).await?;
+    let len = first
+        .unpacked_len()
+        .saturating_sub(first.offset_into_first_range);
+    let size = if len < seg {
+        len
+    } else {
+        fetch::query_file_size(shared, file).await?
+    };
+    Ok((size, Some(first)))
 }
 
 /// Where the verified bytes go. A path that may be replaced is the part's rename
@@ -408,9 +431,13 @@ pub(crate) type Assembled = Vec<(Term, Vec<(MerkleHash, u32)>)>;
 /// Walk the segments and run their groups; returns every item's kept chunks in order.
 /// On an error, fetches already under way are allowed to finish and write their terms
 /// (so a rerun can resume from them) before the error is returned; nothing new starts.
-async fn run_segments(ctx: Arc<FileCtx>, done: HashMap<u64, DoneTerm>) -> Result<Assembled> {
+async fn run_segments(
+    ctx: Arc<FileCtx>,
+    done: HashMap<u64, DoneTerm>,
+    first: Option<Reconstruction>,
+) -> Result<Assembled> {
     let mut tasks = JoinSet::new();
-    let res = walk_segments(&ctx, done, &mut tasks).await;
+    let res = walk_segments(&ctx, done, first, &mut tasks).await;
     if res.is_err() {
         ctx.stop.cancel();
         while tasks.join_next().await.is_some() {}
@@ -421,6 +448,7 @@ async fn run_segments(ctx: Arc<FileCtx>, done: HashMap<u64, DoneTerm>) -> Result
 async fn walk_segments(
     ctx: &Arc<FileCtx>,
     done: HashMap<u64, DoneTerm>,
+    mut first: Option<Reconstruction>,
     tasks: &mut JoinSet<(usize, Result<GroupResult>)>,
 ) -> Result<Assembled> {
     let shared = &ctx.shared;
@@ -459,7 +487,10 @@ async fn walk_segments(
             handle(j, &mut results, &mut pending)?;
         }
         let query = plan::segment_query(covered, out.end, opts.segment_bytes);
-        let recon = fetch::query_reconstruction(shared, ctx.file, query).await?;
+        let recon = match first.take() {
+            Some(r) => r,
+            None => fetch::query_reconstruction(shared, ctx.file, query).await?,
+        };
         let (items, new_covered) =
             plan::plan_segment(ctx.file, &recon, query, covered, out, results.len())?;
         if ctx.whole && new_covered > out.end {

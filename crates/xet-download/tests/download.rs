@@ -159,6 +159,38 @@ async fn segmented_reconstruction_and_one_fetch_per_range() {
     assert_eq!(r.totals.fetches, ranges.len() as u64);
 }
 
+/// A download of a whole file whose size is not given asks for its first segment
+/// first: a file smaller than a segment costs that one query, a larger one the size
+/// query after it, and the first answer is used, not asked for again.
+#[tokio::test]
+async fn no_request_before_the_reconstruction_query() {
+    let c = build(&[random(600_000, 9), random(2_000_000, 10)], 300_000);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    let dir = tempfile::tempdir().unwrap();
+    let o = DownloadOptions {
+        segment_bytes: 1_000_000,
+        ..opts()
+    };
+    let small = dir.path().join("small");
+    get(w.clone(), vec![req(&c.files[0], &small)], o.clone())
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&small).unwrap(), c.files[0].data);
+    assert_eq!(*w.queries.lock().unwrap(), ["reconstruction"]);
+    w.queries.lock().unwrap().clear();
+    let large = dir.path().join("large");
+    get(w.clone(), vec![req(&c.files[1], &large)], o)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&large).unwrap(), c.files[1].data);
+    assert_eq!(
+        *w.queries.lock().unwrap(),
+        ["reconstruction", "size", "reconstruction"],
+        "two segments of 1 MB, the first asked for once"
+    );
+}
+
 #[tokio::test]
 async fn untrimmed_answers_overlapping_earlier_segments() {
     // Later segments come back starting before the query: the overlap is dropped on

@@ -219,6 +219,8 @@ pub struct Wrapper {
     pub saw_url: AtomicBool,
     /// Answer `Cas::retries_requests` with this (as the HTTP client would: `true`).
     pub retries_requests: AtomicBool,
+    /// `size` and `reconstruction` queries, in the order they were made.
+    pub queries: Mutex<Vec<&'static str>>,
 }
 
 impl Wrapper {
@@ -239,6 +241,7 @@ impl Wrapper {
             delay: Mutex::new(None),
             saw_url: AtomicBool::new(false),
             retries_requests: AtomicBool::new(false),
+            queries: Mutex::new(Vec::new()),
         })
     }
     pub fn set_fault(&self, f: Fault) {
@@ -318,6 +321,7 @@ impl Cas for Wrapper {
         self.inner.put_shard(shard).await
     }
     async fn file_size(&self, file: &MerkleHash) -> xet_cas::Result<Option<u64>> {
+        self.queries.lock().unwrap().push("size");
         self.inner.file_size(file).await
     }
     async fn reconstruction(
@@ -326,6 +330,7 @@ impl Cas for Wrapper {
         range: Option<ByteRange>,
     ) -> xet_cas::Result<Reconstruction> {
         self.reconstructions.fetch_add(1, Ordering::SeqCst);
+        self.queries.lock().unwrap().push("reconstruction");
         let fault = self.fault.lock().unwrap().clone();
         if let (Fault::Untrimmed(k), Some(r)) = (fault, range) {
             let k = k.min(r.start);
