@@ -20,6 +20,7 @@
 //! [`CasError::is_retryable`] says the kind could succeed later). In-process stores do not
 //! retry.
 
+pub mod backoff;
 mod body;
 pub mod buffers;
 pub mod routes;

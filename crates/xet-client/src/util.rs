@@ -49,23 +49,10 @@ pub fn parse_retry_after(v: &str) -> Option<Duration> {
     }
 }
 
-/// Un-jittered delay before retry number `retry` (1 = the first retry).
-pub fn backoff_ceiling(policy: &RetryPolicy, retry: u32) -> Duration {
-    let shift = retry.saturating_sub(1).min(30);
-    let d = policy.base_delay.saturating_mul(1u32 << shift);
-    d.min(policy.max_delay)
-}
-
-/// Jittered delay before retry number `retry`: uniform in `[ceiling/2, ceiling]`.
+/// Jittered delay before retry number `retry`: uniform in `[ceiling/2, ceiling]`
+/// ([`xet_cas::backoff`]).
 pub fn backoff_delay(policy: &RetryPolicy, retry: u32) -> Duration {
-    use rand::Rng;
-    let ceil = backoff_ceiling(policy, retry);
-    let lo = ceil / 2;
-    if ceil <= lo {
-        return ceil;
-    }
-    let nanos = rand::rng().random_range(lo.as_nanos() as u64..=ceil.as_nanos() as u64);
-    Duration::from_nanos(nanos)
+    xet_cas::backoff::delay(policy.base_delay, policy.max_delay, retry)
 }
 
 /// `Content-Range: bytes a-b/total` → `(a, b inclusive, total)`; `bytes */total` →
@@ -173,36 +160,6 @@ mod tests {
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
         assert_eq!(parse_retry_after("-1"), None);
         assert_eq!(parse_retry_after("nan"), None);
-    }
-
-    #[test]
-    fn backoff_grows_is_capped_and_jittered() {
-        let p = RetryPolicy {
-            max_attempts: 10,
-            base_delay: Duration::from_millis(100),
-            max_delay: Duration::from_millis(700),
-            max_duration: Duration::from_secs(10),
-        };
-        assert_eq!(backoff_ceiling(&p, 1), Duration::from_millis(100));
-        assert_eq!(backoff_ceiling(&p, 2), Duration::from_millis(200));
-        assert_eq!(backoff_ceiling(&p, 3), Duration::from_millis(400));
-        assert_eq!(backoff_ceiling(&p, 4), Duration::from_millis(700));
-        assert_eq!(backoff_ceiling(&p, 400), Duration::from_millis(700));
-        let mut seen = std::collections::HashSet::new();
-        for _ in 0..200 {
-            let d = backoff_delay(&p, 2);
-            assert!(
-                d >= Duration::from_millis(100) && d <= Duration::from_millis(200),
-                "{d:?}"
-            );
-            seen.insert(d);
-        }
-        assert!(seen.len() > 10, "jitter varies the delay");
-        let zero = RetryPolicy {
-            base_delay: Duration::ZERO,
-            ..p
-        };
-        assert_eq!(backoff_delay(&zero, 3), Duration::ZERO);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Talking to the CAS: reconstruction queries and xorb range fetches with a stall
 //! deadline, bounded retries with backoff, and re-queries after an expired URL.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::Bytes;
 use xet_cas::{ByteRange, CasError, ChunkRange, Reconstruction, XorbFetch};
@@ -23,15 +23,10 @@ pub(crate) fn url_host(url: &str) -> String {
         .to_string()
 }
 
+/// Delay before the pipeline's own retry after `attempt` failed tries (0 = the first
+/// failed): the workspace's one backoff ([`xet_cas::backoff`]), capped at 30 s.
 fn backoff(base: Duration, attempt: u32) -> Duration {
-    let exp = base.saturating_mul(1u32 << attempt.min(10));
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    // Up to +50% jitter.
-    let jitter = exp.mul_f64(f64::from(nanos % 1000) / 2000.0);
-    (exp + jitter).min(Duration::from_secs(30))
+    xet_cas::backoff::delay(base, Duration::from_secs(30), attempt + 1)
 }
 
 enum Outcome<T> {
@@ -317,8 +312,8 @@ mod tests {
     #[test]
     fn backoff_grows_and_is_capped() {
         let b = Duration::from_millis(100);
-        assert!(backoff(b, 0) >= b && backoff(b, 0) <= b * 2);
-        assert!(backoff(b, 3) >= b * 8);
+        assert!(backoff(b, 0) >= b / 2 && backoff(b, 0) <= b);
+        assert!(backoff(b, 3) >= b * 4 && backoff(b, 3) <= b * 8);
         assert!(backoff(b, 30) <= Duration::from_secs(30));
     }
 }
