@@ -427,3 +427,50 @@ fn errors_name_what_was_asked_and_exit_with_the_documented_codes() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// `-o DIR` treats what is already there as `xet download HASH -o` does: a symbolic link
+/// to a file is followed (the link stays, its target gets the bytes), and a link that
+/// would lead a repository path out of DIR is refused before anything is written.
+#[cfg(unix)]
+#[test]
+fn plain_downloads_follow_links_and_never_leave_the_folder() {
+    let hub = Hub::start();
+    let src = hub.path("m");
+    make_model(&src);
+    hub.xet_json(&["upload", src.to_str().unwrap(), "hf://org/links"]);
+    let want = tree(&src);
+    // A link inside the folder, to a file inside it.
+    let out = hub.path("out");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("real-readme"), b"old").unwrap();
+    std::os::unix::fs::symlink(out.join("real-readme"), out.join("README.md")).unwrap();
+    hub.xet_json(&["download", "hf://org/links", "-o", out.to_str().unwrap()]);
+    assert!(
+        std::fs::symlink_metadata(out.join("README.md"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read(out.join("real-readme")).unwrap(),
+        want["README.md"]
+    );
+    // A folder of the repository that is a link out of DIR: refused, nothing written there.
+    let (out2, elsewhere) = (hub.path("out2"), hub.path("elsewhere"));
+    std::fs::create_dir_all(&out2).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let folder = want
+        .keys()
+        .find_map(|p| p.split_once('/').map(|(d, _)| d.to_string()))
+        .expect("the model has a folder");
+    std::os::unix::fs::symlink(&elsewhere, out2.join(&folder)).unwrap();
+    let o = hub.xet(&["download", "hf://org/links", "-o", out2.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("leads out of"), "{err}");
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "wrote outside -o"
+    );
+}

@@ -98,7 +98,7 @@ impl Output {
                 .map_err(Failure::input)?;
             for (p, line) in entries.iter().filter_map(|e| e.path.as_ref()) {
                 let full = dir.join(p);
-                let leads_out = leads_out(&canon, &full)
+                let leads_out = xet_download::dest::leads_out(&canon, &full)
                     .with_context(|| format!("{line}: cannot check where {} leads", p.display()))
                     .map_err(Failure::input)?;
                 if leads_out {
@@ -135,23 +135,6 @@ fn check_relative(p: &Path) -> Result<(), &'static str> {
         return Err("names no file");
     }
     Ok(())
-}
-
-/// Whether `full` resolves outside `dir_canon`: its deepest existing ancestor (itself if
-/// it exists) is what links already on disk make of it; what does not exist yet is
-/// created by the download as plain directories.
-fn leads_out(dir_canon: &Path, full: &Path) -> std::io::Result<bool> {
-    for a in full.ancestors() {
-        match std::fs::canonicalize(a) {
-            Ok(c) => return Ok(!c.starts_with(dir_canon)),
-            // Not there (or a dangling link, which the download refuses itself).
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            // A file where a directory would be: the download fails on it anyway.
-            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(false)
 }
 
 /// Whether `p` is the file stdout already writes to (same device and inode as fd 1),

@@ -14,7 +14,7 @@ use crate::error::{DownloadError, Result};
 
 /// Where a path destination's bytes go.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Target {
+pub enum Target {
     /// Nothing exists there, or a regular file: `<path>.part`, verified, renamed over
     /// it. The path is the symbolic links' final target, so a link is not replaced.
     Replace(PathBuf),
@@ -24,7 +24,7 @@ pub(crate) enum Target {
 
 /// Decide what `path` is. Fails (an output error) for a directory and for a symbolic
 /// link whose target does not exist.
-pub(crate) fn resolve(path: &Path) -> Result<Target> {
+pub fn resolve(path: &Path) -> Result<Target> {
     let link = match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Ok(Target::Replace(path.to_path_buf()));
@@ -66,6 +66,25 @@ pub(crate) fn resolve(path: &Path) -> Result<Target> {
     std::fs::canonicalize(path)
         .map(Target::Replace)
         .map_err(|e| DownloadError::io("resolving the symbolic link", path, e))
+}
+
+/// Whether `full` (a path below a directory whose canonical form is `dir_canon`)
+/// resolves outside that directory: its deepest existing ancestor (itself if it exists)
+/// is what links already on disk make of it; what does not exist yet is created by the
+/// download as plain directories. Callers writing repository or manifest paths below a
+/// directory refuse those that lead out.
+pub fn leads_out(dir_canon: &Path, full: &Path) -> io::Result<bool> {
+    for a in full.ancestors() {
+        match std::fs::canonicalize(a) {
+            Ok(c) => return Ok(!c.starts_with(dir_canon)),
+            // Not there (or a dangling link, which `resolve` refuses).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            // A file where a directory would be: the download fails on it anyway.
+            Err(e) if e.kind() == io::ErrorKind::NotADirectory => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
 }
 
 /// A writer that opens an existing non-regular file (device, FIFO) for writing on its

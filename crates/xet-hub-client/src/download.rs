@@ -30,6 +30,7 @@ use crate::client::{HubClient, TokenKind};
 use crate::error::{HubError, Result, Subject};
 use crate::tree::{Content, RemoteFile};
 use crate::verify::{self, Expect, Mismatch, Sha256Tap};
+use xet_download::dest::Target;
 
 /// Where files go.
 #[derive(Debug, Clone)]
@@ -295,19 +296,22 @@ fn plan(
             }
             (Output::Path(p), _) => {
                 let path = plain_destination(p, f, single);
-                match existing_non_file(&path) {
-                    true => (
-                        path.clone(),
-                        Some(Dest::Writer(Box::new(open_existing(&path)?))),
-                    ),
-                    false => (
-                        path.clone(),
-                        Some(Dest::Path {
-                            tmp: stable_tmp(&path),
-                            path,
-                        }),
-                    ),
-                }
+                stays_under(p, &path, f)?;
+                // As for `xet download HASH -o PATH`: a link is followed (its target
+                // gets the file), a device or FIFO is written into, never replaced.
+                let dest = match xet_download::dest::resolve(&path) {
+                    Ok(Target::Replace(real)) => Dest::Path {
+                        tmp: stable_tmp(&real),
+                        path: real,
+                    },
+                    Ok(Target::WriteInto(real)) => Dest::Writer(Box::new(open_existing(&real)?)),
+                    Err(xet_download::DownloadError::Io { cause, .. }) => {
+                        let cause = std::io::Error::new(cause.kind(), cause.to_string());
+                        return Err(HubError::local("cannot write to", &path, cause));
+                    }
+                    Err(e) => return Err(HubError::Usage(format!("{}: {e}", f.path))),
+                };
+                (path, Some(dest))
             }
             (Output::Cache(_), None) => unreachable!("the cache is opened for Output::Cache"),
         };
@@ -343,10 +347,25 @@ fn plain_destination(p: &Path, f: &RemoteFile, single: bool) -> PathBuf {
     out
 }
 
-/// A device, FIFO or the like: written into, never replaced (as the download pipeline
-/// treats them).
-fn existing_non_file(p: &Path) -> bool {
-    std::fs::metadata(p).is_ok_and(|m| !m.is_file() && !m.is_dir())
+/// Repository paths are checked (no `..`, nothing absolute), but a symbolic link already
+/// inside `-o DIR` could still lead a file out of it: refused, as for `--files-from`.
+fn stays_under(dir: &Path, path: &Path, f: &RemoteFile) -> Result<()> {
+    if !path.starts_with(dir) || path == dir || !dir.exists() {
+        return Ok(());
+    }
+    let canon =
+        std::fs::canonicalize(dir).map_err(|e| HubError::local("cannot resolve", dir, e))?;
+    let out = xet_download::dest::leads_out(&canon, path)
+        .map_err(|e| HubError::local("cannot check where it leads", path, e))?;
+    if out {
+        return Err(HubError::Usage(format!(
+            "{}: {} leads out of {} through a symbolic link; remove the link or choose another -o",
+            f.path,
+            path.display(),
+            dir.display()
+        )));
+    }
+    Ok(())
 }
 
 fn open_existing(p: &Path) -> Result<std::fs::File> {
