@@ -347,7 +347,7 @@ fn no_unused_dependencies() {
 /// The fields of the item that follows `at` (a `{...}` or `(...)` group; empty for a
 /// unit variant), as written.
 fn item_fields(text: &str) -> &str {
-    let start = text.find(|c| matches!(c, '{' | '(' | ',' | ';' | '}'));
+    let start = text.find(['{', '(', ',', ';', '}']);
     let Some(start) = start else { return "" };
     let open = text.as_bytes()[start];
     let close = match open {
@@ -428,7 +428,7 @@ fn errors_print_each_cause_once() {
                 let after = &rest[rest.find(")]").map_or(0, |i| i + 2)..];
                 let fields = item_fields(after);
                 let tuple = after
-                    .find(|c| matches!(c, '{' | '(' | ',' | ';' | '}'))
+                    .find(['{', '(', ',', ';', '}'])
                     .is_some_and(|i| after.as_bytes()[i] == b'(');
                 for s in source_fields(fields, tuple) {
                     if fmt.contains(&format!("{{{s}}}")) || fmt.contains(&format!("{{{s}:")) {
