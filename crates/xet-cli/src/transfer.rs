@@ -539,10 +539,11 @@ pub struct ServeArgs {
     /// server), on (require them), off (never; only one process may create a new store).
     #[arg(long, default_value = "auto", value_name = "auto|on|off")]
     s3_conditional_put: xet_store_s3::ConditionalPut,
-    /// With `--store s3://…`: seconds between indexing files that other servers on the
-    /// same bucket registered (0: only at start).
-    #[arg(long, default_value_t = xet_store::REFRESH_INTERVAL.as_secs(), value_name = "SECS")]
-    s3_refresh_secs: u64,
+    /// Seconds between indexing what other servers on the same store (directory or
+    /// bucket) registered, for global dedup (0: only at start). Reads never wait for it:
+    /// a file the index does not know makes it look again at once.
+    #[arg(long, alias = "s3-refresh-secs", default_value_t = xet_store::REFRESH_INTERVAL.as_secs(), value_name = "SECS")]
+    refresh_secs: u64,
     /// Close a connection that has not sent a whole request head within SECS of opening
     /// (408 if part of one came); 0: no limit.
     #[arg(long, default_value_t = xet_server::conn::DEFAULT_HEADER_TIMEOUT.as_secs(), value_name = "SECS")]
@@ -605,15 +606,19 @@ async fn open_s3_store(url: &str, a: &ServeArgs) -> CliResult<Served> {
         .with_context(|| format!("cannot open the store at {url}"))
         .map_err(|e| Failure::new(Code::Failure, e))?;
     let (served, store) = Served::new(store);
-    if a.s3_refresh_secs > 0 {
-        let every = std::time::Duration::from_secs(a.s3_refresh_secs);
-        store.spawn_refresh(every);
-    }
+    refresh_every(&store, a.refresh_secs);
     Ok(served)
 }
 
 /// The store of `xet serve --store DIR`.
-async fn open_dir_store(dir: &Path) -> CliResult<Served> {
+/// Index what other processes on the store registered every `secs` (0: never).
+fn refresh_every<B: xet_store::ObjectBackend>(store: &Arc<xet_store::StoreCas<B>>, secs: u64) {
+    if secs > 0 {
+        store.spawn_refresh(std::time::Duration::from_secs(secs));
+    }
+}
+
+async fn open_dir_store(dir: &Path, refresh_secs: u64) -> CliResult<Served> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create the store directory {}", dir.display()))
         .map_err(Failure::input)?;
@@ -621,7 +626,9 @@ async fn open_dir_store(dir: &Path) -> CliResult<Served> {
         .await
         .with_context(|| format!("cannot open the store at {}", dir.display()))
         .map_err(|e| Failure::new(Code::Failure, e))?;
-    Ok(Served::new(store).0)
+    let (served, store) = Served::new(store);
+    refresh_every(&store, refresh_secs);
+    Ok(served)
 }
 
 pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
@@ -646,7 +653,7 @@ pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
             Some(url) => (open_s3_store(url, &a).await?, url.to_string(), None),
             None => {
                 let dir = a.store.clone().unwrap_or_else(remote::default_store_dir);
-                let store = open_dir_store(&dir).await?;
+                let store = open_dir_store(&dir, a.refresh_secs).await?;
                 let grants = dir.join("grants");
                 std::fs::create_dir_all(&grants)
                     .with_context(|| format!("creating {}", grants.display()))
