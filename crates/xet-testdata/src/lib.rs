@@ -8,7 +8,10 @@ use std::path::PathBuf;
 pub mod hub;
 mod s3;
 pub mod swh;
-pub use s3::{MOTO_VERSION, MotoServer, moto_python, moto_requirement, shared_moto};
+pub use s3::{
+    S3_REGION, S3Server, SEAWEEDFS_VERSION, private_s3, seaweedfs_requirement, shared_s3,
+    weed_binary,
+};
 
 /// What a corpus file contains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
