@@ -269,9 +269,17 @@ fn a_wrong_secret_is_refused_at_start_up() {
             Duration::from_secs(60),
         );
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert_eq!(
+            o.status.code(),
+            Some(4),
+            "refused credentials are an auth failure: {err}"
+        );
         assert!(
             err.contains(&store) && err.contains(&s3.endpoint()) && err.contains(reason),
+            "{err}"
+        );
+        assert!(
+            err.contains("refused access") && err.contains("AWS_SECRET_ACCESS_KEY"),
             "{err}"
         );
         assert!(!err.contains(secret), "the secret is printed: {err}");

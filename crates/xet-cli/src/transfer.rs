@@ -601,10 +601,17 @@ async fn open_s3_store(url: &str, a: &ServeArgs) -> CliResult<Served> {
         config.endpoint = Some(e.clone());
     }
     config.conditional_put = a.s3_conditional_put;
-    let store = xet_store_s3::open_store(config)
-        .await
-        .with_context(|| format!("cannot open the store at {url}"))
-        .map_err(|e| Failure::new(Code::Failure, e))?;
+    let store = xet_store_s3::open_store(config).await.map_err(|e| {
+        // Refused credentials are the user's to fix, like a refused token.
+        let code = match e {
+            xet_cas::CasError::Unauthorized(_) | xet_cas::CasError::Forbidden(_) => Code::Auth,
+            _ => Code::Failure,
+        };
+        Failure::new(
+            code,
+            anyhow::Error::new(e).context(format!("cannot open the store at {url}")),
+        )
+    })?;
     let (served, store) = Served::new(store);
     refresh_every(&store, a.refresh_secs);
     Ok(served)

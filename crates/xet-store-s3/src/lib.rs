@@ -255,6 +255,26 @@ pub fn is_loopback_http(url: &str) -> bool {
 }
 
 /// An error and its sources, each message once.
+/// Whether the S3 server refused the request for its credentials (a 401/403 answer or
+/// the codes S3 servers give for a bad signature or an unknown key).
+fn refused(e: &object_store::Error) -> bool {
+    if matches!(
+        e,
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
+    ) {
+        return true;
+    }
+    let text = chain(e);
+    [
+        "SignatureDoesNotMatch",
+        "InvalidAccessKeyId",
+        "AccessDenied",
+        "403 Forbidden",
+    ]
+    .iter()
+    .any(|c| text.contains(c))
+}
+
 fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
@@ -451,6 +471,16 @@ impl S3Backend {
                     self.endpoint
                 )))
             }
+            // The server answered, and refused: the credentials (or their rights) are
+            // what to check, not the network.
+            Err(e) if refused(&e) => Err(CasError::Unauthorized(format!(
+                "{}: the server at {} refused access to bucket {:?}; check AWS_ACCESS_KEY_ID, \
+                 AWS_SECRET_ACCESS_KEY and the key's rights on the bucket: {}",
+                self.url(),
+                self.endpoint,
+                self.bucket,
+                chain(&e)
+            ))),
             Err(e) => Err(CasError::Storage(format!(
                 "{}: cannot reach bucket {:?} at endpoint {}: {}",
                 self.url(),
