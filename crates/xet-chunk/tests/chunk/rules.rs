@@ -1,7 +1,7 @@
 //! Boundary rules, a byte-at-a-time second implementation, streaming equivalence and the
 //! gear table, checked against the fast path.
 
-mod common;
+use crate::common;
 
 use common::{draft_boundaries, streamed};
 use proptest::prelude::*;

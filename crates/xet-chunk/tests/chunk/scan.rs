@@ -3,7 +3,7 @@
 //! streaming `Chunker` against byte-at-a-time references, on inputs with few, many and
 //! deliberately placed matches.
 
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use xet_chunk::{MASK, chunk_boundaries, find_matches_after, gear_table, scan};
