@@ -158,7 +158,7 @@ const POPCOUNT: [u8; 256] = {
 /// into byte-wide counters that stay in registers, added up before they can overflow.
 /// The plain way ([`popcount_histograms_scalar`], a lookup and an increment per byte)
 /// is 2-2.5x slower, and took a twentieth of an upload's CPU time on incompressible
-/// data (`cargo test -p xet-xorb --release --test throughput -- --ignored`).
+/// data (`cargo test -p xet-xorb --release --test xorb throughput -- --ignored`).
 pub fn popcount_histograms(sample: &[u8]) -> [[u32; 9]; 4] {
     const BLOCK: usize = 64;
     const LANES: usize = 16;

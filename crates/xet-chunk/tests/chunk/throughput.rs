@@ -1,5 +1,5 @@
 //! Rough speed figures; run with
-//! `cargo test --release -p xet-chunk --test throughput -- --ignored --nocapture`.
+//! `cargo test --release -p xet-chunk --test chunk throughput -- --ignored --nocapture`.
 //!
 //! Every figure is the best of [`ROUNDS`] runs, the variants interleaved, so that old and
 //! new are compared under the same (noisy) machine load.

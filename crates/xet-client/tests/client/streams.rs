@@ -2,7 +2,7 @@
 //! front of a real server: breaks resume with the rest of the range, and what cannot be
 //! resumed ends in the error it is.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::faultproxy::{Fault, FaultProxy, Match};

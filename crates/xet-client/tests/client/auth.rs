@@ -1,6 +1,6 @@
 //! Tokens, headers and sessions against a real server with authentication on.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::faultproxy::FaultProxy;

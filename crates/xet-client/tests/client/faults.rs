@@ -1,7 +1,7 @@
 //! Fault injection through a proxy in front of a real server: every case ends with the
 //! right data or a clear error, retries are bounded, nothing hangs.
 
-mod support;
+use crate::support;
 
 use bytes::Bytes;
 use std::time::{Duration, Instant};

@@ -270,7 +270,7 @@ fn v0_footer_is_read() {
 }
 
 /// Extra check on any directory of reference-written xorbs (`default.<hash>` files):
-/// `XET_XORB_DIR=/path/to/xet/xorbs/xorbs cargo test -p xet-xorb --release --test reference -- --ignored`.
+/// `XET_XORB_DIR=/path/to/xet/xorbs/xorbs cargo test -p xet-xorb --release --test xorb reference -- --ignored`.
 #[test]
 #[ignore]
 fn xorbs_in_env_dir_verify_and_round_trip() {

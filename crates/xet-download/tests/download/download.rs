@@ -1,7 +1,7 @@
 //! The download pipeline against a real `StoreCas<MemoryBackend>` holding real xorbs and
 //! shards built with the format crates.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::atomic::Ordering;

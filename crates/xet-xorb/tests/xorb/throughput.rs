@@ -1,5 +1,5 @@
 //! Rough single-thread throughput numbers; run with
-//! `cargo test -p xet-xorb --release --test throughput -- --ignored --nocapture`.
+//! `cargo test -p xet-xorb --release --test xorb throughput -- --ignored --nocapture`.
 //! Nothing is asserted about time.
 
 use std::time::Instant;

@@ -1,6 +1,6 @@
 //! Build time of the hash function for large key sets. Ignored by default (it wants a
 //! release build); run with
-//! `cargo test --release -p xet-swh --test build_speed -- --ignored --nocapture`
+//! `cargo test --release -p xet-swh --test swh build_speed -- --ignored --nocapture`
 //! (`XET_SWH_KEYS=1000000,10000000` sets the sizes).
 
 use std::time::Instant;

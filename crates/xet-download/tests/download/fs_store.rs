@@ -1,7 +1,7 @@
 //! The download pipeline against the filesystem store (`xet_store::open_store`), as the
 //! embedded CLI store uses it.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The shared `xet_cas_conformance` suite against `HttpCas` talking to a real
 //! `xet_server` on 127.0.0.1 over an in-memory store, in three setups.
 
-mod support;
+use crate::support;
 
 use support::TestServer;
 use xet_cas_conformance::Subject;

@@ -1,0 +1,7 @@
+//! The download pipeline's integration tests.
+//! One test binary for the crate (one build, one link); a module per former file.
+
+mod common;
+
+mod download;
+mod fs_store;

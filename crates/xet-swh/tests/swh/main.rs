@@ -1,0 +1,9 @@
+//! The SWH read shard's integration tests.
+//! One test binary for the crate (one build, one link); a module per former file.
+
+mod build_speed;
+mod damaged;
+mod golden;
+mod interop;
+mod props;
+mod writer;

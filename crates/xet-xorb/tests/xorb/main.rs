@@ -1,0 +1,8 @@
+//! The xorb format's integration tests.
+//! One test binary for the crate (one build, one link); a module per former file.
+
+mod adversarial;
+mod limits;
+mod reference;
+mod roundtrip;
+mod throughput;
