@@ -5,8 +5,8 @@
 //!
 //! The interpreter and the SKIP / `XET_REQUIRE_REFERENCE=1` rule: `tests/reference`.
 
-mod common;
-mod reference;
+use crate::common;
+use crate::reference;
 
 use common::*;
 use reference::*;

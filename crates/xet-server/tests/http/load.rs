@@ -12,8 +12,8 @@
 //! upload before their first download, so every client reads other clients' files while
 //! those are still uploading. `XET_LOAD_SECONDS` (default 15) sets the duration.
 
-mod common;
-mod reference;
+use crate::common;
+use crate::reference;
 
 use common::*;
 use reference::*;

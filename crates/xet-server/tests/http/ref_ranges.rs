@@ -13,8 +13,8 @@
 //! server; with the size unknown it asks, the server answers 416 and hf_xet yields no
 //! bytes. Both cases run (the latter asserted through the server's request log).
 
-mod common;
-mod reference;
+use crate::common;
+use crate::reference;
 
 use common::*;
 use reference::*;
