@@ -6,8 +6,13 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::Served;
 
@@ -473,4 +478,488 @@ fn plain_downloads_follow_links_and_never_leave_the_folder() {
         0,
         "wrote outside -o"
     );
+}
+
+/// One request as the [`FaultProxy`] saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    /// Bytes the client sent (head and body).
+    sent: u64,
+    /// The answer's status.
+    status: u16,
+}
+
+/// A loopback HTTP/1.1 proxy in front of `xet serve` that forwards every request (one
+/// per connection: it asks both sides to close after the answer) and, while
+/// `refuse_commits` is set, answers each Hub commit (`POST /api/.../commit/...`) itself
+/// with `503` and `Retry-After: 0`, so the client's retries fail at once and the server
+/// never sees the commit. The Hub builds the CAS URL it hands out from the request's
+/// host, so the CAS traffic goes through the proxy too, and is counted.
+struct FaultProxy {
+    url: String,
+    refuse_commits: Arc<AtomicBool>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    /// Connections accepted and not yet recorded in `seen`.
+    open: Arc<AtomicUsize>,
+}
+
+impl FaultProxy {
+    fn start(upstream: &str) -> FaultProxy {
+        let upstream = upstream
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let proxy = FaultProxy {
+            url,
+            refuse_commits: Arc::new(AtomicBool::new(true)),
+            seen: Arc::default(),
+            open: Arc::default(),
+        };
+        let (refuse, seen, open) = (
+            proxy.refuse_commits.clone(),
+            proxy.seen.clone(),
+            proxy.open.clone(),
+        );
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                open.fetch_add(1, Ordering::SeqCst);
+                let (upstream, refuse, seen, open) =
+                    (upstream.clone(), refuse.clone(), seen.clone(), open.clone());
+                std::thread::spawn(move || {
+                    let one = proxy_one(conn, &upstream, &refuse);
+                    if let Some(one) = one {
+                        seen.lock().unwrap().push(one);
+                    }
+                    open.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        proxy
+    }
+
+    /// What was seen since the last call, once every connection is done.
+    fn take(&self) -> Vec<Seen> {
+        let start = Instant::now();
+        while self.open.load(Ordering::SeqCst) > 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "proxy connections still open"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Carry one request and its answer; `None` if the client sent no complete head.
+fn proxy_one(mut client: TcpStream, upstream: &str, refuse_commits: &AtomicBool) -> Option<Seen> {
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    let head_end = loop {
+        if let Some(i) = find(&buf, b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = client.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let request_line = lines.next()?.to_string();
+    let mut words = request_line.split(' ');
+    let (method, path) = (words.next()?.to_string(), words.next()?.to_string());
+    // The same head, closing the connection after the answer.
+    let mut new_head = format!("{request_line}\r\n");
+    let mut content_length = 0u64;
+    for l in lines.filter(|l| !l.is_empty()) {
+        let name = l.split(':').next()?.trim().to_ascii_lowercase();
+        if name == "content-length" {
+            content_length = l.split_once(':')?.1.trim().parse().ok()?;
+        }
+        if name != "connection" && name != "keep-alive" {
+            new_head.push_str(l);
+            new_head.push_str("\r\n");
+        }
+    }
+    new_head.push_str("Connection: close\r\n\r\n");
+    let early_body = buf[head_end..].to_vec();
+
+    if refuse_commits.load(Ordering::SeqCst)
+        && method == "POST"
+        && path.starts_with("/api/")
+        && path.contains("/commit/")
+    {
+        // Read the body, so closing does not reset the connection, then refuse.
+        let mut got = early_body.len() as u64;
+        while got < content_length {
+            match client.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n as u64,
+            }
+        }
+        let body = br#"{"error":"the test proxy refuses commits"}"#;
+        let answer = format!(
+            "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 0\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        client.write_all(answer.as_bytes()).ok()?;
+        client.write_all(body).ok()?;
+        let _ = client.shutdown(Shutdown::Write);
+        return Some(Seen {
+            method,
+            path,
+            sent: head_end as u64 + got,
+            status: 503,
+        });
+    }
+
+    let mut up = TcpStream::connect(upstream).ok()?;
+    up.write_all(new_head.as_bytes()).ok()?;
+    up.write_all(&early_body).ok()?;
+    let (mut from_client, mut to_up) = (client.try_clone().ok()?, up.try_clone().ok()?);
+    let pump = std::thread::spawn(move || {
+        let (mut sent, mut b) = (0u64, vec![0u8; 64 << 10]);
+        loop {
+            match from_client.read(&mut b) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if to_up.write_all(&b[..n]).is_err() {
+                        break;
+                    }
+                    sent += n as u64;
+                }
+            }
+        }
+        let _ = to_up.shutdown(Shutdown::Write);
+        sent
+    });
+    // The answer, until the server closes the connection.
+    let mut first = Vec::new();
+    loop {
+        match up.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let keep = n.min(64usize.saturating_sub(first.len()));
+                first.extend_from_slice(&chunk[..keep]);
+                if client.write_all(&chunk[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = client.shutdown(Shutdown::Both);
+    let sent = pump.join().unwrap_or(0);
+    let status = String::from_utf8_lossy(&first)
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Some(Seen {
+        method,
+        path,
+        sent: (head_end + early_body.len()) as u64 + sent,
+        status,
+    })
+}
+
+/// Bytes sent to the CAS (everything outside `/api/`) in successful requests.
+fn cas_bytes_sent(seen: &[Seen]) -> u64 {
+    seen.iter()
+        .filter(|s| !s.path.starts_with("/api/") && (200..300).contains(&s.status))
+        .map(|s| s.sent)
+        .sum()
+}
+
+/// The server's record of one repository (a test's only one), read from its store
+/// (docs/STORE.md): the commits of the history of `head`, newest first (each
+/// `hub/repos/<rk>/commits/<id>`, checked against its id), and how many times a branch
+/// moved (`hub/repos/<rk>/branches/<bk>/<version>`, one version per move).
+///
+/// The history is walked from the head because the store may hold commit objects no
+/// branch reaches: creating a repository stores its empty initial commit before it
+/// learns that the repository exists (the `409` every upload's create-if-missing gets),
+/// so such a commit stays behind whenever its timestamp differs.
+fn history(store: &Path, head: &str) -> (Vec<(String, xet_hub::commit::Commit)>, usize) {
+    let repos: Vec<PathBuf> = std::fs::read_dir(store.join("hub/repos"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let [repo] = &repos[..] else {
+        panic!("one repository expected in the store: {repos:?}")
+    };
+    let moves = std::fs::read_dir(repo.join("branches"))
+        .unwrap()
+        .map(|b| std::fs::read_dir(b.unwrap().path()).unwrap().count())
+        .sum();
+    let mut chain = Vec::new();
+    let mut next = Some(head.to_string());
+    while let Some(id) = next {
+        let bytes = std::fs::read(repo.join("commits").join(&id)).unwrap();
+        let parsed = xet_hub::CommitId::parse(&id).expect("a commit id");
+        let commit = xet_hub::commit::Commit::decode(&parsed, &bytes).unwrap();
+        next = commit.parent.map(|p| p.to_string());
+        chain.push((id, commit));
+    }
+    (chain, moves)
+}
+
+/// The head of `main` as the Hub API tells it (`xet ls`, which resolves the revision).
+fn head(hub: &Hub, addr: &str) -> String {
+    hub.xet_json(&["ls", addr])["commit"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Issue #23: "the upload killed between the CAS upload and the commit, then rerun: one
+/// commit, every file there". The first run goes through a proxy that refuses the commit:
+/// every byte reaches the CAS, the commit never reaches the server, and `xet` exits 6
+/// (the server's failure persisted after retries). The same command again makes exactly
+/// one commit on top of the branch's head, with every file, sending next to nothing to
+/// the CAS.
+#[test]
+fn an_upload_cut_before_its_commit_resumes_with_one_commit() {
+    let hub = Hub::start();
+    let store = hub.path("store");
+    // The repository's first commit, made directly.
+    let notes = hub.path("notes.txt");
+    std::fs::write(&notes, b"first commit\n").unwrap();
+    let first = hub.xet_json(&["upload", notes.to_str().unwrap(), "hf://org/resume"]);
+    let first = first["commit"].as_str().unwrap().to_string();
+    let (before, moves_before) = history(&store, &first);
+    // The repository's creation made an empty initial commit below it.
+    assert_eq!(before.len(), 2);
+
+    let src = hub.path("model");
+    make_model(&src);
+    let proxy = FaultProxy::start(&hub.server.url);
+    let through_proxy = || {
+        let mut c = hub.xet_cmd(&["upload", src.to_str().unwrap(), "hf://org/resume", "--json"]);
+        c.env("HF_ENDPOINT", &proxy.url);
+        c.output().unwrap()
+    };
+    let cut = through_proxy();
+    let err = String::from_utf8_lossy(&cut.stderr);
+    assert_eq!(cut.status.code(), Some(6), "{err}");
+    let seen = proxy.take();
+    let commits: Vec<&Seen> = seen
+        .iter()
+        .filter(|s| s.method == "POST" && s.path.contains("/commit/"))
+        .collect();
+    assert!(
+        !commits.is_empty() && commits.iter().all(|s| s.status == 503),
+        "{seen:#?}"
+    );
+    // The CAS part was done: the Xet files' bytes were sent and accepted (at least the
+    // incompressible weights; the text file above the inline limit compresses), and so
+    // was the shard that names them.
+    let weights = std::fs::metadata(src.join("sub/nested/weights.bin"))
+        .unwrap()
+        .len();
+    let first_cas = cas_bytes_sent(&seen);
+    assert!(first_cas >= weights, "{first_cas} < {weights}: {seen:#?}");
+    assert!(
+        seen.iter()
+            .any(|s| s.path.contains("/shards") && (200..300).contains(&s.status)),
+        "{seen:#?}"
+    );
+    // Nothing was committed: the branch did not move.
+    assert_eq!(head(&hub, "hf://org/resume"), first);
+    assert_eq!(history(&store, &first).1, moves_before);
+
+    // The same command, the proxy now letting commits through.
+    proxy.refuse_commits.store(false, Ordering::SeqCst);
+    let again = through_proxy();
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    let seen = proxy.take();
+    assert_eq!(doc["commits"].as_array().unwrap().len(), 1, "{doc}");
+    let second = doc["commit"].as_str().unwrap().to_string();
+    assert!(
+        doc["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["new"] == true),
+        "{doc}"
+    );
+    // Next to nothing went to the CAS: what it holds was not sent again.
+    let second_cas = cas_bytes_sent(&seen);
+    assert!(
+        second_cas < 64 << 10,
+        "the rerun sent {second_cas} bytes to the CAS (the cut run {first_cas}): {seen:#?}"
+    );
+    // Exactly one new commit, on top of the first; the branch moved once, to it.
+    assert_eq!(head(&hub, "hf://org/resume"), second);
+    let (after, moves) = history(&store, &second);
+    assert_eq!(moves, moves_before + 1);
+    assert_eq!(after[1..], before[..]);
+    let mut want: BTreeMap<String, Vec<u8>> = tree(&src);
+    want.insert("notes.txt".into(), b"first commit\n".to_vec());
+    assert_eq!(
+        after[0]
+            .1
+            .files
+            .keys()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>(),
+        want.keys().cloned().collect::<Vec<_>>()
+    );
+    // Every file is there, byte for byte, for the real client.
+    let out = hub.path("hf-out");
+    hub.hf(&[
+        "download",
+        "org/resume",
+        "--local-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(tree(&out), want);
+}
+
+/// Issue #23: "`--files-from` works here too, so a scripted dataset push is one command".
+/// The list's paths (relative to the working directory, or absolute; blank lines and `#`
+/// comments skipped) are more PATH arguments: a file goes under its own name, a folder's
+/// contents keep their layout, all below the address's path, in one commit; files not
+/// listed stay out. A list naming two files of the same name is refused before anything
+/// is committed.
+#[test]
+fn files_from_pushes_exactly_the_listed_paths_in_one_commit() {
+    let hub = Hub::start();
+    let ds = hub.path("ds");
+    let random = |n, seed| xet_testdata::generate(xet_testdata::Kind::Random, n, seed);
+    let files: [(&str, Vec<u8>); 7] = [
+        ("README.md", b"---\nlicense: mit\n---\n# data\n".to_vec()),
+        ("raw/2024/01/train-00000.bin", random(2 << 20, 11)),
+        ("raw/2024/02/train-00001.bin", random(300 << 10, 12)),
+        (
+            "splits/test/labels.csv",
+            b"id,label\n1,cat\n2,dog\n".to_vec(),
+        ),
+        ("images/a/x.bin", random(70 << 10, 13)),
+        ("images/y.txt", b"y\n".to_vec()),
+        ("raw/2024/unlisted.bin", random(10 << 10, 14)),
+    ];
+    for (p, bytes) in &files {
+        let p = ds.join(p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+    let list = hub.path("list.txt");
+    std::fs::write(
+        &list,
+        format!(
+            "# the dataset's files\nREADME.md\n\nraw/2024/01/train-00000.bin\n  raw/2024/02/train-00001.bin  \n{}\nimages\n",
+            ds.join("splits/test/labels.csv").display()
+        ),
+    )
+    .unwrap();
+    let content = |p: &str| files.iter().find(|f| f.0 == p).unwrap().1.clone();
+    let want: BTreeMap<String, Vec<u8>> = [
+        ("data/README.md", "README.md"),
+        ("data/train-00000.bin", "raw/2024/01/train-00000.bin"),
+        ("data/train-00001.bin", "raw/2024/02/train-00001.bin"),
+        ("data/labels.csv", "splits/test/labels.csv"),
+        ("data/a/x.bin", "images/a/x.bin"),
+        ("data/y.txt", "images/y.txt"),
+    ]
+    .into_iter()
+    .map(|(repo, local)| (repo.to_string(), content(local)))
+    .collect();
+
+    let o = hub
+        .xet_cmd(&[
+            "upload",
+            "--files-from",
+            list.to_str().unwrap(),
+            "hf://datasets/org/ds/data",
+            "--json",
+        ])
+        .current_dir(&ds)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["commits"].as_array().unwrap().len(), 1, "{doc}");
+    let commit = doc["commit"].as_str().unwrap().to_string();
+    let reported: Vec<&str> = doc["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reported,
+        want.keys().map(String::as_str).collect::<Vec<_>>()
+    );
+    assert_eq!(file_entry(&doc, "data/train-00000.bin")["mode"], "lfs");
+    assert_eq!(file_entry(&doc, "data/labels.csv")["mode"], "regular");
+    // The repository has exactly these files, in one commit on top of the empty
+    // initial commit its creation made.
+    assert_eq!(head(&hub, "hf://datasets/org/ds"), commit);
+    let (chain, moves) = history(&hub.path("store"), &commit);
+    assert_eq!((chain.len(), moves), (2, 2));
+    assert!(chain[1].1.files.is_empty());
+    assert_eq!(
+        chain[0]
+            .1
+            .files
+            .keys()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>(),
+        want.keys().cloned().collect::<Vec<_>>()
+    );
+    let ls = hub.xet_json(&["ls", "hf://datasets/org/ds", "-r"]);
+    let listed: Vec<&str> = ls["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "file")
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, want.keys().map(String::as_str).collect::<Vec<_>>());
+    let out = hub.path("hf-out");
+    hub.hf(&[
+        "download",
+        "org/ds",
+        "--repo-type",
+        "dataset",
+        "--local-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(tree(&out), want);
+
+    // Two listed files that would both be `data/x.bin`: refused, nothing committed.
+    std::fs::write(ds.join("x.bin"), b"other").unwrap();
+    std::fs::write(&list, "images/a/x.bin\nx.bin\n").unwrap();
+    let o = hub
+        .xet_cmd(&[
+            "upload",
+            "--files-from",
+            list.to_str().unwrap(),
+            "hf://datasets/org/ds/data",
+        ])
+        .current_dir(&ds)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("would both be data/x.bin"), "{err}");
+    assert_eq!(head(&hub, "hf://datasets/org/ds"), commit);
+    assert_eq!(history(&hub.path("store"), &commit).1, 2);
 }

@@ -14,7 +14,7 @@ pub const USAGE: &str =
     "usage: cargo xtask bench [--size-mib N] [--runs N] [--only GROUP] [--no-write]
   --size-mib N   input size for the upload/download cases (default 1024)
   --runs N       measured runs per contender, best taken (default 2)
-  --only GROUP   only one group of cases: micro, hash, upload or download
+  --only GROUP   only one group of cases: micro, hash, upload, small, download or hub
   --no-write     print the table without rewriting docs/BENCHMARKS.md";
 
 struct Opts {
@@ -137,6 +137,8 @@ struct Row {
     ours: Sample,
     reference: Option<Sample>,
     target: &'static str,
+    /// Server CPU seconds per GiB (`-` where no server is measured).
+    server_cpu: String,
 }
 
 fn mbps(bytes: u64, s: &Sample) -> f64 {
@@ -239,6 +241,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 },
                 reference: None,
                 target: "",
+                server_cpu: "-".into(),
             });
         }
     }
@@ -275,6 +278,7 @@ pub fn run(args: &[String]) -> Result<()> {
             ours,
             reference: Some(reference),
             target: ">= 2x",
+            server_cpu: "-".into(),
         });
     }
     crate::bench_transfer::run(
@@ -290,14 +294,25 @@ pub fn run(args: &[String]) -> Result<()> {
                 ours,
                 reference,
                 target,
+                server_cpu: "-".into(),
             });
         },
         &want,
     )?;
+    for r in crate::bench_hub::run(&o_transfer(&o), &xet, &input, size, &want)? {
+        rows.push(Row {
+            case: r.case,
+            bytes: r.bytes,
+            ours: r.ours,
+            reference: r.reference,
+            target: "",
+            server_cpu: r.server_cpu,
+        });
+    }
 
     let mut table = String::new();
-    table.push_str("| case | xet MB/s | xet peak RSS | reference MB/s | reference peak RSS | xet / reference | target |\n");
-    table.push_str("|---|---:|---:|---:|---:|---:|---|\n");
+    table.push_str("| case | xet MB/s | xet peak RSS | reference MB/s | reference peak RSS | xet / reference | target | server CPU s/GiB |\n");
+    table.push_str("|---|---:|---:|---:|---:|---:|---|---|\n");
     for r in &rows {
         let rss = |s: &Sample| {
             if s.peak_rss_kib == 0 {
@@ -315,14 +330,15 @@ pub fn run(args: &[String]) -> Result<()> {
             None => ("-".into(), "-".into(), "-".into()),
         };
         table.push_str(&format!(
-            "| {} | {:.0} | {} | {} | {} | {} | {} |\n",
+            "| {} | {:.0} | {} | {} | {} | {} | {} | {} |\n",
             r.case,
             mbps(r.bytes, &r.ours),
             rss(&r.ours),
             rm,
             rr,
             ratio,
-            r.target
+            r.target,
+            r.server_cpu
         ));
     }
     println!("{table}");
@@ -330,11 +346,13 @@ pub fn run(args: &[String]) -> Result<()> {
         let doc = format!(
             "# Benchmarks\n\nProduced by `cargo xtask bench --size-mib {}` on {} with the reference `hf_xet {}` in the same run. \
 Input: pseudo-random data (incompressible, worst case for dedup), read into the page cache before every run (as are the stores a download reads). Best of {} runs, xet's and the reference's taken in turn (the order rotating each round, `sync` before each run); peak RSS is the \
-process's VmHWM. Micro rows are in-process single measurements over 256 MiB.\n\n{table}",
+process's VmHWM. Micro rows are in-process single measurements over 256 MiB. Hub rows: the reference is the `hf` CLI \
+(huggingface_hub {}); server CPU is `xet serve`'s user + system time per GiB during each measured run, the range over the runs.\n\n{table}",
             o.size_mib,
             machine(),
             crate::reference::HF_XET_VERSION,
-            o.runs
+            o.runs,
+            xet_testdata::hub::HUGGINGFACE_HUB_VERSION
         );
         // Hand-written sections (from the first `## ` heading on) are kept.
         let path = root.join("docs/BENCHMARKS.md");
@@ -362,6 +380,7 @@ pub use Sample as BenchSample;
 pub struct Contender<'a> {
     make: Box<dyn FnMut() -> Result<Command> + 'a>,
     before: Box<dyn FnMut() -> Result<()> + 'a>,
+    after: Option<Box<dyn FnMut() -> Result<()> + 'a>>,
 }
 
 impl<'a> Contender<'a> {
@@ -372,7 +391,14 @@ impl<'a> Contender<'a> {
         Contender {
             make: Box::new(make),
             before: Box::new(before),
+            after: None,
         }
+    }
+
+    /// What to do right after each measured run (before any other contender's).
+    pub fn after(mut self, after: impl FnMut() -> Result<()> + 'a) -> Self {
+        self.after = Some(Box::new(after));
+        self
     }
 }
 
@@ -392,6 +418,9 @@ pub fn bench_interleaved(runs: usize, mut contenders: Vec<Contender<'_>>) -> Res
             // disk is mounted with `discard`) so no run pays for another's writes.
             let _ = Command::new("sync").status();
             let s = measure(&mut (c.make)()?)?;
+            if let Some(after) = &mut c.after {
+                after()?;
+            }
             *o = Some(match o.take() {
                 None => s,
                 Some(p) => Sample {

@@ -110,6 +110,12 @@ impl Repos {
             created_at: now,
             files: BTreeMap::new(),
         };
+        // Clients ask to create the repository before every upload: answer an existing
+        // one before storing anything (a race past this check stores at most one
+        // unreferenced initial commit).
+        if self.store.repo(repo).await?.is_some() {
+            return Err(HubError::RepoExists(repo.clone()));
+        }
         // The commit first, so a record is never visible with a `main` that points
         // nowhere; if we die between the record and the branch, the first commit to
         // `main` creates the branch.

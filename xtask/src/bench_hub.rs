@@ -1,0 +1,365 @@
+//! Hub benchmarks (group `hub`): `xet download/upload hf://` next to the real `hf` CLI
+//! (`huggingface_hub` with `hf_xet`, from the test virtualenv), both against a release
+//! `xet serve` on loopback speaking the Hub API, and a plain `curl` of a resolve URL.
+//!
+//! Besides each client's speed and peak RSS, each row reports the server's CPU seconds
+//! per GiB moved: `utime + stime` of the `xet serve` process (all its threads, from
+//! `/proc/<pid>/stat`) read just before and just after each measured run, as a range
+//! over the runs.
+
+use crate::bench::{BenchSample, Contender, TransferOpts, bench_interleaved, warm};
+use anyhow::{Context, Result, bail};
+use std::cell::{Cell, RefCell};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// The user token of the bench server (write access); every client sends it.
+const TOKEN: &str = "hf_bench_write";
+
+/// One row of the hub group.
+pub struct HubRow {
+    pub case: String,
+    pub bytes: u64,
+    pub ours: BenchSample,
+    pub reference: Option<BenchSample>,
+    /// Server CPU seconds per GiB, as shown in the table.
+    pub server_cpu: String,
+}
+
+/// A release `xet serve` with a write token, on loopback; killed when dropped.
+struct HubServe {
+    child: Child,
+    url: String,
+}
+
+impl HubServe {
+    fn start(xet: &Path, store: &Path) -> Result<HubServe> {
+        let mut child = Command::new(xet)
+            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
+            .arg(store)
+            .args(["--token", &format!("write:{TOKEN}")])
+            .env_remove("XET_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting xet serve")?;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .context("xet serve did not print its URL")?
+            .to_string();
+        Ok(HubServe { child, url })
+    }
+
+    /// CPU seconds the server has used so far (user + system, all threads).
+    fn cpu_secs(&self, tick: f64) -> Result<f64> {
+        let pid = self.child.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .with_context(|| format!("reading /proc/{pid}/stat"))?;
+        // Fields after the command name (which is in parentheses and may hold spaces):
+        // state is field 3, utime 14, stime 15.
+        let rest = &stat[stat.rfind(')').context("/proc/pid/stat")? + 1..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| -> Result<f64> {
+            Ok(f.get(i)
+                .context("/proc/pid/stat is short")?
+                .parse::<u64>()? as f64)
+        };
+        Ok((ticks(11)? + ticks(12)?) / tick)
+    }
+}
+
+impl Drop for HubServe {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Clock ticks per second, the unit of `/proc/<pid>/stat`'s times.
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+fn fresh(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)?;
+    Ok(())
+}
+
+/// `xet` against the Hub at `url`, with the bench token, caches and HF homes of its own.
+fn xet_cmd(xet: &Path, url: &str, args: &[&str], home: &Path) -> Command {
+    let mut c = Command::new(xet);
+    c.args(args)
+        .env("HF_ENDPOINT", url)
+        .env("HF_TOKEN", TOKEN)
+        .env("HF_HOME", home.join("hf-home"))
+        .env("HF_HUB_CACHE", home.join("hub-cache"))
+        .env("XET_CACHE", home.join("xet-cache"))
+        .env_remove("HF_TOKEN_PATH")
+        .env_remove("XET_TOKEN")
+        .env_remove("XET_ENDPOINT")
+        .env_remove("XET_STORE")
+        .env_remove("XET_TOKEN_URL");
+    c
+}
+
+/// The `hf` CLI against the Hub at `url`, with `HF_HOME` (and so its caches) in `home`,
+/// no update check, telemetry or progress bars.
+fn hf_cmd(hf: &Path, url: &str, args: &[&str], home: &Path) -> Command {
+    let mut c = Command::new(hf);
+    c.args(args)
+        .env("HF_ENDPOINT", url)
+        .env("HF_TOKEN", TOKEN)
+        .env("HF_HOME", home)
+        .env("HF_HUB_DISABLE_UPDATE_CHECK", "1")
+        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .env("HF_XET_TELEMETRY_ENABLED", "0")
+        .env("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        .env_remove("HF_HUB_CACHE")
+        .env_remove("HF_XET_CACHE")
+        .env_remove("HF_HUB_OFFLINE")
+        .env_remove("HF_TOKEN_PATH");
+    c
+}
+
+/// Server CPU seconds per GiB of each measured run of one contender.
+#[derive(Default)]
+struct CpuRuns(RefCell<Vec<f64>>);
+
+impl CpuRuns {
+    fn range(&self) -> String {
+        let v = self.0.borrow();
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(0.0, f64::max);
+        match v.len() {
+            0 => "-".into(),
+            _ if format!("{lo:.2}") == format!("{hi:.2}") => format!("{lo:.2}"),
+            _ => format!("{lo:.2}-{hi:.2}"),
+        }
+    }
+}
+
+/// Reads the server's CPU time when a run starts (`start`, called from the contender's
+/// `make`, right before the child is spawned) and when it has ended (`end`, the
+/// contender's `after`), and keeps the difference per GiB.
+struct CpuMeter<'s> {
+    server: &'s RefCell<Option<HubServe>>,
+    tick: f64,
+    gib: f64,
+    at_start: Cell<f64>,
+}
+
+impl CpuMeter<'_> {
+    fn server_cpu(&self) -> Result<f64> {
+        self.server
+            .borrow()
+            .as_ref()
+            .context("no server running")?
+            .cpu_secs(self.tick)
+    }
+    fn start(&self) -> Result<()> {
+        self.at_start.set(self.server_cpu()?);
+        Ok(())
+    }
+    fn end(&self, runs: &CpuRuns) -> Result<()> {
+        let used = self.server_cpu()? - self.at_start.get();
+        runs.0.borrow_mut().push(used / self.gib);
+        Ok(())
+    }
+}
+
+pub fn run(
+    o: &TransferOpts,
+    xet: &Path,
+    input: &Path,
+    size: u64,
+    want: &dyn Fn(&str) -> bool,
+) -> Result<Vec<HubRow>> {
+    let mut rows = Vec::new();
+    if !want("hub") {
+        return Ok(rows);
+    }
+    let hf = xet_testdata::hub::hf_cli().map_err(anyhow::Error::msg)?;
+    let work = crate::workspace_root().join("target/bench-hub");
+    fresh(&work)?;
+    let p = |s: &str| -> PathBuf { work.join(s) };
+    let inp = input.to_str().context("input path")?;
+    let file_name = input
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("input file name")?
+        .to_string();
+    let mib = size >> 20;
+    let server: RefCell<Option<HubServe>> = RefCell::new(None);
+    let url = || {
+        server
+            .borrow()
+            .as_ref()
+            .map(|s| s.url.clone())
+            .unwrap_or_default()
+    };
+    let meter = CpuMeter {
+        server: &server,
+        tick: clock_ticks(),
+        gib: size as f64 / (1u64 << 30) as f64,
+        at_start: Cell::new(0.0),
+    };
+
+    // Downloads: one server whose store holds org/bench, uploaded once before timing.
+    fresh(&p("store"))?;
+    *server.borrow_mut() = Some(HubServe::start(xet, &p("store"))?);
+    fresh(&p("prep"))?;
+    let st = xet_cmd(xet, &url(), &["upload", inp, "hf://org/bench"], &p("prep"))
+        .stdout(Stdio::null())
+        .status()?;
+    if !st.success() {
+        bail!("uploading {inp} to hf://org/bench failed");
+    }
+    let (ours_cpu, ref_cpu) = (CpuRuns::default(), CpuRuns::default());
+    let [ours, reference] = pair(bench_interleaved(
+        o.runs,
+        vec![
+            Contender::new(
+                || {
+                    meter.start()?;
+                    Ok(xet_cmd(
+                        xet,
+                        &url(),
+                        &["download", "hf://org/bench"],
+                        &p("xd"),
+                    ))
+                },
+                || {
+                    warm(&p("store"))?;
+                    fresh(&p("xd"))
+                },
+            )
+            .after(|| meter.end(&ours_cpu)),
+            Contender::new(
+                || {
+                    meter.start()?;
+                    Ok(hf_cmd(&hf, &url(), &["download", "org/bench"], &p("hd")))
+                },
+                || {
+                    warm(&p("store"))?;
+                    fresh(&p("hd"))
+                },
+            )
+            .after(|| meter.end(&ref_cpu)),
+        ],
+    )?);
+    rows.push(HubRow {
+        case: format!(
+            "hub download {mib} MiB into the HF cache (`xet download hf://` / `hf download`, from xet serve)"
+        ),
+        bytes: size,
+        ours,
+        reference: Some(reference),
+        server_cpu: format!("xet {}, hf {}", ours_cpu.range(), ref_cpu.range()),
+    });
+
+    // A plain HTTP client: the server reconstructs the file and streams it.
+    let curl_ok = Command::new("curl")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if curl_ok {
+        let curl_cpu = CpuRuns::default();
+        let resolve = format!("{}/org/bench/resolve/main/{file_name}", url());
+        let ours = bench_interleaved(
+            o.runs,
+            vec![
+                Contender::new(
+                    || {
+                        meter.start()?;
+                        let mut c = Command::new("curl");
+                        c.args(["-sS", "-f", "-o", "/dev/null", "-H"])
+                            .arg(format!("Authorization: Bearer {TOKEN}"))
+                            .arg(&resolve);
+                        Ok(c)
+                    },
+                    || warm(&p("store")),
+                )
+                .after(|| meter.end(&curl_cpu)),
+            ],
+        )?
+        .remove(0);
+        rows.push(HubRow {
+            case: format!("resolve GET {mib} MiB (curl)"),
+            bytes: size,
+            ours,
+            reference: None,
+            server_cpu: curl_cpu.range(),
+        });
+    } else {
+        eprintln!("note: curl not found; the `resolve GET` row is left out");
+    }
+    *server.borrow_mut() = None;
+
+    // Uploads: a fresh store and server for every run (else dedup makes later runs
+    // trivial), fresh caches for the client.
+    let restart = |client_dir: &str| -> Result<()> {
+        *server.borrow_mut() = None;
+        fresh(&p("store"))?;
+        fresh(&p(client_dir))?;
+        *server.borrow_mut() = Some(HubServe::start(xet, &p("store"))?);
+        Ok(())
+    };
+    let repo = format!("org/bench{mib}");
+    let addr = format!("hf://{repo}");
+    let (ours_cpu, ref_cpu) = (CpuRuns::default(), CpuRuns::default());
+    let [ours, reference] = pair(bench_interleaved(
+        o.runs,
+        vec![
+            Contender::new(
+                || {
+                    meter.start()?;
+                    Ok(xet_cmd(xet, &url(), &["upload", inp, &addr], &p("xu")))
+                },
+                || {
+                    warm(input)?;
+                    restart("xu")
+                },
+            )
+            .after(|| meter.end(&ours_cpu)),
+            Contender::new(
+                || {
+                    meter.start()?;
+                    Ok(hf_cmd(&hf, &url(), &["upload", &repo, inp], &p("hu")))
+                },
+                || {
+                    warm(input)?;
+                    restart("hu")
+                },
+            )
+            .after(|| meter.end(&ref_cpu)),
+        ],
+    )?);
+    *server.borrow_mut() = None;
+    rows.push(HubRow {
+        case: format!("hub upload {mib} MiB (`xet upload hf://` / `hf upload`, to xet serve)"),
+        bytes: size,
+        ours,
+        reference: Some(reference),
+        server_cpu: format!("xet {}, hf {}", ours_cpu.range(), ref_cpu.range()),
+    });
+    std::fs::remove_dir_all(&work).ok();
+    Ok(rows)
+}
+
+fn pair(v: Vec<BenchSample>) -> [BenchSample; 2] {
+    v.try_into()
+        .unwrap_or_else(|_| unreachable!("two contenders"))
+}
