@@ -73,6 +73,10 @@ pub enum CasError {
     /// The backing storage failed (disk full, permissions, S3 error).
     #[error("storage error: {0}")]
     Storage(String),
+    /// The store takes no writes (a bundle served read-only, `xet-bundle`): nothing was
+    /// stored. Servers answer `405`.
+    #[error("read-only store: {0}")]
+    ReadOnly(String),
 }
 
 impl CasError {

@@ -20,6 +20,9 @@ pub enum Code {
     Network = 6,
     /// Downloaded data failed verification.
     Corrupt = 7,
+    /// A write to a store that takes none: a bundle (`--store BUNDLE`), or a server
+    /// answering 405 (one serving a bundle).
+    ReadOnly = 8,
     /// Interrupted (Ctrl-C / SIGTERM); rerunning resumes.
     Interrupted = 130,
 }
@@ -35,6 +38,7 @@ impl Code {
             Code::Rejected => "rejected",
             Code::Network => "network",
             Code::Corrupt => "corrupt",
+            Code::ReadOnly => "read_only",
             Code::Interrupted => "interrupted",
         }
     }

@@ -3,6 +3,7 @@
 //! Exit codes are part of the interface (see [`Code`]); `--json` switches every command
 //! to one JSON document on stdout; progress goes to stderr and only on a terminal.
 
+mod bundle;
 mod dest;
 mod exit;
 mod formats;
@@ -71,6 +72,12 @@ enum Command {
     Ls(hub::LsArgs),
     /// Serve a store over the CAS HTTP API (what hf_xet and `xet --endpoint` talk to).
     Serve(transfer::ServeArgs),
+    /// Bundles: a store's objects in one file (create, import, ls, verify); `--store
+    /// BUNDLE` serves one read-only.
+    Bundle {
+        #[command(subcommand)]
+        action: bundle::BundleAction,
+    },
     /// Inspect or empty the chunk cache that downloads use.
     Cache {
         #[command(subcommand)]
@@ -203,6 +210,9 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => runtime().and_then(|rt| rt.block_on(transfer::serve(&out, args))),
         Command::Upload(args) => runtime().and_then(|rt| rt.block_on(transfer::upload(&out, args))),
         Command::Ls(args) => runtime().and_then(|rt| rt.block_on(hub::ls(&out, args))),
+        Command::Bundle { action } => {
+            runtime().and_then(|rt| rt.block_on(bundle::run(&out, action)))
+        }
         Command::Download(args) => {
             runtime().and_then(|rt| rt.block_on(transfer::download(&out, args)))
         }

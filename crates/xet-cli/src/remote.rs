@@ -14,7 +14,8 @@ pub struct RemoteArgs {
     /// CAS server URL (e.g. http://127.0.0.1:8080). Without it, the embedded local store is used.
     #[arg(long, env = "XET_ENDPOINT")]
     pub endpoint: Option<String>,
-    /// Embedded store directory (used when no endpoint is given).
+    /// Embedded store directory (used when no endpoint is given); a bundle file is a
+    /// read-only store.
     #[arg(long, env = "XET_STORE")]
     pub store: Option<PathBuf>,
     /// Bearer token for the CAS server.
@@ -94,6 +95,9 @@ impl Target {
     /// For messages: "upload to {describe} failed".
     pub fn describe(&self) -> String {
         match self {
+            Target::Embedded(file) if xet_bundle::is_bundle(file) => {
+                format!("bundle {} (read-only)", file.display())
+            }
             Target::Embedded(dir) => format!("embedded store {}", dir.display()),
             Target::Http {
                 token_url: Some(u), ..
@@ -125,9 +129,47 @@ impl Target {
     }
 }
 
-/// Open (creating it if needed) the store directory: the embedded store, or what
-/// `xet serve --store DIR` serves.
+/// Refuse a bundle as the store of a command that writes, before any work is done (the
+/// bundle would refuse each write, `CasError::ReadOnly`, only once the data is ready).
+pub fn check_writable(target: &Target) -> CliResult {
+    match target {
+        Target::Embedded(file) if xet_bundle::is_bundle(file) => Err(Failure::new(
+            Code::ReadOnly,
+            anyhow::anyhow!(
+                "{} is a bundle, which is read-only: write to a store directory (and `xet \
+                 bundle import` the bundle into it first if you want its files there too)",
+                file.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A bundle as a read-only store (`--store BUNDLE`, a file starting with the SWH magic):
+/// its objects are served from the mapped file, any write is refused.
+pub async fn open_bundle(file: &Path) -> CliResult<xet_store::StoreCas<xet_bundle::BundleBackend>> {
+    let backend = xet_bundle::BundleBackend::open(file, xet_bundle::OpenLimits::default())
+        .await
+        .map_err(|e| {
+            let code = if e.is_invalid_bundle() {
+                Code::Input
+            } else {
+                Code::Failure
+            };
+            Failure::new(code, e)
+        })?;
+    xet_store::StoreCas::open(backend)
+        .await
+        .with_context(|| format!("cannot serve the bundle {}", file.display()))
+        .map_err(|e| Failure::new(Code::Failure, e))
+}
+
+/// Open the store at `dir`: a bundle (read-only) if it is one, else the store directory
+/// (created if needed): the embedded store, or what `xet serve --store DIR` serves.
 pub async fn open_store(dir: &Path) -> CliResult<Arc<dyn Cas>> {
+    if xet_bundle::is_bundle(dir) {
+        return Ok(Arc::new(open_bundle(dir).await?));
+    }
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create the store directory {}", dir.display()))
         .map_err(Failure::input)?;
@@ -178,6 +220,7 @@ pub fn cas_code(e: &xet_cas::CasError) -> Code {
         Server { status, .. } if *status >= 500 || *status == 429 => Code::Network,
         Corrupt { .. } => Code::Corrupt,
         Storage(_) => Code::Failure,
+        ReadOnly(_) | Server { status: 405, .. } => Code::ReadOnly,
         _ => Code::Rejected,
     }
 }

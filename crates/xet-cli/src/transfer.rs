@@ -57,7 +57,7 @@ pub fn parse_range(s: &str) -> CliResult<xet_download::FileRange> {
     Ok(xet_download::FileRange { start, end })
 }
 
-fn download_code(k: xet_download::ErrorKind) -> Code {
+pub(crate) fn download_code(k: xet_download::ErrorKind) -> Code {
     use xet_download::ErrorKind::*;
     match k {
         NotFound => Code::Rejected,
@@ -369,7 +369,7 @@ impl xet_upload::Progress for UploadBar {
     }
 }
 
-fn upload_code(e: &xet_upload::UploadError) -> Code {
+pub(crate) fn upload_code(e: &xet_upload::UploadError) -> Code {
     match e {
         xet_upload::UploadError::Input { .. } => Code::Input,
         xet_upload::UploadError::Cas(c) => remote::cas_code(c),
@@ -412,6 +412,7 @@ pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
         Failure::new(code, anyhow::Error::new(e))
     })?;
     let target = a.remote.target();
+    remote::check_writable(&target)?;
     let cas = remote::open(&target, &a.remote).await?;
     let cancel = tokio_util::sync::CancellationToken::new();
     cancel_on_signal(cancel.clone());
@@ -504,7 +505,8 @@ pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
-    /// Store directory (default: the embedded store), or `s3://BUCKET[/PREFIX]` for
+    /// Store directory (default: the embedded store), a bundle file (`xet bundle
+    /// create`; served read-only: uploads get 405), or `s3://BUCKET[/PREFIX]` for
     /// S3-compatible object storage (credentials, region and endpoint from the
     /// standard AWS_* environment variables, e.g. AWS_ENDPOINT_URL).
     #[arg(long, env = "XET_STORE")]
@@ -653,12 +655,22 @@ pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
         );
     }
     let s3_url = a.store.as_deref().and_then(|p| p.to_str());
+    let bundle = a.store.as_deref().filter(|p| xet_bundle::is_bundle(p));
     // Grant uploads not yet committed spill to disk past their memory budget: for a
     // directory store, into its visible `grants/` directory (cleaned at start-up).
     let (store, serving, spool_dir): (Served, String, Option<PathBuf>) =
-        match s3_url.filter(|u| xet_store_s3::is_s3_url(u)) {
-            Some(url) => (open_s3_store(url, &a).await?, url.to_string(), None),
-            None => {
+        match (bundle, s3_url.filter(|u| xet_store_s3::is_s3_url(u))) {
+            (Some(file), _) => {
+                // Immutable: nothing to refresh, nowhere to spool.
+                let (served, _) = Served::new(remote::open_bundle(file).await?);
+                (
+                    served,
+                    format!("bundle {} (read-only)", file.display()),
+                    None,
+                )
+            }
+            (None, Some(url)) => (open_s3_store(url, &a).await?, url.to_string(), None),
+            (None, None) => {
                 let dir = a.store.clone().unwrap_or_else(remote::default_store_dir);
                 let store = open_dir_store(&dir, a.refresh_secs).await?;
                 let grants = dir.join("grants");
@@ -672,7 +684,9 @@ pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
         listen: a.listen.clone(),
         tokens,
         allow_v2: !a.no_v2,
-        allow_grants: !a.no_grants,
+        // A bundle stores nothing: a grant would only hold data its commit then refuses,
+        // so clients go straight to the upload routes, which answer 405.
+        allow_grants: !a.no_grants && bundle.is_none(),
         url_ttl: std::time::Duration::from_secs(a.url_ttl.max(1)),
         public_url: a.public_url.clone(),
         header_timeout: std::time::Duration::from_secs(a.header_timeout),

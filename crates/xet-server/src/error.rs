@@ -20,6 +20,8 @@ pub mod code {
     pub const NOT_FOUND: &str = "not_found";
     pub const NO_ROUTE: &str = "no_route";
     pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
+    /// A write to a store that takes none (a bundle): `405`.
+    pub const READ_ONLY: &str = "read_only";
     pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
     pub const LENGTH_MISMATCH: &str = "length_mismatch";
     pub const CHECKSUM_MISMATCH: &str = "checksum_mismatch";
@@ -116,6 +118,9 @@ impl From<CasError> for ApiError {
             CasError::Corrupt { .. } => ApiError::internal(reason),
             CasError::Storage(_) => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, code::STORAGE, reason)
+            }
+            CasError::ReadOnly(_) => {
+                ApiError::new(StatusCode::METHOD_NOT_ALLOWED, code::READ_ONLY, reason)
             }
         }
     }
