@@ -4,7 +4,7 @@
 //! whose short-lived CAS token comes from the Hub's token routes.
 //!
 //! - [`address`][]: `hf://[models/|datasets/|spaces/]NS/NAME[@REV][/PATH]`;
-//! - [`env`][]: endpoint, token and cache location from the environment `huggingface_hub`
+//! - [`env`](mod@env): endpoint, token and cache location from the environment `huggingface_hub`
 //!   reads;
 //! - [`client`][]: [`HubClient`], the Hub API with typed errors ([`HubError`]);
 //! - [`tree`][]: the files of a listing, checked;
