@@ -479,6 +479,11 @@ impl ParsedShard {
             return Err(ShardError::NoFooter);
         }
         let f = read_footer(bytes)?;
+        if is_tableless_js_footer(&f) {
+            // Its table offsets are 0, not positions: the sections are where the
+            // streaming parse finds them, and it checks the rest of the footer.
+            return Self::parse(bytes, limits);
+        }
         let fo = f.footer_offset;
         in_bounds(
             "file_info_offset",
