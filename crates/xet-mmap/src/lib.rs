@@ -1,32 +1,29 @@
-//! Read-only views of whole input files without copying them through `read(2)`.
+//! Read-only views of whole files without copying them through `read(2)`, and aligned
+//! buffers for direct I/O. The workspace's only `unsafe` code lives here.
 //!
-//! Hashing and chunking a page-cached file is CPU bound, and copying every byte out of the
-//! page cache costs about a third of the work (0.3 s of CPU per GiB measured on the bench
-//! machine, against 0.06 s to map it). [`MappedFile::map`] maps large regular files and
-//! tells the caller to stream everything else (small files, pipes, special files,
-//! filesystems without mmap support).
-//!
-//! The one hazard of a map is another process changing the file while we read it: bytes
-//! may change under us (as they can between `read` calls) and a truncation makes later
-//! accesses fault. [`MappedFile::check_unchanged`] lets callers detect the first case after
-//! the fact; the second is the same trade-off ripgrep and other mapping tools accept.
+//! [`MappedFile::map`] maps large regular files and tells the caller to read everything
+//! else (small files, pipes, special files, filesystems without mmap support). A map is
+//! only sound to use for files that nobody truncates or rewrites while it is mapped:
+//! bytes written meanwhile show through it, and an access past a truncation faults
+//! (`SIGBUS`), which kills the process. So maps are for **stored objects**, which are
+//! written once under a temporary name and never modified. Upload inputs, which their
+//! owner may be editing, are not mapped: `xet-upload` reads them into buffers of its own
+//! and checks once read that they did not change (a truncated input used to kill the
+//! client with a bus error; the copy costs about 0.3 s of CPU per GiB, see its docs).
 //!
 //! [`IoBuf`] is anonymous memory for direct I/O: aligned and backed by huge pages.
 
 use std::fs::File;
 use std::path::Path;
-use std::time::SystemTime;
 
 /// Files smaller than this are not mapped: mapping costs a few system calls and page
 /// faults that buy nothing for small inputs.
 pub const MAP_THRESHOLD: u64 = 1 << 20;
 
-/// A read-only map of one whole regular file.
+/// A read-only map of one whole regular file that nobody modifies while it is mapped
+/// (see the crate docs).
 pub struct MappedFile {
     map: memmap2::Mmap,
-    file: File,
-    len: u64,
-    modified: Option<SystemTime>,
 }
 
 impl MappedFile {
@@ -44,12 +41,7 @@ impl MappedFile {
         };
         // Sequential access: the kernel reads ahead of us.
         let _ = map.advise(memmap2::Advice::Sequential);
-        Ok(Some(MappedFile {
-            map,
-            file,
-            len,
-            modified: meta.modified().ok(),
-        }))
+        Ok(Some(MappedFile { map }))
     }
 
     /// Open and map `path` (see [`map`](Self::map)).
@@ -61,43 +53,6 @@ impl MappedFile {
     pub fn bytes(&self) -> &[u8] {
         &self.map
     }
-
-    /// Tell the kernel we are done with `bytes()[..end]` (rounded down to whole pages), so
-    /// a long scan does not count the whole file in this process's resident memory. The
-    /// bytes stay readable: touching them again faults them back in from the page cache.
-    pub fn release_before(&self, end: usize) {
-        self.release(0..end);
-    }
-
-    /// [`release_before`](Self::release_before) for the whole pages within `range` (the
-    /// partial page at the end of the file counts as whole): a page shared with bytes
-    /// outside `range` is kept, so disjoint ranges can be released independently.
-    pub fn release(&self, range: std::ops::Range<usize>) {
-        let len = self.map.len();
-        let start = range.start.min(len).next_multiple_of(PAGE);
-        // The kernel rounds the length up: the file's last partial page goes with the end.
-        let end = if range.end >= len {
-            len
-        } else {
-            range.end / PAGE * PAGE
-        };
-        if start < end {
-            release(&self.map, start, end - start);
-        }
-    }
-
-    /// Err if the file's length or modification time changed since it was mapped, i.e. the
-    /// bytes just processed may not be one consistent version of the file.
-    pub fn check_unchanged(&self) -> std::io::Result<()> {
-        let meta = self.file.metadata()?;
-        if meta.len() == self.len && meta.modified().ok() == self.modified {
-            Ok(())
-        } else {
-            Err(std::io::Error::other(
-                "the file changed while it was being read; run the command again once it is no longer being written",
-            ))
-        }
-    }
 }
 
 impl AsRef<[u8]> for MappedFile {
@@ -106,24 +61,12 @@ impl AsRef<[u8]> for MappedFile {
     }
 }
 
-/// Granularity of [`MappedFile::release_before`] (the smallest page size in use).
-const PAGE: usize = 4096;
-
-#[allow(unsafe_code)]
-fn release(map: &memmap2::Mmap, start: usize, len: usize) {
-    // SAFETY: `MADV_DONTNEED` on a read-only, file-backed map drops our page-table entries
-    // only; the next access re-reads the same bytes from the page cache (there are no
-    // private modifications to lose), so slices borrowed from the map stay valid. `start`
-    // is a multiple of the page size and `start + len` within the map.
-    let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len) };
-}
-
 #[allow(unsafe_code)]
 fn map(file: &File) -> Option<memmap2::Mmap> {
     // SAFETY: the map is read-only and private to this process, and is only ever exposed
     // as `&[u8]` borrowed from the `MappedFile` that owns it (so it cannot outlive the map).
     // The remaining hazard, another process writing or truncating the file meanwhile, is
-    // documented on the crate and detected afterwards by `check_unchanged`.
+    // why only files nobody modifies are mapped (see the crate docs).
     unsafe { memmap2::Mmap::map(file) }.ok()
 }
 
@@ -199,7 +142,6 @@ impl std::ops::DerefMut for IoBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
 
     #[test]
     fn io_buffers_are_zeroed_aligned_and_writable() {
@@ -247,7 +189,6 @@ mod tests {
                 Some(m) => {
                     assert!(len as u64 >= MAP_THRESHOLD, "len {len}");
                     assert_eq!(m.bytes(), &data[..], "len {len}");
-                    m.check_unchanged().unwrap();
                 }
                 None => assert!((len as u64) < MAP_THRESHOLD, "len {len}"),
             }
@@ -256,48 +197,5 @@ mod tests {
             MappedFile::open(dir.path()).is_err()
                 || MappedFile::open(dir.path()).unwrap().is_none()
         );
-    }
-
-    #[test]
-    fn released_bytes_read_back_unchanged() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        let data: Vec<u8> = (0..(3usize << 20) + 123)
-            .map(|i| (i * 7 % 253) as u8)
-            .collect();
-        std::fs::write(&p, &data).unwrap();
-        let m = MappedFile::open(&p).unwrap().expect("mapped");
-        assert_eq!(m.bytes(), &data[..]);
-        for end in [0, 1, 4095, 4096, 1 << 20, data.len(), data.len() + 10] {
-            m.release_before(end);
-            assert_eq!(m.bytes(), &data[..], "after release_before({end})");
-        }
-        let len = data.len();
-        for r in [
-            0..0,
-            1..4095,
-            4095..4097,
-            4096..8192,
-            5000..1 << 20,
-            len - 1..len,
-            len - 5000..len + 7,
-            len + 1..len + 2,
-        ] {
-            m.release(r.clone());
-            assert_eq!(m.bytes(), &data[..], "after release({r:?})");
-        }
-    }
-
-    #[test]
-    fn a_file_that_grows_meanwhile_is_reported() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        std::fs::write(&p, vec![7u8; 2 << 20]).unwrap();
-        let m = MappedFile::open(&p).unwrap().expect("mapped");
-        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
-        f.write_all(b"more").unwrap();
-        drop(f);
-        let e = m.check_unchanged().unwrap_err();
-        assert!(e.to_string().contains("changed while"), "{e}");
     }
 }

@@ -134,6 +134,29 @@ pub enum ShardError {
     )]
     TrailingBytes { offset: u64, count: u64 },
 
+    // ---- strict checks (`ParsedShard::check_strict`): what the lenient parse ignores ----
+    #[error("{field} at offset {offset} is not zero; the format reserves it")]
+    ReservedNotZero { field: &'static str, offset: u64 },
+
+    #[error(
+        "{field} at offset {offset} is {value:#010x}; bits outside {allowed:#010x} mean nothing"
+    )]
+    UndefinedFlags {
+        field: &'static str,
+        offset: u64,
+        value: u32,
+        allowed: u32,
+    },
+
+    #[error(
+        "footer field {field} is {got}; it must be 0 (not filled in) or {expected}, what the sections say"
+    )]
+    FooterStatWrong {
+        field: &'static str,
+        expected: u64,
+        got: u64,
+    },
+
     // ---- model validation (before serialization) ----
     #[error("{what} #{index} has the all-0xFF hash, which would read as a bookend")]
     BookendHash { what: &'static str, index: usize },

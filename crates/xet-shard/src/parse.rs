@@ -1,5 +1,7 @@
 //! Validating parsers (streaming and by footer offsets) and table-backed lookups.
 
+use std::ops::Range;
+
 use xet_hash::MerkleHash;
 
 use crate::model::{
@@ -8,8 +10,8 @@ use crate::model::{
 };
 use crate::write::RawFooter;
 use crate::{
-    FILE_FLAG_WITH_METADATA_EXT, FILE_FLAG_WITH_VERIFICATION, FOOTER_SIZE, FOOTER_VERSION,
-    HEADER_SIZE, HEADER_TAG, HEADER_VERSION, RECORD_SIZE, ShardError,
+    CHUNK_FLAG_GLOBAL_DEDUP, FILE_FLAG_WITH_METADATA_EXT, FILE_FLAG_WITH_VERIFICATION, FOOTER_SIZE,
+    FOOTER_VERSION, HEADER_SIZE, HEADER_TAG, HEADER_VERSION, RECORD_SIZE, ShardError,
 };
 
 /// The caller's budget for one parse.
@@ -52,6 +54,56 @@ fn hash_at(b: &[u8], i: usize) -> MerkleHash {
     let mut h = [0u8; 32];
     h.copy_from_slice(&b[i..i + 32]);
     MerkleHash(h)
+}
+
+/// The first thing in the bytes that the parse ignores, as the reference's parser does,
+/// but that a strict reader refuses (see [`ParsedShard::check_strict`]): a reserved
+/// field that is not zero, a flag bit the format gives no meaning, a footer statistic
+/// that disagrees with the sections.
+#[derive(Default)]
+struct Strict(Option<ShardError>);
+
+impl Strict {
+    fn note(&mut self, e: impl FnOnce() -> ShardError) {
+        if self.0.is_none() {
+            self.0 = Some(e());
+        }
+    }
+
+    /// `b[at]` is a reserved field: it must be all zero.
+    fn reserved(&mut self, b: &[u8], at: Range<usize>, field: &'static str) {
+        if b[at.clone()].iter().any(|&x| x != 0) {
+            self.note(|| ShardError::ReservedNotZero {
+                field,
+                offset: at.start as u64,
+            });
+        }
+    }
+
+    /// The u32 flags at `b[at..]` may only have the bits of `allowed`.
+    fn flags(&mut self, b: &[u8], at: usize, allowed: u32, field: &'static str) {
+        let value = u32_at(b, at);
+        if value & !allowed != 0 {
+            self.note(|| ShardError::UndefinedFlags {
+                field,
+                offset: at as u64,
+                value,
+                allowed,
+            });
+        }
+    }
+
+    /// A footer statistic is 0 (huggingface.js leaves `materialized_bytes` so) or the
+    /// value the sections give.
+    fn stat(&mut self, field: &'static str, got: u64, expected: u64) {
+        if got != 0 && got != expected {
+            self.note(|| ShardError::FooterStatWrong {
+                field,
+                expected,
+                got,
+            });
+        }
+    }
 }
 
 /// A bookend is detected by its hash like the reference; the 16 trailing bytes must be zero.
@@ -124,6 +176,7 @@ fn parse_file_section(
     start: usize,
     limit: usize,
     budget: &mut u64,
+    strict: &mut Strict,
 ) -> Result<Section<FileInfo>, ShardError> {
     let mut pos = start;
     let mut items = Vec::new();
@@ -144,6 +197,9 @@ fn parse_file_section(
         let file_hash = hash_at(rec, 0);
         let flags = u32_at(rec, 32);
         let n = u32_at(rec, 36) as u64;
+        let defined = FILE_FLAG_WITH_VERIFICATION | FILE_FLAG_WITH_METADATA_EXT;
+        strict.flags(b, pos + 32, defined, "file flags");
+        strict.reserved(b, pos + 40..pos + 48, "file info header reserved bytes");
         let ver = flags & FILE_FLAG_WITH_VERIFICATION != 0;
         let meta = flags & FILE_FLAG_WITH_METADATA_EXT != 0;
         let records = n + if ver { n } else { 0 } + u64::from(meta);
@@ -175,6 +231,7 @@ fn parse_file_section(
         let mut terms = Vec::with_capacity(n);
         for term_index in 0..n {
             let r = &b[pos..pos + RECORD_SIZE];
+            strict.flags(b, pos + 32, 0, "file term CAS flags");
             let t = FileTerm {
                 xorb_hash: hash_at(r, 0),
                 cas_flags: u32_at(r, 32),
@@ -198,6 +255,7 @@ fn parse_file_section(
             let mut v = Vec::with_capacity(n);
             for _ in 0..n {
                 v.push(hash_at(b, pos));
+                strict.reserved(b, pos + 32..pos + 48, "verification entry reserved bytes");
                 pos += RECORD_SIZE;
             }
             Some(v)
@@ -206,6 +264,7 @@ fn parse_file_section(
         };
         let metadata_ext = if meta {
             let h = hash_at(b, pos);
+            strict.reserved(b, pos + 32..pos + 48, "FileMetadataExt reserved bytes");
             pos += RECORD_SIZE;
             Some(h)
         } else {
@@ -231,6 +290,7 @@ fn parse_cas_section(
     start: usize,
     limit: usize,
     budget: &mut u64,
+    strict: &mut Strict,
 ) -> Result<Section<CasInfo>, ShardError> {
     let mut pos = start;
     let mut items = Vec::new();
@@ -249,6 +309,7 @@ fn parse_cas_section(
         }
         let header_pos = pos;
         let n = u32_at(rec, 36) as u64;
+        strict.flags(b, pos + 32, 0, "CAS info flags");
         reserve(
             "CAS info block",
             header_pos,
@@ -262,6 +323,8 @@ fn parse_cas_section(
         let mut chunks = Vec::with_capacity(n as usize);
         for _ in 0..n {
             let r = &b[pos..pos + RECORD_SIZE];
+            strict.flags(b, pos + 40, CHUNK_FLAG_GLOBAL_DEDUP, "CAS chunk flags");
+            strict.reserved(b, pos + 44..pos + 48, "CAS chunk entry reserved bytes");
             chunks.push(CasChunk {
                 hash: hash_at(r, 0),
                 byte_range_start: u32_at(r, 32),
@@ -410,6 +473,8 @@ pub struct ParsedShard {
     pub tables: Option<LookupTables>,
     file_starts: Vec<u32>,
     cas_starts: Vec<u32>,
+    /// What [`ParsedShard::check_strict`] reports.
+    not_strict: Option<ShardError>,
 }
 
 impl Shard {
@@ -430,8 +495,9 @@ impl ParsedShard {
         let footer_size = parse_header(bytes, limits)?;
         let data_end = bytes.len() - footer_size;
         let mut budget = limits.max_entries;
-        let files = parse_file_section(bytes, HEADER_SIZE, data_end, &mut budget)?;
-        let cas = parse_cas_section(bytes, files.end, data_end, &mut budget)?;
+        let mut strict = Strict::default();
+        let files = parse_file_section(bytes, HEADER_SIZE, data_end, &mut budget, &mut strict)?;
+        let cas = parse_cas_section(bytes, files.end, data_end, &mut budget, &mut strict)?;
         if footer_size == 0 {
             if cas.end != bytes.len() {
                 return Err(ShardError::TrailingBytes {
@@ -449,6 +515,7 @@ impl ParsedShard {
                 tables: None,
                 file_starts: files.starts,
                 cas_starts: cas.starts,
+                not_strict: strict.0,
             });
         }
         let f = read_footer(bytes)?;
@@ -456,7 +523,7 @@ impl ParsedShard {
         expect("cas_info_offset", files.end as u64, f.cas_info_offset)?;
         if is_tableless_js_footer(&f) {
             expect("footer_offset", cas.end as u64, f.footer_offset)?;
-            return Self::finish(bytes, f, files, cas);
+            return Self::finish(bytes, f, files, cas, strict);
         }
         expect("file_lookup_offset", cas.end as u64, f.file_lookup_offset)?;
         let counts = table_counts(&f, &files.items, &cas.items)?;
@@ -466,7 +533,7 @@ impl ParsedShard {
         let klo = clo + 12 * counts.1;
         expect("chunk_lookup_offset", klo, f.chunk_lookup_offset)?;
         expect("footer_offset", klo + 16 * counts.2, f.footer_offset)?;
-        Self::finish(bytes, f, files, cas)
+        Self::finish(bytes, f, files, cas, strict)
     }
 
     /// Parse a stored shard through its footer: header, footer (at `len - footer_size`),
@@ -499,18 +566,21 @@ impl ParsedShard {
             fo,
         )?;
         let mut budget = limits.max_entries;
+        let mut strict = Strict::default();
         // All offsets are <= footer_offset < len, so they fit in usize.
         let files = parse_file_section(
             bytes,
             f.file_info_offset as usize,
             f.cas_info_offset as usize,
             &mut budget,
+            &mut strict,
         )?;
         let cas = parse_cas_section(
             bytes,
             f.cas_info_offset as usize,
             f.file_lookup_offset as usize,
             &mut budget,
+            &mut strict,
         )?;
         let counts = table_counts(&f, &files.items, &cas.items)?;
         let table_end = |field, off: u64, n: u64, size: u64| -> Result<u64, ShardError> {
@@ -542,7 +612,7 @@ impl ParsedShard {
             counts.2,
             16,
         )?;
-        Self::finish(bytes, f, files, cas)
+        Self::finish(bytes, f, files, cas, strict)
     }
 
     fn finish(
@@ -550,7 +620,33 @@ impl ParsedShard {
         f: RawFooter,
         files: Section<FileInfo>,
         cas: Section<CasInfo>,
+        mut strict: Strict,
     ) -> Result<ParsedShard, ShardError> {
+        // Footer checks come after the sections' in both parses, so both report the same
+        // first one.
+        let reserved = f.footer_offset as usize + 120;
+        strict.reserved(bytes, reserved..reserved + 48, "footer reserved bytes");
+        strict.stat(
+            "stored_bytes_on_disk",
+            f.stored_bytes_on_disk,
+            cas.items
+                .iter()
+                .map(|c| u64::from(c.num_bytes_on_disk))
+                .sum(),
+        );
+        strict.stat(
+            "materialized_bytes",
+            f.materialized_bytes,
+            files.items.iter().map(FileInfo::size).sum(),
+        );
+        strict.stat(
+            "stored_bytes",
+            f.stored_bytes,
+            cas.items
+                .iter()
+                .map(|c| u64::from(c.num_bytes_in_cas))
+                .sum(),
+        );
         let shard_empty = files.items.is_empty() && cas.items.is_empty();
         let has_tables =
             f.file_lookup_num_entries + f.cas_lookup_num_entries + f.chunk_lookup_num_entries > 0
@@ -574,6 +670,7 @@ impl ParsedShard {
             tables: None,
             file_starts: files.starts,
             cas_starts: cas.starts,
+            not_strict: strict.0,
         };
         if has_tables {
             p.tables = Some(p.read_tables(bytes, &f)?);
@@ -594,7 +691,25 @@ impl ParsedShard {
             tables: Some(tables),
             file_starts,
             cas_starts,
+            not_strict: None,
         })
+    }
+
+    /// Err with the first field the parse accepted without it meaning anything: a
+    /// reserved field (the file header's 8 bytes, the 16 after each verification hash and
+    /// after the FileMetadataExt sha256, the 4 after each chunk's flags, the footer's 48)
+    /// that is not zero; a flag bit the format does not define (file flags other than
+    /// bits 31 and 30, any CAS flag of a term or a CAS block, chunk flags other than bit
+    /// 31); a footer statistic that is neither 0 nor what the sections give. The parse
+    /// itself ignores all of these, as the reference does, so that shards written by a
+    /// later version still read; a store checks them on upload, so that nothing it keeps
+    /// carries bits it ignores. Shards built in memory ([`ParsedShard::from_shard`]) are
+    /// not checked.
+    pub fn check_strict(&self) -> Result<(), ShardError> {
+        match &self.not_strict {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
     }
 
     fn read_tables(&self, b: &[u8], f: &RawFooter) -> Result<LookupTables, ShardError> {

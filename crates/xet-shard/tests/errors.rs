@@ -305,6 +305,126 @@ fn content_errors() {
     ));
 }
 
+/// What the parse ignores (as the reference does) but `check_strict` refuses: every
+/// reserved field, every undefined flag bit, footer statistics that are wrong. The
+/// parses still accept each variant.
+#[test]
+fn strict_check_names_each_ignored_field() {
+    let b = stored();
+    for r in both(&b) {
+        r.unwrap().check_strict().unwrap();
+    }
+    let s = sample();
+    let f1 = 48 + s.files[0].num_records() as usize * 48;
+    let cas = footer(&b).cas_info_offset as usize;
+    let fo = b.len() - FOOTER_SIZE;
+    let reserved = |field: &'static str, offset: usize| ShardError::ReservedNotZero {
+        field,
+        offset: offset as u64,
+    };
+    let flags =
+        |field: &'static str, at: usize, value: u32, allowed: u32| ShardError::UndefinedFlags {
+            field,
+            offset: at as u64,
+            value,
+            allowed,
+        };
+    let stat = |field: &'static str, expected: u64, got: u64| ShardError::FooterStatWrong {
+        field,
+        expected,
+        got,
+    };
+    // (byte, bit, expected error): file 0 is a header, 2 terms, 2 verification entries,
+    // the sha256; file 1 a header, 1 term, 1 verification entry, the sha256.
+    let cases = [
+        (
+            48 + 40,
+            0,
+            reserved("file info header reserved bytes", 48 + 40),
+        ),
+        (
+            48 + 47,
+            7,
+            reserved("file info header reserved bytes", 48 + 40),
+        ),
+        (
+            48 + 32,
+            0,
+            flags("file flags", 48 + 32, 0xC000_0001, 0xC000_0000),
+        ),
+        (
+            f1 + 35,
+            5,
+            flags("file flags", f1 + 32, 0xE000_0000, 0xC000_0000),
+        ),
+        (
+            96 + 48 + 32,
+            3,
+            flags("file term CAS flags", 96 + 48 + 32, 8, 0),
+        ),
+        (
+            192 + 32,
+            0,
+            reserved("verification entry reserved bytes", 192 + 32),
+        ),
+        (
+            240 + 47,
+            7,
+            reserved("verification entry reserved bytes", 240 + 32),
+        ),
+        (
+            288 + 40,
+            2,
+            reserved("FileMetadataExt reserved bytes", 288 + 32),
+        ),
+        (
+            cas + 35,
+            7,
+            flags("CAS info flags", cas + 32, 0x8000_0000, 0),
+        ),
+        (
+            cas + 48 + 40,
+            0,
+            flags("CAS chunk flags", cas + 48 + 40, 1, 0x8000_0000),
+        ),
+        (
+            cas + 144 + 44,
+            4,
+            reserved("CAS chunk entry reserved bytes", cas + 144 + 44),
+        ),
+        (fo + 120, 0, reserved("footer reserved bytes", fo + 120)),
+        (fo + 167, 7, reserved("footer reserved bytes", fo + 120)),
+        (fo + 168, 1, stat("stored_bytes_on_disk", 0, 2)),
+        (fo + 176, 0, stat("materialized_bytes", 7500, 7501)),
+        (fo + 184, 1, stat("stored_bytes", 7500, 7502)),
+    ];
+    for (byte, bit, want) in cases {
+        let mut x = b.clone();
+        x[byte] ^= 1 << bit;
+        for r in both(&x) {
+            let p = r.unwrap_or_else(|e| panic!("byte {byte} bit {bit}: {e}"));
+            assert_eq!(p.check_strict(), Err(want.clone()), "byte {byte} bit {bit}");
+        }
+    }
+    // Defined bits and statistics left at 0 (huggingface.js writes no
+    // materialized_bytes) are fine.
+    let mut x = b.clone();
+    x[cas + 48 + 43] |= 0x80; // CHUNK_FLAG_GLOBAL_DEDUP
+    put_u64(&mut x, fo + 176, 0);
+    put_u64(&mut x, fo + 184, 0);
+    for r in both(&x) {
+        r.unwrap().check_strict().unwrap();
+    }
+    // The upload form has no footer; the same record checks apply to it.
+    let mut up = s.to_upload_bytes().unwrap();
+    parse(&up).unwrap().check_strict().unwrap();
+    up[48 + 40] = 1;
+    assert_eq!(
+        parse(&up).unwrap().check_strict(),
+        Err(reserved("file info header reserved bytes", 48 + 40))
+    );
+}
+
 #[test]
 fn lookup_table_errors() {
     let b = stored();

@@ -123,6 +123,22 @@ fn normalize(mut s: Shard) -> Shard {
     s
 }
 
+/// Whether every flag of `s` is one the format defines: what our writer's output must
+/// then pass [`ParsedShard::check_strict`] on (it writes reserved fields as zero and the
+/// footer statistics it computes).
+fn only_defined_flags(s: &Shard) -> bool {
+    let file = FILE_FLAG_WITH_VERIFICATION | FILE_FLAG_WITH_METADATA_EXT;
+    s.files
+        .iter()
+        .all(|f| f.flags & !file == 0 && f.terms.iter().all(|t| t.cas_flags == 0))
+        && s.cas.iter().all(|c| {
+            c.cas_flags == 0
+                && c.chunks
+                    .iter()
+                    .all(|ch| ch.flags & !CHUNK_FLAG_GLOBAL_DEDUP == 0)
+        })
+}
+
 fn assert_lookups(p: &ParsedShard, raw: &Shard) -> Result<(), TestCaseError> {
     let s = &p.shard;
     for f in &s.files {
@@ -171,6 +187,7 @@ proptest! {
         prop_assert_eq!(&bytes, &s.to_bytes().unwrap());
         let p = ParsedShard::parse(&bytes, &Limits::default()).unwrap();
         prop_assert_eq!(&p.shard, &s);
+        prop_assert_eq!(p.check_strict().is_ok(), only_defined_flags(&s));
         prop_assert!(p.tables.is_none());
         assert_lookups(&p, &s)?;
         prop_assert_eq!(p.shard.to_upload_bytes().unwrap(), bytes);
@@ -210,6 +227,7 @@ proptest! {
         let p = ParsedShard::parse(&js, &Limits::default()).unwrap();
         prop_assert_eq!(&p.shard.files, &s.files);
         prop_assert_eq!(&p.shard.cas, &s.cas);
+        prop_assert_eq!(p.check_strict().is_ok(), only_defined_flags(&s));
         // A wrong footer offset is still refused.
         let mut bad = js.clone();
         let n = bad.len();
@@ -226,6 +244,7 @@ proptest! {
         let a = ParsedShard::parse(&bytes, &Limits::default()).unwrap();
         let b = ParsedShard::parse_by_footer(&bytes, &Limits::default()).unwrap();
         prop_assert_eq!(&a, &b);
+        prop_assert_eq!(a.check_strict().is_ok(), only_defined_flags(&s));
         prop_assert_eq!(&a.shard, &normalize(stored.clone()));
         prop_assert_eq!(a.shard.to_bytes().unwrap(), bytes.clone());
         if stored.footer.unwrap().lookup_tables {

@@ -15,12 +15,24 @@
 //! supported) and the directory fsynced, so a reader (in this or another process) sees
 //! either no object or the complete one, and a crash leaves at most a stray file in
 //! `tmp/`. Objects are never modified afterwards; several processes may share one root.
+//!
+//! Stray files are removed at open and by [`ObjectBackend::remove_abandoned`] (which
+//! `StoreCas::spawn_refresh` calls periodically), and only those no live process is
+//! writing: each writer holds an exclusive `flock(2)` on its temporary file from the
+//! moment it creates it until its name is gone (see [`TmpFile`]), and the kernel drops
+//! the lock when the writer dies, however it dies. So the cleaner removes a temporary
+//! file exactly when it can take that lock, whichever process (or PID namespace, or
+//! host, for NFS locks) wrote it and however young it is. A name does not need to be
+//! guessed at (a pid in the name can be reused, or belong to another PID namespace) and
+//! no age has to be waited for. Files without the lock convention (written by older
+//! versions, or where the filesystem has no locks) are removed by age, after
+//! [`STALE_TMP_AGE`].
 
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::Bytes;
 use xet_cas::{ByteRange, CasError, Result};
@@ -30,7 +42,9 @@ use crate::{
     XORB_PREFIX, check_range,
 };
 
-/// Temporary files older than this are removed on open (they belong to writers that died).
+/// Temporary files that carry no lock (see the module docs) are removed once they are
+/// this old; a writer that lives that long between creating and placing one is not
+/// expected.
 pub const STALE_TMP_AGE: Duration = Duration::from_secs(3600);
 
 const TMP_DIR: &str = "tmp";
@@ -54,8 +68,8 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 }
 
 impl FsBackend {
-    /// Open (creating if needed) a backend rooted at `root`, and remove temporary files
-    /// left by writers that died more than [`STALE_TMP_AGE`] ago.
+    /// Open (creating if needed) a backend rooted at `root`, and remove the temporary
+    /// files of writers that died (see the module docs).
     pub async fn open(root: impl Into<PathBuf>) -> Result<Self> {
         let root = root.into();
         let r = root.clone();
@@ -65,7 +79,7 @@ impl FsBackend {
                 std::fs::create_dir_all(&p)
                     .map_err(|e| io_err(format!("creating {}", p.display()), e))?;
             }
-            clean_tmp(&r.join(TMP_DIR), STALE_TMP_AGE);
+            remove_abandoned_tmp(&r.join(TMP_DIR));
             Ok(())
         })
         .await?;
@@ -85,28 +99,129 @@ impl FsBackend {
     }
 }
 
-fn clean_tmp(dir: &Path, older_than: Duration) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let now = SystemTime::now();
-    for e in entries.flatten() {
-        let old = e
-            .metadata()
-            .and_then(|m| m.modified())
-            .map(|t| now.duration_since(t).unwrap_or_default() > older_than)
-            .unwrap_or(false);
-        if old {
-            match std::fs::remove_file(e.path()) {
-                Ok(()) => {
-                    tracing::info!(path = %e.path().display(), "removed stale temporary file")
-                }
-                Err(err) => {
-                    tracing::warn!(path = %e.path().display(), error = %err, "cannot remove stale temporary file")
+/// A temporary file being written, `tmp/<pid>-<random>.tmp`, exclusively locked
+/// (`flock`) through `file` for as long as it has that name: the lock tells
+/// [`remove_abandoned_tmp`] in any process that its writer is alive. Where the filesystem
+/// cannot lock, the name has no pid (`tmp/<random>.tmp`) and only age removes it.
+struct TmpFile {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl TmpFile {
+    /// Create a new temporary file in `dir`, opened with `options` (which must create
+    /// it), and lock it.
+    fn create(dir: &Path, options: &std::fs::OpenOptions) -> std::io::Result<TmpFile> {
+        loop {
+            let random = format!(
+                "{:016x}{:016x}",
+                rand::random::<u64>(),
+                rand::random::<u64>()
+            );
+            let path = dir.join(format!("{}-{random}.tmp", std::process::id()));
+            let file = options.open(&path)?;
+            match file.try_lock() {
+                // A cleaner may have locked and removed the name between the create and
+                // our lock: only a name that still leads to our file is ours.
+                Ok(()) if same_file(&file, &path) => return Ok(TmpFile { path, file }),
+                Ok(()) | Err(std::fs::TryLockError::WouldBlock) => continue,
+                Err(std::fs::TryLockError::Error(e)) => {
+                    // No locks here: a name the cleaners judge by age.
+                    tracing::debug!(dir = %dir.display(), error = %e, "temporary files cannot be locked here");
+                    let unlocked = dir.join(format!("{random}.tmp"));
+                    std::fs::rename(&path, &unlocked)?;
+                    return Ok(TmpFile {
+                        path: unlocked,
+                        file,
+                    });
                 }
             }
         }
     }
+
+    /// Remove the name (if it is still there), then give up the lock.
+    fn remove(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Whether `path` names the file open as `file` (not another, not nothing).
+#[cfg(unix)]
+fn same_file(file: &std::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Whether `path` names the file open as `file` (without inode numbers: that it exists).
+#[cfg(not(unix))]
+fn same_file(_file: &std::fs::File, path: &Path) -> bool {
+    path.exists()
+}
+
+/// Remove the temporary files in `dir` that no live writer holds: those whose lock we
+/// can take (the writer died; see [`TmpFile`]), and those without the lock convention
+/// once older than [`STALE_TMP_AGE`]. Returns how many were removed.
+fn remove_abandoned_tmp(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let path = e.path();
+        match remove_if_abandoned(&path) {
+            Ok(true) => {
+                removed += 1;
+                tracing::info!(path = %path.display(), "removed the temporary file of a writer that died");
+            }
+            Ok(false) => {}
+            Err(err) if err.kind() == ErrorKind::NotFound => {}
+            Err(err) => {
+                tracing::warn!(path = %path.display(), error = %err, "cannot remove an abandoned temporary file")
+            }
+        }
+    }
+    removed
+}
+
+/// Remove the temporary file at `path` if no live writer holds it; whether it was.
+fn remove_if_abandoned(path: &Path) -> std::io::Result<bool> {
+    // Open for writing too: where `flock` is emulated with POSIX locks (NFS), an
+    // exclusive lock needs a descriptor open for writing.
+    let file = std::fs::File::options().read(true).write(true).open(path)?;
+    let locking_writer = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.contains('-'));
+    let abandoned = if locking_writer {
+        match file.try_lock() {
+            // The name must still lead to the file we locked (its writer may have placed
+            // it and removed the name meanwhile).
+            Ok(()) => same_file(&file, path),
+            // Taken: its writer is alive.
+            Err(std::fs::TryLockError::WouldBlock) => false,
+            // Locks fail here, though they worked for the writer: judged by age.
+            Err(std::fs::TryLockError::Error(_)) => older_than_stale(&file)?,
+        }
+    } else {
+        older_than_stale(&file)?
+    };
+    if !abandoned {
+        return Ok(false);
+    }
+    // Removed while the lock is held: a writer that created the file just now and locks
+    // it after us finds its name gone and starts again under another.
+    std::fs::remove_file(path)?;
+    drop(file);
+    Ok(true)
+}
+
+/// Whether `file` was last modified more than [`STALE_TMP_AGE`] ago.
+fn older_than_stale(file: &std::fs::File) -> std::io::Result<bool> {
+    let age = file.metadata()?.modified()?.elapsed().unwrap_or_default();
+    Ok(age > STALE_TMP_AGE)
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
@@ -123,46 +238,43 @@ fn sync_dir(dir: &Path) -> Result<()> {
 }
 
 /// Write `parts`, one after the other, to a fresh temporary file and make it durable.
-/// Large objects go around the page cache where the filesystem allows it (see
+/// The file stays locked (see [`TmpFile`]) until the caller has placed it and removed its
+/// name. Large objects go around the page cache where the filesystem allows it (see
 /// [`direct`]); `direct_ok` is cleared the first time it does not, so later objects
 /// skip the attempt.
-fn write_tmp(tmp_dir: &Path, parts: &[Bytes], direct_ok: &AtomicBool) -> Result<PathBuf> {
-    let name = format!(
-        "{:016x}{:016x}.tmp",
-        rand::random::<u64>(),
-        rand::random::<u64>()
-    );
-    let path = tmp_dir.join(name);
+fn write_tmp(tmp_dir: &Path, parts: &[Bytes], direct_ok: &AtomicBool) -> Result<TmpFile> {
     let total: usize = parts.iter().map(Bytes::len).sum();
     if total >= direct::MIN_LEN && direct_ok.load(Ordering::Relaxed) {
-        match direct::write_new(&path, parts, total) {
-            Ok(direct::Written::Done) => return Ok(path),
-            Ok(direct::Written::Unsupported) => {
-                let _ = std::fs::remove_file(&path);
+        match direct::write_new(tmp_dir, parts, total) {
+            Ok(Some(tmp)) => return Ok(tmp),
+            Ok(None) => {
                 direct_ok.store(false, Ordering::Relaxed);
                 tracing::debug!(dir = %tmp_dir.display(), "O_DIRECT not supported here; writing through the page cache");
             }
             Err(e) => {
-                let _ = std::fs::remove_file(&path);
-                return Err(io_err(format!("writing {}", path.display()), e));
+                let what = format!("writing a temporary file in {}", tmp_dir.display());
+                return Err(io_err(what, e));
             }
         }
     }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(|e| io_err(format!("creating {}", path.display()), e))?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    let tmp = TmpFile::create(tmp_dir, &options).map_err(|e| {
+        io_err(
+            format!("creating a temporary file in {}", tmp_dir.display()),
+            e,
+        )
+    })?;
     let res = parts
         .iter()
-        .try_for_each(|p| f.write_all(p))
-        .and_then(|()| f.sync_all());
+        .try_for_each(|p| (&tmp.file).write_all(p))
+        .and_then(|()| tmp.file.sync_all());
     if let Err(e) = res {
-        drop(f);
-        let _ = std::fs::remove_file(&path);
-        return Err(io_err(format!("writing {}", path.display()), e));
+        let what = format!("writing {}", tmp.path.display());
+        tmp.remove();
+        return Err(io_err(what, e));
     }
-    Ok(path)
+    Ok(tmp)
 }
 
 /// Writing large objects with `O_DIRECT` (Linux).
@@ -180,6 +292,8 @@ mod direct {
     use std::sync::Mutex;
 
     use bytes::Bytes;
+
+    use super::TmpFile;
 
     /// Objects at least this large are written directly.
     pub(super) const MIN_LEN: usize = 1 << 20;
@@ -205,25 +319,43 @@ mod direct {
         e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error())
     }
 
-    /// Create `path` (which must not exist) holding `parts` back to back (`total` bytes),
-    /// fsynced.
+    /// A new temporary file in `dir` holding `parts` back to back (`total` bytes),
+    /// fsynced; `None` if the filesystem does not take direct writes (nothing is left
+    /// behind then).
     #[cfg(target_os = "linux")]
     pub(super) fn write_new(
-        path: &Path,
+        dir: &Path,
         parts: &[Bytes],
         total: usize,
-    ) -> std::io::Result<Written> {
-        use std::os::unix::fs::{FileExt, OpenOptionsExt};
-        let f = match std::fs::OpenOptions::new()
+    ) -> std::io::Result<Option<TmpFile>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut options = std::fs::OpenOptions::new();
+        options
             .write(true)
             .create_new(true)
-            .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
-            .open(path)
-        {
-            Ok(f) => f,
-            Err(e) if is_unsupported(&e) => return Ok(Written::Unsupported),
+            .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32);
+        let tmp = match TmpFile::create(dir, &options) {
+            Ok(t) => t,
+            Err(e) if is_unsupported(&e) => return Ok(None),
             Err(e) => return Err(e),
         };
+        match write_all(&tmp.file, parts, total) {
+            Ok(Written::Done) => Ok(Some(tmp)),
+            Ok(Written::Unsupported) => {
+                tmp.remove();
+                Ok(None)
+            }
+            Err(e) => {
+                tmp.remove();
+                Err(e)
+            }
+        }
+    }
+
+    /// Write `parts` (`total` bytes) to `f`, opened with `O_DIRECT`, and fsync it.
+    #[cfg(target_os = "linux")]
+    fn write_all(f: &std::fs::File, parts: &[Bytes], total: usize) -> std::io::Result<Written> {
+        use std::os::unix::fs::FileExt;
         let idle = IDLE.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let mut buf = match idle {
             Some(b) => b,
@@ -291,11 +423,11 @@ mod direct {
 
     #[cfg(not(target_os = "linux"))]
     pub(super) fn write_new(
-        _path: &Path,
+        _dir: &Path,
         _parts: &[Bytes],
         _total: usize,
-    ) -> std::io::Result<Written> {
-        Ok(Written::Unsupported)
+    ) -> std::io::Result<Option<TmpFile>> {
+        Ok(None)
     }
 }
 
@@ -432,13 +564,15 @@ impl ObjectBackend for FsBackend {
                 make_dirs(&root, parent)?;
             }
             let tmp = write_tmp(&tmp_dir, &parts, &direct_ok)?;
-            let placed = match place(&tmp, &dst, content_addressed) {
+            // Placed (and its temporary name removed) while its lock is held.
+            let placed = match place(&tmp.path, &dst, content_addressed) {
                 Ok(p) => p,
                 Err(e) => {
-                    let _ = std::fs::remove_file(&tmp);
+                    tmp.remove();
                     return Err(e);
                 }
             };
+            drop(tmp);
             if placed && let Some(parent) = dst.parent() {
                 sync_dir(parent)?;
             }
@@ -548,6 +682,11 @@ impl ObjectBackend for FsBackend {
         .await
     }
 
+    async fn remove_abandoned(&self) -> Result<usize> {
+        let dir = self.root.join(TMP_DIR);
+        blocking(move || Ok(remove_abandoned_tmp(&dir))).await
+    }
+
     async fn delete(&self, key: &ObjectKey) -> Result<bool> {
         let path = self.path_of(key);
         blocking(move || match std::fs::remove_file(&path) {
@@ -618,8 +757,8 @@ mod tests {
             let parts: Vec<Bytes> = cuts.windows(2).map(|w| whole.slice(w[0]..w[1])).collect();
 
             let ok = AtomicBool::new(true);
-            let p = write_tmp(dir.path(), &parts, &ok).unwrap();
-            assert_eq!(std::fs::read(&p).unwrap(), want, "size {n}");
+            let tmp = write_tmp(dir.path(), &parts, &ok).unwrap();
+            assert_eq!(std::fs::read(&tmp.path).unwrap(), want, "size {n}");
 
             // Unaligned parts go through the staging buffer; parts on aligned
             // addresses (as received into `BodyBuf`) partly straight from memory.
@@ -633,13 +772,13 @@ mod tests {
                 .collect();
             assert!(aligned.iter().all(|p| p.as_ptr().align_offset(ALIGN) == 0));
             for (k, parts) in [parts, aligned].iter().enumerate() {
-                let q = dir.path().join(format!("direct-{i}-{k}"));
-                match direct::write_new(&q, parts, n).unwrap() {
-                    direct::Written::Done => {
-                        direct_taken += 1;
-                        assert_eq!(std::fs::read(&q).unwrap(), want, "size {n}, direct {k}");
-                    }
-                    direct::Written::Unsupported => {}
+                if let Some(tmp) = direct::write_new(dir.path(), parts, n).unwrap() {
+                    direct_taken += 1;
+                    assert_eq!(
+                        std::fs::read(&tmp.path).unwrap(),
+                        want,
+                        "size {n}, direct {k}"
+                    );
                 }
             }
         }
@@ -648,5 +787,135 @@ mod tests {
                 "O_DIRECT is not supported under the temp dir; only the buffered path was checked"
             );
         }
+    }
+
+    /// Set for the writer process of the tests below: the temporary directory it
+    /// writes into.
+    const WRITER_ENV: &str = "XET_STORE_TEST_WRITER_TMP";
+
+    /// Not a test of its own: the writer process the tests below start (through
+    /// [`WRITER_ENV`]) and kill. It creates a temporary file as every write does, puts
+    /// part of an object in it, says where, and waits.
+    #[test]
+    #[ignore = "run by the tests below in a process of its own"]
+    fn writer_that_waits_to_be_killed() {
+        let Some(dir) = std::env::var_os(WRITER_ENV) else {
+            return;
+        };
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        let tmp = TmpFile::create(Path::new(&dir), &options).unwrap();
+        (&tmp.file).write_all(&data(1 << 20, 5)).unwrap();
+        // On a line of its own: the test harness has written the test's name before.
+        println!("\nwriting {}", tmp.path.display());
+        std::io::stdout().flush().unwrap();
+        std::thread::sleep(Duration::from_secs(120));
+    }
+
+    /// A writer in a process of its own, half way through writing `path`.
+    struct Writer {
+        child: std::process::Child,
+        path: PathBuf,
+        // Kept open: the writer never gets a broken pipe.
+        _stdout: std::io::BufReader<std::process::ChildStdout>,
+    }
+
+    impl Writer {
+        fn start(tmp_dir: &Path) -> Writer {
+            use std::io::BufRead;
+            let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "fs::tests::writer_that_waits_to_be_killed"])
+                .args(["--ignored", "--nocapture", "--test-threads=1"])
+                .env(WRITER_ENV, tmp_dir)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            while stdout.read_line(&mut line).unwrap() > 0 {
+                if let Some(p) = line.trim_end().strip_prefix("writing ") {
+                    let path = PathBuf::from(p);
+                    return Writer {
+                        child,
+                        path,
+                        _stdout: stdout,
+                    };
+                }
+                line.clear();
+            }
+            let _ = child.kill();
+            let status = child.wait();
+            panic!("the writer process ended before it wrote anything: {status:?}");
+        }
+
+        /// `kill -9`.
+        fn kill(mut self) -> PathBuf {
+            self.child.kill().unwrap();
+            self.child.wait().unwrap();
+            self.path
+        }
+    }
+
+    /// Two processes on one directory: the temporary file of a live writer in another
+    /// process is kept (a store opening meanwhile, the periodic sweep, a listing: none
+    /// touches or shows it), and once the writer is killed the next open removes it at
+    /// once, whatever its age; so do the periodic sweeps of a running store.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_temp_file_of_a_dead_writer_is_removed_and_a_live_ones_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let backend = FsBackend::open(root.path()).await.unwrap();
+        let tmp_dir = root.path().join(TMP_DIR);
+
+        let writer = Writer::start(&tmp_dir);
+        assert!(writer.path.starts_with(&tmp_dir));
+        FsBackend::open(root.path()).await.unwrap();
+        assert_eq!(backend.remove_abandoned().await.unwrap(), 0);
+        assert!(writer.path.exists(), "a live writer's file was removed");
+        assert!(backend.list("").await.unwrap().is_empty());
+        let path = writer.kill();
+        FsBackend::open(root.path()).await.unwrap();
+        assert!(!path.exists(), "a dead writer's file was kept at open");
+
+        // A running store sweeps periodically.
+        let store = Arc::new(StoreCas::open(backend.clone()).await.unwrap());
+        let _sweeps = store.spawn_refresh(Duration::from_millis(20));
+        let writer = Writer::start(&tmp_dir);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(writer.path.exists(), "a live writer's file was swept");
+        let path = writer.kill();
+        let gone = async {
+            while path.exists() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), gone)
+            .await
+            .expect("a dead writer's file was never swept");
+        assert_eq!(store.stats().xorbs + store.stats().shards, 0);
+    }
+
+    /// A write in this process holds its temporary file until it is placed; files
+    /// without the lock convention (older versions, filesystems without locks) are left
+    /// for an hour.
+    #[test]
+    fn writes_in_progress_and_young_unlocked_files_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = AtomicBool::new(true);
+        let tmp = write_tmp(dir.path(), &[Bytes::from(data(3 << 20, 1))], &ok).unwrap();
+        assert_eq!(remove_abandoned_tmp(dir.path()), 0);
+        assert!(tmp.path.exists());
+        tmp.remove();
+
+        let young = dir.path().join("0123456789abcdef0123456789abcdef.tmp");
+        let old = dir.path().join("fedcba9876543210fedcba9876543210.tmp");
+        for p in [&young, &old] {
+            std::fs::write(p, b"partial").unwrap();
+        }
+        let hours_ago = std::time::SystemTime::now() - 2 * STALE_TMP_AGE;
+        let f = std::fs::File::options().write(true).open(&old).unwrap();
+        f.set_modified(hours_ago).unwrap();
+        assert_eq!(remove_abandoned_tmp(dir.path()), 1);
+        assert!(young.exists() && !old.exists());
     }
 }

@@ -14,9 +14,9 @@ use crate::error::{Result, UploadError};
 /// the footer-less upload body. Returns the xorb hash. Call on a rayon thread (or from
 /// `rayon::spawn`).
 ///
-/// Only compressed payloads are kept per chunk; a stored chunk goes to `body` from where
-/// it was read: copied once into a recycled buffer, or, in pieces ([`PiecesSink`]), not
-/// copied at all.
+/// Only compressed payloads are kept per chunk; a stored chunk goes to `body` as the
+/// dedup stage kept it: copied once into a recycled buffer, or, in pieces
+/// ([`PiecesSink`]), not copied at all.
 pub(crate) fn build_xorb(sealed: &mut SealedXorb, body: &mut impl BodySink) -> Result<MerkleHash> {
     if let Some((i, c)) =
         (sealed.data.iter().enumerate()).find(|(_, c)| c.len() > xet_xorb::MAX_CHUNK_SIZE)
@@ -195,8 +195,8 @@ impl BodySink for crate::pool::Body {
     }
 }
 
-/// A body as pieces ([`XorbPieces`]): a stored chunk is its data as it was read (a slice
-/// of the mapped input or of a read block), never copied; the headers share one buffer.
+/// A body as pieces ([`XorbPieces`]): a stored chunk is its data as the dedup stage kept
+/// it, not copied again; the headers share one buffer.
 /// Each chunk's CRC comes along, so the grant request's checksum is joined from them.
 #[derive(Default)]
 pub(crate) struct PiecesSink {

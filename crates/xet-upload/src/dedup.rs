@@ -32,8 +32,8 @@ pub(crate) struct TermRec {
 #[derive(Debug)]
 pub(crate) struct SealedXorb {
     pub slot: u32,
-    /// Each chunk's data, in order: slices of the blocks they were read in (or of the
-    /// mapped file), shared rather than copied; the xorb body is their one copy.
+    /// Each chunk's data, in order: copied out of the blocks they were read in when they
+    /// were found new (see `Session::add_new`).
     pub data: Vec<Bytes>,
     /// `(chunk hash, length)` in order.
     pub chunks: Vec<(MerkleHash, u32)>,
@@ -182,10 +182,6 @@ pub(crate) struct FileDedup {
     pub deduped_bytes: u64,
     /// Whether the last decided chunk was stored as new.
     last_new: bool,
-    /// Copy the data of new chunks before holding it until their xorb is built. Set for
-    /// chunks that are slices of a read buffer (holding one would hold the whole buffer,
-    /// for however long); slices of a mapped file are held as they are.
-    pub copy_new: bool,
 }
 
 impl FileDedup {
@@ -475,11 +471,10 @@ impl Session {
         let o = self.open.as_mut().expect("opened above");
         let idx = o.chunks.len() as u32;
         o.bytes += len as u64;
-        o.data.push(if f.copy_new {
-            Bytes::copy_from_slice(&data)
-        } else {
-            data
-        });
+        // Copied out of the read block it is a slice of: held until the xorb is built, a
+        // slice would hold the whole block, however little of it is new. (Holding the
+        // blocks instead cost as much CPU as the copy, for a 1 GiB upload of new data.)
+        o.data.push(Bytes::copy_from_slice(&data));
         o.chunks.push((hash, len as u32));
         if prepared.is_some() {
             o.prepared.resize_with(idx as usize, || None);
@@ -552,25 +547,22 @@ mod tests {
         }
     }
 
-    /// New chunks from a read buffer are copied out (a slice would hold the whole
-    /// buffer until the xorb is built); slices of a map are held as they are.
+    /// New chunks are copied out of the read block they are a slice of (a slice would
+    /// hold the whole block until the xorb is built).
     #[test]
-    fn new_chunks_are_copied_only_when_asked() {
+    fn new_chunks_are_copied_out_of_their_block() {
         let block = Bytes::from(vec![7u8; 1 << 20]);
         let range = block.as_ptr_range();
-        for copy in [false, true] {
-            let mut s = Session::new(params(), Arc::new(KnownIndex::new()));
-            let mut f = FileDedup::new();
-            f.copy_new = copy;
-            let d = block.slice(1000..70_000);
-            s.push_chunk(&mut f, xet_hash::chunk_hash(&d), d.clone());
-            s.process(&mut f, true);
-            s.seal_open();
-            let sealed = s.take_sealed();
-            let held = &sealed[0].data[0];
-            assert_eq!(held, &d);
-            assert_eq!(range.contains(&held.as_ptr()), !copy, "copy_new = {copy}");
-        }
+        let mut s = Session::new(params(), Arc::new(KnownIndex::new()));
+        let mut f = FileDedup::new();
+        let d = block.slice(1000..70_000);
+        s.push_chunk(&mut f, xet_hash::chunk_hash(&d), d.clone());
+        s.process(&mut f, true);
+        s.seal_open();
+        let sealed = s.take_sealed();
+        let held = &sealed[0].data[0];
+        assert_eq!(held, &d);
+        assert!(!range.contains(&held.as_ptr()));
     }
 
     #[test]

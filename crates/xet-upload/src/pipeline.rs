@@ -512,7 +512,6 @@ fn dedup_batch(
         add_answer(rx, session, shared)?;
     }
     let mut bytes = 0u64;
-    f.copy_new = !batch.mapped;
     let mut prepared = batch.prepared.into_iter();
     for (h, d) in batch.chunks {
         bytes += d.len() as u64;
@@ -668,8 +667,7 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
         });
     }
     // The chunks' data was dropped with the rest of `sealed` once built: what the body
-    // still needs (stored chunks sent as pieces) it holds itself, and a mapped input's
-    // pages are released as soon as nothing holds them (see `read::MapBlock`).
+    // still needs (stored chunks sent as pieces) it holds itself.
     let (hash, body, slot, chunks) = rx
         .await
         .map_err(|_| UploadError::Internal("xorb build task failed".into()))??;

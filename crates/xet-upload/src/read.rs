@@ -2,7 +2,9 @@
 //! rayon pool, start global dedup queries, and hand batches to the dedup stage.
 //!
 //! Runs on a blocking thread (`spawn_blocking`) with a scoped reader thread, so the
-//! next block is read while the current one is chunked and hashed.
+//! next block is read while the current one is chunked and hashed. Files are read into
+//! buffers of our own, never mapped, and checked for changes once read (see
+//! [`crate::input`]).
 
 use std::io::Read;
 use std::path::Path;
@@ -20,6 +22,7 @@ use crate::build::{Prepared, Speculation};
 use crate::cut::BlockCutter;
 use crate::error::UploadError;
 use crate::global::{AnswerRx, GlobalDedup};
+use crate::input::Snapshot;
 use crate::pool::BufPool;
 
 /// Chunks of one block, in file order.
@@ -28,9 +31,6 @@ pub(crate) struct Batch {
     /// Chunks compressed here already, by index (see [`Speculation`]); may be shorter
     /// than `chunks`.
     pub prepared: Vec<Option<Prepared>>,
-    /// The chunks are slices of a mapped file, which hold no memory of their own; slices
-    /// of a read buffer hold the whole buffer (see [`crate::dedup::FileDedup::copy_new`]).
-    pub mapped: bool,
     /// Global dedup answers to wait for before deciding these chunks.
     pub answers: Vec<AnswerRx>,
 }
@@ -73,20 +73,20 @@ fn read_file_inner(
     cancel: &CancellationToken,
 ) -> Result<(), UploadError> {
     let Opened {
-        map,
+        file,
+        snapshot,
         blocks,
-        size_hint,
     } = open_blocks(path, block_size, pool)?;
     // A file of one block has no blocks to overlap: it is read, sha256-hashed and chunked
     // on this thread. Starting the two threads below for it cost more than the work for
     // small files (40,000 thread starts for 20,000 of them).
-    let one_block = size_hint <= block_size as u64;
+    let one_block = snapshot.len <= block_size as u64;
     std::thread::scope(|s| {
-        // Otherwise three overlapped steps per block: read (thread, or slices of the map),
-        // sha256 (thread), chunk boundaries (here) and chunk hashes (rayon, while the next
-        // block is scanned).
+        // Otherwise three overlapped steps per block: read (thread), sha256 (thread),
+        // chunk boundaries (here) and chunk hashes (rayon, while the next block is
+        // scanned).
         let blocks: Box<dyn Iterator<Item = std::io::Result<Bytes>>> = if one_block {
-            blocks
+            Box::new(blocks)
         } else {
             let (btx, brx) = std_mpsc::sync_channel::<std::io::Result<Bytes>>(1);
             s.spawn(move || {
@@ -134,13 +134,13 @@ fn read_file_inner(
             drop(block);
             let job = HashJob::start(datas, speculation.and_then(Speculation::wanted));
             if let Some(prev) = in_flight.replace(job)
-                && !send_batch(tx, global, map.is_some(), &mut index, prev.wait())
+                && !send_batch(tx, global, &mut index, prev.wait())
             {
                 return Ok(());
             }
         }
         if let Some(prev) = in_flight.take()
-            && !send_batch(tx, global, map.is_some(), &mut index, prev.wait())
+            && !send_batch(tx, global, &mut index, prev.wait())
         {
             return Ok(());
         }
@@ -151,16 +151,15 @@ fn read_file_inner(
             .into_iter()
             .map(|c| (xet_hash::chunk_hash(&c), Bytes::from(c)))
             .collect();
-        if !send_batch(tx, global, map.is_some(), &mut index, (last, Vec::new())) {
+        if !send_batch(tx, global, &mut index, (last, Vec::new())) {
             return Ok(());
         }
         let sha256 = sha.finish()?;
-        if let Some(m) = &map {
-            // A map shows writes made while we read; a file that changed meanwhile is
-            // not one consistent version, so it is refused rather than uploaded.
-            m.check_unchanged()
-                .map_err(|e| UploadError::input(path, e))?;
-        }
+        // What was read is one version of the file only if nobody wrote to it meanwhile;
+        // a file that changed is refused here, before its End, so no shard registers it.
+        snapshot
+            .check(&file)
+            .map_err(|e| UploadError::input(path, e))?;
         let _ = tx.blocking_send(FileMsg::End { size, sha256 });
         Ok(())
     })
@@ -168,51 +167,30 @@ fn read_file_inner(
 
 /// An input opened for reading in blocks.
 struct Opened {
-    /// The mapping, if the file is read through one.
-    map: Option<Arc<xet_mmap::MappedFile>>,
-    blocks: Box<dyn Iterator<Item = std::io::Result<Bytes>> + Send>,
-    /// The size when opened; it decides how the file is read, but the size reported is
-    /// what was read.
-    size_hint: u64,
+    file: Arc<std::fs::File>,
+    /// Size and modification time when opened; the size decides how the file is read,
+    /// but the size reported is what was read.
+    snapshot: Snapshot,
+    blocks: ReadBlocks,
 }
 
-/// Open `path` and its blocks: slices of a mapping, or reads into buffers of `pool`.
+/// Open `path` and its blocks: reads into buffers of `pool`.
 fn open_blocks(path: &Path, block_size: usize, pool: BufPool) -> Result<Opened, UploadError> {
-    let file = std::fs::File::open(path).map_err(|e| UploadError::input(path, e))?;
-    let size_hint = file.metadata().map(|m| m.len()).unwrap_or(0);
-    // A large regular file is mapped rather than read: copying every byte out of the
-    // page cache is a sizeable share of an upload's CPU time. Anything else is read.
-    // (A file too small to be mapped is not offered: that would cost a `dup`, an `fstat`
-    // and a `close` per small file for nothing.)
-    let map = if size_hint < xet_mmap::MAP_THRESHOLD {
-        None
-    } else {
-        match file.try_clone() {
-            Ok(f) => xet_mmap::MappedFile::map(f)
-                .map_err(|e| UploadError::input(path, e))?
-                .map(Arc::new),
-            Err(_) => None,
-        }
-    };
-    let blocks: Box<dyn Iterator<Item = std::io::Result<Bytes>> + Send> = match &map {
-        Some(m) => Box::new(MapBlocks {
-            map: Arc::clone(m),
-            block_size,
-            start: 0,
-        }),
-        None => Box::new(ReadBlocks {
-            file,
-            size_hint,
-            block_size,
-            pool,
-            read: 0,
-            done: false,
-        }),
+    let input = |e| UploadError::input(path, e);
+    let file = Arc::new(std::fs::File::open(path).map_err(input)?);
+    let snapshot = Snapshot::of(&file).map_err(input)?;
+    let blocks = ReadBlocks {
+        file: Arc::clone(&file),
+        size_hint: snapshot.len,
+        block_size,
+        pool,
+        read: 0,
+        done: false,
     };
     Ok(Opened {
-        map,
+        file,
+        snapshot,
         blocks,
-        size_hint,
     })
 }
 
@@ -277,7 +255,6 @@ impl HashJob {
 fn send_batch(
     tx: &mpsc::Sender<FileMsg>,
     global: Option<&Arc<GlobalDedup>>,
-    mapped: bool,
     index: &mut u64,
     (chunks, prepared): Hashed,
 ) -> bool {
@@ -294,32 +271,9 @@ fn send_batch(
     tx.blocking_send(FileMsg::Batch(Batch {
         chunks,
         prepared,
-        mapped,
         answers,
     }))
     .is_ok()
-}
-
-/// A block of a mapped file, shared as `Bytes` without copying. When the last slice of it
-/// is dropped (chunked, hashed, deduplicated, and, for new chunks, sent in its xorb), its
-/// pages leave this process's resident set, so a long file is never resident whole; and
-/// no page is released while something still reads it, which would only fault it back in.
-struct MapBlock {
-    map: Arc<xet_mmap::MappedFile>,
-    start: usize,
-    end: usize,
-}
-
-impl AsRef<[u8]> for MapBlock {
-    fn as_ref(&self) -> &[u8] {
-        &self.map.bytes()[self.start..self.end]
-    }
-}
-
-impl Drop for MapBlock {
-    fn drop(&mut self) {
-        self.map.release(self.start..self.end);
-    }
 }
 
 /// sha256 of the file, on this thread or on its own (fed block by block).
@@ -357,36 +311,10 @@ impl ShaJob<'_> {
     }
 }
 
-/// The blocks of a mapped file, in order.
-struct MapBlocks {
-    map: Arc<xet_mmap::MappedFile>,
-    block_size: usize,
-    start: usize,
-}
-
-impl Iterator for MapBlocks {
-    type Item = std::io::Result<Bytes>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let len = self.map.bytes().len();
-        if self.start >= len {
-            return None;
-        }
-        let end = len.min(self.start + self.block_size);
-        let block = Bytes::from_owner(MapBlock {
-            map: Arc::clone(&self.map),
-            start: self.start,
-            end,
-        });
-        self.start = end;
-        Some(Ok(block))
-    }
-}
-
 /// The blocks of a file read with `read(2)`, in blocks of `block_size` (smaller for a
 /// small file) until EOF.
 struct ReadBlocks {
-    file: std::fs::File,
+    file: Arc<std::fs::File>,
     size_hint: u64,
     block_size: usize,
     pool: BufPool,
@@ -406,7 +334,7 @@ impl Iterator for ReadBlocks {
         // expected size is reached, so a growing file still makes progress.
         let want = (remaining.max(64 << 10) as usize).min(self.block_size);
         let mut buf = self.pool.get(want);
-        match (&mut self.file).take(want as u64).read_to_end(&mut buf) {
+        match (&*self.file).take(want as u64).read_to_end(&mut buf) {
             Ok(0) => {
                 self.pool.put(buf);
                 self.done = true;
@@ -430,9 +358,9 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn chunks_match_one_shot_chunking_for_any_block_size() {
-        // Below the map threshold the file is read, above it mapped.
+        // One block and several.
         let sizes = [64 << 10, 100_000, 1 << 20, 8 << 20];
-        for len in [1_000_003, xet_mmap::MAP_THRESHOLD as usize * 3 + 17] {
+        for len in [1_000_003, (3 << 20) + 17] {
             one_shot_vs_blocks(xet_testdata::Kind::Random, len, &sizes).await;
         }
         // Blocks shorter than a gear-hash window (matches completed across several blocks'
@@ -444,12 +372,12 @@ mod tests {
         one_shot_vs_blocks(xet_testdata::Kind::Random, 0, &small).await;
     }
 
-    /// A mapped file that grows while it is read is refused with an input error (its
-    /// bytes may not be one version of the file), not uploaded.
+    /// A file that grows while it is read is refused with an input error (its bytes may
+    /// not be one version of the file), not uploaded.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_mapped_file_changed_while_read_is_refused() {
+    async fn a_file_changed_while_read_is_refused() {
         let d = tempfile::tempdir().unwrap();
-        let len = xet_mmap::MAP_THRESHOLD as usize * 4;
+        let len = 4 << 20;
         let path = d.path().join("f");
         std::fs::write(
             &path,
@@ -469,7 +397,7 @@ mod tests {
                 CancellationToken::new(),
             )
         });
-        // The map exists before the first batch is sent.
+        // The file was opened before the first batch is sent.
         assert!(matches!(rx.recv().await, Some(FileMsg::Batch(_))));
         let mut f = std::fs::OpenOptions::new()
             .append(true)
@@ -490,10 +418,7 @@ mod tests {
         h.await.unwrap();
         let e = failed.expect("an error for the changed file");
         assert!(matches!(e, UploadError::Input { .. }), "{e:?}");
-        assert!(
-            e.to_string().contains("changed while it was being read"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("changed during upload"), "{e}");
     }
 
     async fn one_shot_vs_blocks(kind: xet_testdata::Kind, len: usize, block_sizes: &[usize]) {

@@ -11,9 +11,11 @@ use rayon::prelude::*;
 use sha2::Digest;
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use crate::cut::{BlockCutter, Cut};
+use crate::input::Snapshot;
 use xet_hash::MerkleHash;
 
 const BLOCK: usize = 16 << 20;
@@ -122,8 +124,9 @@ fn read_blocks<R: Read>(
     }
 }
 
-/// Chunk and hash the file at `path`: mapped when it is a large regular file, else read
-/// in blocks.
+/// Chunk and hash the file at `path`, read in blocks (never mapped: see the crate docs).
+/// A file that changed while it was read is an error ([`crate::InputChanged`]): what
+/// was read may mix two versions of it.
 pub fn scan_file(path: &Path, want_sha256: bool) -> std::io::Result<Scanned> {
     scan_file_observed(path, want_sha256, &mut |_| true)
 }
@@ -136,23 +139,21 @@ pub fn scan_file_observed(
     want_sha256: bool,
     observe: &mut (dyn FnMut(u64) -> bool + Send),
 ) -> std::io::Result<Scanned> {
-    let file = std::fs::File::open(path)?;
-    let meta = file.metadata()?;
-    if meta.is_file() && meta.len() >= xet_mmap::MAP_THRESHOLD {
-        let file2 = file.try_clone()?;
-        if let Some(map) = xet_mmap::MappedFile::map(file2)? {
-            let mut done = 0;
-            let s = scan_blocks(map.bytes().chunks(BLOCK).map(Ok), want_sha256, |b| {
-                // Hashed blocks leave our resident set (they stay in the page cache).
-                done += b.len();
-                map.release_before(done);
-                observe(b.len() as u64)
-            })?;
-            map.check_unchanged()?;
-            return Ok(s);
-        }
+    let file = Arc::new(std::fs::File::open(path)?);
+    let snapshot = Snapshot::of(&file)?;
+    let scanned = scan_reader_observed(SharedFile(Arc::clone(&file)), BLOCK, want_sha256, observe)?;
+    snapshot.check(&file)?;
+    Ok(scanned)
+}
+
+/// A file read through an `Arc`, so the scan's reader thread can own it while the caller
+/// keeps it to check it afterwards.
+struct SharedFile(Arc<std::fs::File>);
+
+impl Read for SharedFile {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        (&*self.0).read(buf)
     }
-    scan_reader_observed(file, BLOCK, want_sha256, observe)
 }
 
 /// Chunk and hash everything `file` yields, reading `block`-byte blocks.
@@ -203,9 +204,8 @@ fn scan_blocks<B: AsRef<[u8]> + Send + Sync>(
     for block in blocks {
         let block = block?;
         let bytes = block.as_ref();
-        // The previous block is handed back (for a map: its pages released, which costs
-        // a page-table walk and a TLB shootdown) on the hashing side, so the serial
-        // stretch between blocks stays short.
+        // The previous block is handed back (to the reader, for the next read) on the
+        // hashing side, so the serial stretch between blocks stays short.
         let (hashed, found) = rayon::join(
             || {
                 prev.take().map(|job| {
@@ -284,8 +284,8 @@ mod tests {
     }
 
     #[test]
-    fn mapped_file_equals_one_shot_across_block_boundaries() {
-        // Over 16 MiB so the mapped path crosses a block boundary; the sha256 rides along.
+    fn file_scan_equals_one_shot_across_block_boundaries() {
+        // Over 16 MiB so the scan crosses a block boundary; the sha256 rides along.
         let data = xet_testdata::generate(xet_testdata::Kind::Random, BLOCK + 3_000_000, 7);
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
@@ -295,6 +295,30 @@ mod tests {
         assert_eq!(s.chunks, one_shot(&data));
         let want: [u8; 32] = sha2::Sha256::digest(&data).into();
         assert_eq!(s.sha256, Some(want));
+    }
+
+    /// A file truncated while it is scanned (`xet hash`, `--rehash`) is an error saying
+    /// it changed, not a crash (it used to be mapped: the next access faulted).
+    #[test]
+    fn a_file_truncated_while_it_is_scanned_is_an_error() {
+        let data = xet_testdata::generate(xet_testdata::Kind::Random, 4 * BLOCK, 8);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, &data).unwrap();
+        let mut first = true;
+        let res = scan_file_observed(&p, true, &mut |_| {
+            if std::mem::take(&mut first) {
+                let f = std::fs::File::options().write(true).open(&p).unwrap();
+                f.set_len(BLOCK as u64 / 2).unwrap();
+            }
+            true
+        });
+        let e = res.err().expect("the truncated file is refused");
+        let changed = e
+            .get_ref()
+            .and_then(|c| c.downcast_ref::<crate::InputChanged>());
+        assert!(changed.is_some(), "{e:?}");
+        assert!(e.to_string().contains("changed"), "{e}");
     }
 
     #[test]

@@ -269,6 +269,15 @@ pub trait ObjectBackend: Send + Sync + 'static {
     /// Remove an object; returns whether it existed. The store itself never deletes
     /// (objects are immutable); this exists for maintenance tools and tests.
     async fn delete(&self, key: &ObjectKey) -> Result<bool>;
+
+    /// Remove what writers that died left behind (partial temporary files), never
+    /// anything a live writer, in this process or another, is still using; returns how
+    /// many were removed. [`crate::StoreCas::spawn_refresh`] calls it periodically
+    /// (`FsBackend` also when it is opened). The default has nothing to remove: a
+    /// backend whose writes are atomic leaves nothing behind.
+    async fn remove_abandoned(&self) -> Result<usize> {
+        Ok(0)
+    }
 }
 
 #[async_trait::async_trait]
@@ -293,6 +302,9 @@ impl<B: ObjectBackend + ?Sized> ObjectBackend for Arc<B> {
     }
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectKey>> {
         (**self).list(prefix).await
+    }
+    async fn remove_abandoned(&self) -> Result<usize> {
+        (**self).remove_abandoned().await
     }
     async fn delete(&self, key: &ObjectKey) -> Result<bool> {
         (**self).delete(key).await

@@ -140,9 +140,12 @@ impl<B: ObjectBackend> StoreCas<B> {
     }
 
     /// Every `every`, index the shards other processes wrote to the backend since
-    /// ([`refresh`](Self::refresh)), so files they register become downloadable here.
-    /// Works over any backend several processes share. The task holds the store weakly
-    /// and ends when the store is dropped.
+    /// ([`refresh`](Self::refresh)), so files they register become downloadable here,
+    /// and remove what writers that died left in the backend
+    /// ([`ObjectBackend::remove_abandoned`]: a directory store's partial temporary
+    /// files), so a long-running server does not keep them until its next start. Works
+    /// over any backend several processes share. The task holds the store weakly and
+    /// ends when the store is dropped.
     pub fn spawn_refresh(self: &Arc<Self>, every: Duration) -> tokio::task::JoinHandle<()> {
         let store = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -159,6 +162,9 @@ impl<B: ObjectBackend> StoreCas<B> {
                         tracing::info!(shards = n, "indexed shards written by other processes")
                     }
                     Err(e) => tracing::warn!(error = %e, "cannot refresh the store index"),
+                }
+                if let Err(e) = store.backend.remove_abandoned().await {
+                    tracing::warn!(error = %e, "cannot remove abandoned temporary files");
                 }
             }
         })

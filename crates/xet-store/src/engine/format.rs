@@ -219,13 +219,17 @@ pub fn content_of(shard: &Shard) -> ShardContent {
 }
 
 /// Parse an uploaded shard (upload form; a stored form is accepted too, its footer and
-/// lookup tables are dropped). Keyed chunk hashes are refused: they cannot be checked.
+/// lookup tables are checked and dropped). Every bit must mean what the format says
+/// ([`ParsedShard::check_strict`]: reserved fields zero, no undefined flag bits, footer
+/// statistics 0 or right), so that no two uploads differ only in bits the store ignores.
+/// Keyed chunk hashes are refused: they cannot be checked.
 pub fn parse_upload_shard(bytes: &[u8], max_bytes: u64) -> Result<UploadedShard, String> {
     let limits = xet_shard::Limits {
         max_bytes,
         max_entries: u64::MAX,
     };
     let parsed = ParsedShard::parse(bytes, &limits).map_err(|e| e.to_string())?;
+    parsed.check_strict().map_err(|e| e.to_string())?;
     if let Some(k) = parsed.shard.chunk_hash_key() {
         return Err(format!(
             "shard has keyed chunk hashes (key {k}); upload raw hashes"
@@ -238,16 +242,32 @@ pub fn parse_upload_shard(bytes: &[u8], max_bytes: u64) -> Result<UploadedShard,
     })
 }
 
-/// The stored form of an upload (lookup tables, footer, timestamps 0 so it is a pure
-/// function of the content) and its name (`xet_shard::shard_hash` of those bytes).
+/// The stored form of an upload and its name (`xet_shard::shard_hash` of those bytes):
+/// blocks in hash order (as the reference writes them), lookup tables, a footer with
+/// timestamps 0, and nothing the uploader chose that the store does not check. An
+/// upload's chunk flags (the reference's global-dedup hint, which the store does not
+/// use: it decides dedup eligibility itself) are cleared and its `num_bytes_on_disk` (0,
+/// or a length the store checked but keeps no use for) is written as 0, as the reference
+/// uploads it. So the stored form is a pure function of what was checked against the
+/// xorbs plus the files' sha256 claims: an upload that differs from a stored shard only
+/// in what the store ignores (timestamps, those flags and lengths, a footer or lookup
+/// tables, the order of its blocks) finds that shard's name taken and stores nothing.
 pub fn stored_shard(upload: UploadedShard) -> Result<(MerkleHash, Bytes), String> {
+    let mut shard = upload.shard;
+    shard.sort_canonical();
+    for c in &mut shard.cas {
+        c.num_bytes_on_disk = 0;
+        for ch in &mut c.chunks {
+            ch.flags = 0;
+        }
+    }
     let opts = StoredOptions {
         lookup_tables: true,
         hmac_key: None,
         creation_timestamp: 0,
         key_expiry: 0,
     };
-    let stored = upload.shard.into_stored(opts).map_err(|e| e.to_string())?;
+    let stored = shard.into_stored(opts).map_err(|e| e.to_string())?;
     let bytes = stored.to_bytes().map_err(|e| e.to_string())?;
     Ok((xet_shard::shard_hash(&bytes), Bytes::from(bytes)))
 }

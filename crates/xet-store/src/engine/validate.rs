@@ -14,6 +14,12 @@ fn invalid(reason: String) -> CasError {
     CasError::InvalidShard { reason }
 }
 
+/// The sha256 of no bytes.
+fn empty_sha256() -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(b"").into()
+}
+
 /// Every xorb the shard mentions (terms and CAS section), in first-mention order.
 pub(crate) fn referenced_xorbs(c: &ShardContent) -> Vec<MerkleHash> {
     let mut seen = std::collections::HashSet::new();
@@ -79,10 +85,21 @@ pub(crate) fn validate_shard(
     }
     for f in &c.files {
         let what = |detail: String| invalid(format!("file {}: {detail}", f.hash));
-        if f.sha256.is_none() {
+        let Some(sha256) = f.sha256 else {
             return Err(what(
                 "no FileMetadataExt (sha256); uploaded shards must carry one per file".into(),
             ));
+        };
+        // A file's sha256 is a claim the store cannot check without reading the file's
+        // data (the Hub layer checks it before a commit relies on it), except for the
+        // empty file, whose sha256 is known: hf_xet writes zeros for it, other clients
+        // the digest of no bytes.
+        if f.terms.is_empty() && sha256 != [0; 32] && sha256 != empty_sha256() {
+            return Err(what(format!(
+                "the empty file's sha256 is {}, not {} (or zeros)",
+                xet_hash::hex::encode(&sha256),
+                xet_hash::hex::encode(&empty_sha256())
+            )));
         }
         let Some(ver) = &f.verification else {
             return Err(what(
