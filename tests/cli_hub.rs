@@ -833,11 +833,12 @@ fn an_upload_cut_before_its_commit_resumes_with_one_commit() {
 }
 
 /// Issue #23: "`--files-from` works here too, so a scripted dataset push is one command".
-/// The list's paths (relative to the working directory, or absolute; blank lines and `#`
-/// comments skipped) are more PATH arguments: a file goes under its own name, a folder's
-/// contents keep their layout, all below the address's path, in one commit; files not
-/// listed stay out. A list naming two files of the same name is refused before anything
-/// is committed.
+/// The list's paths (blank lines and `#` comments skipped) go below the address's path,
+/// in one commit: a relative path keeps its folders (a listed file at the same path, a
+/// listed folder's contents below it), an absolute one goes under its name as a PATH
+/// argument would; files not listed stay out. A relative path leaving the working
+/// directory, and two entries that would be the same repository path, are refused
+/// before anything is committed.
 #[test]
 fn files_from_pushes_exactly_the_listed_paths_in_one_commit() {
     let hub = Hub::start();
@@ -872,11 +873,17 @@ fn files_from_pushes_exactly_the_listed_paths_in_one_commit() {
     let content = |p: &str| files.iter().find(|f| f.0 == p).unwrap().1.clone();
     let want: BTreeMap<String, Vec<u8>> = [
         ("data/README.md", "README.md"),
-        ("data/train-00000.bin", "raw/2024/01/train-00000.bin"),
-        ("data/train-00001.bin", "raw/2024/02/train-00001.bin"),
+        (
+            "data/raw/2024/01/train-00000.bin",
+            "raw/2024/01/train-00000.bin",
+        ),
+        (
+            "data/raw/2024/02/train-00001.bin",
+            "raw/2024/02/train-00001.bin",
+        ),
         ("data/labels.csv", "splits/test/labels.csv"),
-        ("data/a/x.bin", "images/a/x.bin"),
-        ("data/y.txt", "images/y.txt"),
+        ("data/images/a/x.bin", "images/a/x.bin"),
+        ("data/images/y.txt", "images/y.txt"),
     ]
     .into_iter()
     .map(|(repo, local)| (repo.to_string(), content(local)))
@@ -907,7 +914,10 @@ fn files_from_pushes_exactly_the_listed_paths_in_one_commit() {
         reported,
         want.keys().map(String::as_str).collect::<Vec<_>>()
     );
-    assert_eq!(file_entry(&doc, "data/train-00000.bin")["mode"], "lfs");
+    assert_eq!(
+        file_entry(&doc, "data/raw/2024/01/train-00000.bin")["mode"],
+        "lfs"
+    );
     assert_eq!(file_entry(&doc, "data/labels.csv")["mode"], "regular");
     // The repository has exactly these files, in one commit on top of the empty
     // initial commit its creation made.
@@ -944,22 +954,35 @@ fn files_from_pushes_exactly_the_listed_paths_in_one_commit() {
     ]);
     assert_eq!(tree(&out), want);
 
-    // Two listed files that would both be `data/x.bin`: refused, nothing committed.
+    // Refused, nothing committed: two entries that would both be `data/x.bin` (an
+    // absolute path goes under its name), and a relative path out of the directory.
     std::fs::write(ds.join("x.bin"), b"other").unwrap();
-    std::fs::write(&list, "images/a/x.bin\nx.bin\n").unwrap();
-    let o = hub
-        .xet_cmd(&[
-            "upload",
-            "--files-from",
-            list.to_str().unwrap(),
-            "hf://datasets/org/ds/data",
-        ])
-        .current_dir(&ds)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("would both be data/x.bin"), "{err}");
+    let refused = [
+        (
+            format!("x.bin\n{}\n", ds.join("images/a/x.bin").display()),
+            "would both be data/x.bin".to_string(),
+        ),
+        (
+            "README.md\n../list.txt\n".to_string(),
+            format!("--files-from {} line 2: ../list.txt", list.display()),
+        ),
+    ];
+    for (text, want_err) in refused {
+        std::fs::write(&list, text).unwrap();
+        let o = hub
+            .xet_cmd(&[
+                "upload",
+                "--files-from",
+                list.to_str().unwrap(),
+                "hf://datasets/org/ds/data",
+            ])
+            .current_dir(&ds)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(&want_err), "{want_err} in {err}");
+    }
     assert_eq!(head(&hub, "hf://datasets/org/ds"), commit);
     assert_eq!(history(&hub.path("store"), &commit).1, 2);
 }

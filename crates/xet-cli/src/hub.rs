@@ -266,13 +266,17 @@ pub async fn upload(out: &Out, i: UploadInput<'_>) -> CliResult {
         )));
     }
     let addr = address(target, i.hub.repo_type.as_deref())?;
-    let mut sources = sources.to_vec();
+    let mut sources: Vec<upload::Source> = sources
+        .iter()
+        .cloned()
+        .map(upload::Source::argument)
+        .collect();
     if let Some(src) = i.files_from {
-        sources.extend(
-            crate::transfer::read_list(src)?
-                .into_iter()
-                .map(|(_, l)| PathBuf::from(l)),
-        );
+        for (n, entry) in crate::transfer::read_list(src)? {
+            let source = upload::Source::listed(&entry)
+                .map_err(|e| usage(format!("--files-from {} line {n}: {e}", src.display())))?;
+            sources.push(source);
+        }
     }
     let env = HubEnv::from_process();
     let client = client(&env, hub_token_flag(i.remote))?;

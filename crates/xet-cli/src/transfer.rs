@@ -341,7 +341,8 @@ pub fn cache(out: &Out, clear: bool, dir: &Option<PathBuf>) -> CliResult {
 pub struct UploadArgs {
     /// Files and directories (recursively).
     paths: Vec<PathBuf>,
-    /// Read more paths from FILE (or - for stdin), one per line.
+    /// Read more paths from FILE (or - for stdin), one per line. With an hf:// target a
+    /// relative path keeps its folders in the repository; an absolute one goes under its name.
     #[arg(long, value_name = "FILE")]
     files_from: Option<PathBuf>,
     /// Upload nothing; report how many bytes would be new and how many are already stored.

@@ -41,10 +41,58 @@ const SAMPLE_BYTES: usize = 512;
 pub struct UploadSpec {
     pub address: HfAddress,
     /// Files and folders.
-    pub sources: Vec<PathBuf>,
+    pub sources: Vec<Source>,
     pub private: bool,
     pub message: Option<String>,
     pub description: String,
+}
+
+/// A file or folder to upload, and where it goes below the address's path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub local: PathBuf,
+    /// `None`: a file goes under its name, a folder's files under their paths inside it
+    /// (as `hf upload` places its argument). `Some(p)`: the file goes to `p`, a folder's
+    /// files below `p`.
+    pub at: Option<RepoPath>,
+}
+
+impl Source {
+    /// A command-line argument: placed by its name.
+    pub fn argument(local: PathBuf) -> Source {
+        Source { local, at: None }
+    }
+
+    /// An entry of a list of paths (`--files-from`): a relative path keeps its folders in
+    /// the repository, as `rsync --files-from` and `tar -T` keep them, so a dataset's
+    /// layout is pushed as it is on disk; an absolute path is placed by its name, as an
+    /// argument. A relative path that leaves the current folder (`..`) has no place in
+    /// the repository and is refused.
+    pub fn listed(entry: &str) -> Result<Source> {
+        let local = PathBuf::from(entry);
+        if local.is_absolute() {
+            return Ok(Source::argument(local));
+        }
+        let kept: Vec<String> = local
+            .components()
+            .filter(|c| !matches!(c, std::path::Component::CurDir))
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if kept.is_empty() {
+            // "." itself: the current folder's files under their own paths.
+            return Ok(Source::argument(local));
+        }
+        let at = RepoPath::parse(&kept.join("/")).map_err(|e| {
+            HubError::Usage(format!(
+                "{entry}: a listed relative path is kept in the repository, and this one \
+                 cannot be ({e}); list it by its absolute path to upload it under its name"
+            ))
+        })?;
+        Ok(Source {
+            local,
+            at: Some(at),
+        })
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -180,14 +228,14 @@ pub async fn upload(
 
 /// The files of `sources` and their repository paths below `prefix`. Paths that would
 /// be the same in the repository are refused.
-fn collect(sources: &[PathBuf], prefix: Option<&RepoPath>) -> Result<Vec<LocalFile>> {
+fn collect(sources: &[Source], prefix: Option<&RepoPath>) -> Result<Vec<LocalFile>> {
     if sources.is_empty() {
         return Err(HubError::Usage(
             "give at least one file or folder to upload".into(),
         ));
     }
     let mut out: Vec<LocalFile> = Vec::new();
-    for root in sources {
+    for Source { local: root, at } in sources {
         let meta = std::fs::metadata(root).map_err(|e| HubError::local("cannot read", root, e))?;
         let found = xet_upload::collect_files(std::slice::from_ref(root)).map_err(|e| match e {
             xet_upload::UploadError::Input { path, cause } => {
@@ -196,20 +244,27 @@ fn collect(sources: &[PathBuf], prefix: Option<&RepoPath>) -> Result<Vec<LocalFi
             e => HubError::Usage(e.to_string()),
         })?;
         for local in found {
-            let rel = if meta.is_dir() {
+            let inside = if meta.is_dir() {
                 let rel = local.strip_prefix(root).expect("found below its root");
                 rel.iter()
                     .map(|c| c.to_string_lossy())
                     .collect::<Vec<_>>()
                     .join("/")
             } else {
-                root.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default()
+                String::new()
             };
-            if meta.is_dir() && is_left_out(&rel) {
+            if meta.is_dir() && is_left_out(&inside) {
                 continue;
             }
+            let rel = match (at, meta.is_dir()) {
+                (Some(at), true) => format!("{at}/{inside}"),
+                (Some(at), false) => at.to_string(),
+                (None, true) => inside,
+                (None, false) => root
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            };
             let full = match prefix {
                 Some(p) => format!("{p}/{rel}"),
                 None => rel,
@@ -521,16 +576,32 @@ mod tests {
         std::fs::write(d.join(".cache/huggingface/x"), b"x").unwrap();
         let single = dir.path().join("one.json");
         std::fs::write(&single, b"{}").unwrap();
-        let got = collect(&[d.clone(), single.clone()], None).unwrap();
+        let arg = |p: &Path| Source::argument(p.to_path_buf());
+        let got = collect(&[arg(&d), arg(&single)], None).unwrap();
         let paths: Vec<_> = got.iter().map(|f| f.path.to_string()).collect();
         assert_eq!(paths, ["a.txt", "one.json", "sub/b.bin"]);
         assert_eq!(got[2].size, 2);
         let prefix = RepoPath::parse("x/y").unwrap();
-        let got = collect(std::slice::from_ref(&d), Some(&prefix)).unwrap();
+        let got = collect(&[arg(&d)], Some(&prefix)).unwrap();
         assert_eq!(got[0].path.as_str(), "x/y/a.txt");
+        // Listed relative paths keep their folders; absolute ones are placed by name.
+        let listed = |e: &str| Source::listed(e).unwrap();
+        assert_eq!(listed("./a/./b.bin").at.unwrap().as_str(), "a/b.bin");
+        assert_eq!(listed(".").at, None);
+        assert_eq!(listed(d.to_str().unwrap()), arg(&d));
+        for bad in ["../x", "a/../../x", ".git/config"] {
+            assert!(Source::listed(bad).is_err(), "{bad}");
+        }
+        let in_dir = |e: &str| Source {
+            local: dir.path().join(e),
+            ..listed(e)
+        };
+        let got = collect(&[in_dir("data/sub"), in_dir("one.json")], Some(&prefix)).unwrap();
+        let paths: Vec<_> = got.iter().map(|f| f.path.to_string()).collect();
+        assert_eq!(paths, ["x/y/data/sub/b.bin", "x/y/one.json"]);
         // The same repository path twice is refused.
         std::fs::write(dir.path().join("a.txt"), b"other").unwrap();
-        let e = collect(&[d, dir.path().join("a.txt")], None).unwrap_err();
+        let e = collect(&[arg(&d), arg(&dir.path().join("a.txt"))], None).unwrap_err();
         assert!(e.to_string().contains("would both be a.txt"), "{e}");
         assert!(collect(&[], None).is_err());
     }
