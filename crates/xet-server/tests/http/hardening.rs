@@ -9,7 +9,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use xet_cas::{ByteRange, Cas, CasError, Reconstruction, XorbBody, XorbFetch};
 use xet_hash::MerkleHash;
@@ -29,11 +29,13 @@ async fn stalled_upload(addr: std::net::SocketAddr, path: &str) -> tokio::net::T
     tcp
 }
 
-/// Upload `f` directly, through a grant, and its shard (v1 and v2), each bounded in time.
+/// Upload `f` directly, through a grant, and its shard (v1 and v2). The stalled bodies
+/// stall for the server's whole `body_timeout` (an hour here), so a step that waited for
+/// them would not end within the test: `quick` is only a guard against that hang, not a
+/// bound on speed.
 async fn uploads_go_through(s: &TestServer, f: &Fixture) {
     let c = client();
-    let quick = Duration::from_secs(10);
-    let start = Instant::now();
+    let quick = Duration::from_secs(120);
     // Direct xorb upload.
     let resp = tokio::time::timeout(
         quick,
@@ -63,7 +65,6 @@ async fn uploads_go_through(s: &TestServer, f: &Fixture) {
             .unwrap();
         assert!(!text.contains("\"error\""), "{route}: {text}");
     }
-    assert!(start.elapsed() < quick, "took {:?}", start.elapsed());
 }
 
 /// Grant, upload and commit `f`'s xorb (with `token`, if given); returns the commit answer.
@@ -99,7 +100,11 @@ async fn grant_upload_and_commit(
 #[tokio::test]
 async fn stalled_upload_bodies_do_not_block_other_uploads() {
     for (n, seed) in [(8usize, 600u64), (64, 601)] {
-        let (s, _store) = start(ServerConfig::default()).await;
+        let (s, _store) = start(ServerConfig {
+            body_timeout: Duration::from_secs(3600),
+            ..ServerConfig::default()
+        })
+        .await;
         let f = fixture(seed, SIZES);
         let stalled_xorb = fixture(seed + 50, SIZES);
         let routes = [
