@@ -1,6 +1,6 @@
 //! Black-box resume and stall behaviour of the real `xet` binary against a real
-//! `xet serve` on loopback, through a real TCP proxy written here that logs every
-//! request (method, path, Range, body bytes each way) and injects faults: canned
+//! `xet serve` on loopback, through a real TCP proxy (`xet_testdata::proxy`) that logs
+//! every request (method, path, Range, body bytes each way) and injects faults: canned
 //! statuses, requests or answers that stop mid-body and go silent with the connection
 //! open. `xet upload` / `xet download` are SIGKILLed mid-transfer and rerun; the rerun
 //! must finish with the right bytes and send or fetch only what the first run did not
@@ -10,13 +10,11 @@ mod common;
 
 use common::Served;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use xet_testdata::proxy::{Cut, Fault, Match, Proxy};
 
 const MIB: usize = 1 << 20;
 
@@ -27,452 +25,6 @@ const COMMITS: &str = "/v1/xorb-commits/";
 const XORBS: &str = "/v1/xorbs/";
 const SHARDS: &str = "/v2/shards";
 const XORB_DATA: &str = "/_xorb/";
-
-// ---------------------------------------------------------------------------------------
-// The proxy
-
-mod proxy {
-    use super::*;
-
-    /// What to do with a matching request instead of plain forwarding.
-    #[derive(Clone, Debug)]
-    pub enum Fault {
-        /// Answer with this status (and `Retry-After` seconds if given); nothing is forwarded.
-        Status(u16, Option<u32>),
-        /// Forward the request head and the first `after` bytes of its body, then go
-        /// silent: no more bytes upstream, no answer. The connection stays open.
-        StallRequest { after: u64 },
-        /// Forward, send the answer's head and the first `after` bytes of its body, then
-        /// go silent with the connection open.
-        StallResponse { after: u64 },
-    }
-
-    struct Rule {
-        method: &'static str,
-        prefix: &'static str,
-        /// `None`: forward normally (lets the first N matching requests through).
-        fault: Option<Fault>,
-        remaining: usize,
-    }
-
-    /// One request the proxy saw.
-    #[derive(Clone, Debug, Default)]
-    pub struct Seen {
-        pub method: String,
-        pub path: String,
-        pub range: Option<String>,
-        pub fault: Option<String>,
-        /// Body bytes taken from the client (payload, without chunked framing).
-        pub request_bytes: u64,
-        /// Body bytes sent to the client.
-        pub response_bytes: u64,
-        pub status: u16,
-    }
-
-    struct State {
-        upstream: SocketAddr,
-        rules: Mutex<Vec<Rule>>,
-        log: Mutex<Vec<Seen>>,
-        /// Bumped by `clear`: held connections close.
-        generation: AtomicU64,
-        stop: AtomicBool,
-        held: AtomicU64,
-    }
-
-    pub struct Proxy {
-        pub url: String,
-        addr: SocketAddr,
-        st: Arc<State>,
-    }
-
-    impl Drop for Proxy {
-        fn drop(&mut self) {
-            self.st.stop.store(true, Ordering::SeqCst);
-            let _ = TcpStream::connect(self.addr); // wake the accept loop
-        }
-    }
-
-    impl Proxy {
-        pub fn start(upstream_url: &str) -> Proxy {
-            let upstream: SocketAddr = upstream_url
-                .trim_start_matches("http://")
-                .trim_end_matches('/')
-                .parse()
-                .expect("upstream is http://IP:PORT");
-            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-            let addr = listener.local_addr().unwrap();
-            let st = Arc::new(State {
-                upstream,
-                rules: Mutex::new(Vec::new()),
-                log: Mutex::new(Vec::new()),
-                generation: AtomicU64::new(0),
-                stop: AtomicBool::new(false),
-                held: AtomicU64::new(0),
-            });
-            let st2 = st.clone();
-            std::thread::spawn(move || {
-                for conn in listener.incoming() {
-                    if st2.stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(conn) = conn else { continue };
-                    let st = st2.clone();
-                    std::thread::spawn(move || {
-                        let _ = serve_connection(&st, conn);
-                    });
-                }
-            });
-            Proxy {
-                url: format!("http://{addr}"),
-                addr,
-                st,
-            }
-        }
-
-        /// Apply `fault` to the next `times` requests matching `method` and the path
-        /// prefix (rules are checked in order; `None` forwards normally).
-        pub fn rule(
-            &self,
-            method: &'static str,
-            prefix: &'static str,
-            fault: Option<Fault>,
-            times: usize,
-        ) {
-            self.st.rules.lock().unwrap().push(Rule {
-                method,
-                prefix,
-                fault,
-                remaining: times,
-            });
-        }
-
-        /// Drop every rule and close every held connection.
-        pub fn clear(&self) {
-            self.st.rules.lock().unwrap().clear();
-            self.st.generation.fetch_add(1, Ordering::SeqCst);
-        }
-
-        pub fn clear_log(&self) {
-            self.st.log.lock().unwrap().clear();
-        }
-
-        pub fn log(&self) -> Vec<Seen> {
-            self.st.log.lock().unwrap().clone()
-        }
-
-        /// Connections currently held silent by a stall fault.
-        pub fn held(&self) -> u64 {
-            self.st.held.load(Ordering::SeqCst)
-        }
-
-        /// Requests with this method whose path starts with `prefix`.
-        pub fn count(&self, method: &str, prefix: &str) -> usize {
-            self.matching(method, prefix).len()
-        }
-
-        pub fn matching(&self, method: &str, prefix: &str) -> Vec<Seen> {
-            self.log()
-                .into_iter()
-                .filter(|s| s.method == method && s.path.starts_with(prefix))
-                .collect()
-        }
-    }
-
-    enum Framing {
-        None,
-        Length(u64),
-        Chunked,
-        UntilEof,
-    }
-
-    fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-        headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn body_framing(headers: &[(String, String)], request: bool) -> Framing {
-        if header(headers, "transfer-encoding").is_some_and(|v| v.contains("chunked")) {
-            Framing::Chunked
-        } else if let Some(n) = header(headers, "content-length") {
-            Framing::Length(n.trim().parse().expect("content-length"))
-        } else if request {
-            Framing::None
-        } else {
-            Framing::UntilEof
-        }
-    }
-
-    /// A start line and its headers.
-    type Head = (String, Vec<(String, String)>);
-
-    /// The start line and headers of a message; `None` at a clean end of stream.
-    fn read_head(r: &mut impl BufRead) -> std::io::Result<Option<Head>> {
-        let mut first = String::new();
-        if r.read_line(&mut first)? == 0 {
-            return Ok(None);
-        }
-        let mut headers = Vec::new();
-        loop {
-            let mut l = String::new();
-            if r.read_line(&mut l)? == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            let l = l.trim_end();
-            if l.is_empty() {
-                break;
-            }
-            let (k, v) = l.split_once(':').expect("header line");
-            headers.push((k.trim().to_string(), v.trim().to_string()));
-        }
-        Ok(Some((first.trim_end().to_string(), headers)))
-    }
-
-    /// The head with `Connection: close` instead of any connection header.
-    fn write_head(
-        w: &mut impl Write,
-        first: &str,
-        headers: &[(String, String)],
-    ) -> std::io::Result<()> {
-        let mut s = format!("{first}\r\n");
-        for (k, v) in headers {
-            let lk = k.to_ascii_lowercase();
-            if lk == "connection" || lk == "keep-alive" || lk == "proxy-connection" {
-                continue;
-            }
-            s.push_str(&format!("{k}: {v}\r\n"));
-        }
-        s.push_str("connection: close\r\n\r\n");
-        w.write_all(s.as_bytes())
-    }
-
-    /// Copies payload bytes, stopping at `limit` in total.
-    struct Relay {
-        buf: Vec<u8>,
-        done: u64,
-        limit: u64,
-    }
-
-    impl Relay {
-        /// Copy `n` bytes (`None`: until EOF); false if the limit stopped it first.
-        fn copy(
-            &mut self,
-            src: &mut impl Read,
-            dst: &mut impl Write,
-            n: Option<u64>,
-        ) -> std::io::Result<bool> {
-            let mut left = n.unwrap_or(u64::MAX);
-            while left > 0 {
-                if self.done >= self.limit {
-                    dst.flush()?;
-                    return Ok(false);
-                }
-                let want = left.min(self.limit - self.done).min(self.buf.len() as u64) as usize;
-                let got = src.read(&mut self.buf[..want])?;
-                if got == 0 {
-                    if n.is_none() {
-                        break;
-                    }
-                    return Err(std::io::ErrorKind::UnexpectedEof.into());
-                }
-                dst.write_all(&self.buf[..got])?;
-                self.done += got as u64;
-                left -= got as u64;
-            }
-            dst.flush()?;
-            Ok(true)
-        }
-    }
-
-    /// Copy a body (keeping its framing) until its end or `limit` payload bytes.
-    /// Returns the payload bytes copied and whether the limit stopped it.
-    fn relay_body(
-        src: &mut impl BufRead,
-        dst: &mut impl Write,
-        framing: Framing,
-        limit: Option<u64>,
-    ) -> std::io::Result<(u64, bool)> {
-        let mut r = Relay {
-            buf: vec![0u8; 64 << 10],
-            done: 0,
-            limit: limit.unwrap_or(u64::MAX),
-        };
-        match framing {
-            Framing::None => Ok((0, false)),
-            Framing::Length(n) => {
-                let complete = r.copy(src, dst, Some(n))?;
-                Ok((r.done, !complete))
-            }
-            Framing::UntilEof => {
-                let complete = r.copy(src, dst, None)?;
-                Ok((r.done, !complete))
-            }
-            Framing::Chunked => loop {
-                let mut line = String::new();
-                if src.read_line(&mut line)? == 0 {
-                    return Err(std::io::ErrorKind::UnexpectedEof.into());
-                }
-                dst.write_all(line.as_bytes())?;
-                let size = line.trim().split(';').next().unwrap_or("").trim();
-                let size = u64::from_str_radix(size, 16).expect("chunk size");
-                if size == 0 {
-                    // Trailers, then the empty line.
-                    loop {
-                        let mut t = String::new();
-                        src.read_line(&mut t)?;
-                        dst.write_all(t.as_bytes())?;
-                        if t.trim().is_empty() {
-                            break;
-                        }
-                    }
-                    dst.flush()?;
-                    return Ok((r.done, false));
-                }
-                if !r.copy(src, dst, Some(size))? {
-                    return Ok((r.done, true));
-                }
-                let mut crlf = [0u8; 2];
-                src.read_exact(&mut crlf)?;
-                dst.write_all(&crlf)?;
-            },
-        }
-    }
-
-    /// Go silent until the client closes the connection, `clear` is called or the proxy
-    /// is dropped. Whatever the client still sends is read and dropped.
-    fn hold(st: &State, client: &mut BufReader<TcpStream>) {
-        let generation = st.generation.load(Ordering::SeqCst);
-        st.held.fetch_add(1, Ordering::SeqCst);
-        let _ = client
-            .get_ref()
-            .set_read_timeout(Some(Duration::from_millis(50)));
-        let mut buf = [0u8; 64 << 10];
-        while !st.stop.load(Ordering::SeqCst) && st.generation.load(Ordering::SeqCst) == generation
-        {
-            match client.read(&mut buf) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(_) => break,
-            }
-        }
-        st.held.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// One request per client connection (every answer says `connection: close`).
-    fn serve_connection(st: &State, conn: TcpStream) -> std::io::Result<()> {
-        let mut out = conn.try_clone()?;
-        let mut client = BufReader::new(conn);
-        let Some((first, headers)) = read_head(&mut client)? else {
-            return Ok(());
-        };
-        let mut parts = first.split(' ');
-        let method = parts.next().unwrap_or("").to_string();
-        let target = parts.next().unwrap_or("").to_string();
-        let path = target.split('?').next().unwrap_or("").to_string();
-        let fault = {
-            let mut rules = st.rules.lock().unwrap();
-            rules
-                .iter_mut()
-                .find(|r| r.remaining > 0 && r.method == method && path.starts_with(r.prefix))
-                .and_then(|r| {
-                    r.remaining -= 1;
-                    r.fault.clone()
-                })
-        };
-        let idx = {
-            let mut log = st.log.lock().unwrap();
-            log.push(Seen {
-                method: method.clone(),
-                path: path.clone(),
-                range: header(&headers, "range").map(str::to_string),
-                fault: fault.as_ref().map(|f| format!("{f:?}")),
-                ..Default::default()
-            });
-            log.len() - 1
-        };
-        let note = |f: &dyn Fn(&mut Seen)| {
-            if let Some(s) = st.log.lock().unwrap().get_mut(idx) {
-                f(s)
-            }
-        };
-
-        if let Some(Fault::Status(code, retry_after)) = &fault {
-            let (n, _) = relay_body(
-                &mut client,
-                &mut std::io::sink(),
-                body_framing(&headers, true),
-                None,
-            )?;
-            note(&|s| s.request_bytes = n);
-            let body = format!(r#"{{"error":"injected","reason":"injected fault {code}"}}"#);
-            let mut head = vec![
-                ("content-type".to_string(), "application/json".to_string()),
-                ("content-length".to_string(), body.len().to_string()),
-            ];
-            if let Some(a) = retry_after {
-                head.push(("retry-after".to_string(), a.to_string()));
-            }
-            write_head(&mut out, &format!("HTTP/1.1 {code} Injected"), &head)?;
-            out.write_all(body.as_bytes())?;
-            out.flush()?;
-            note(&|s| s.status = *code);
-            return Ok(());
-        }
-
-        let mut up = TcpStream::connect(st.upstream)?;
-        write_head(&mut up, &first, &headers)?;
-        let limit = match &fault {
-            Some(Fault::StallRequest { after }) => Some(*after),
-            _ => None,
-        };
-        let mut upw = std::io::BufWriter::with_capacity(64 << 10, up.try_clone()?);
-        let (n, stalled) = relay_body(&mut client, &mut upw, body_framing(&headers, true), limit)?;
-        upw.flush()?;
-        drop(upw);
-        note(&|s| s.request_bytes = n);
-        if stalled {
-            hold(st, &mut client);
-            let _ = up.shutdown(Shutdown::Both);
-            return Ok(());
-        }
-
-        let mut upr = BufReader::new(up);
-        let Some((status_line, rheaders)) = read_head(&mut upr)? else {
-            return Ok(());
-        };
-        let status: u16 = status_line
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        note(&|s| s.status = status);
-        write_head(&mut out, &status_line, &rheaders)?;
-        let framing = if method == "HEAD" || status == 204 || status == 304 {
-            Framing::None
-        } else {
-            body_framing(&rheaders, false)
-        };
-        let limit = match &fault {
-            Some(Fault::StallResponse { after }) => Some(*after),
-            _ => None,
-        };
-        let (n, stalled) = relay_body(&mut upr, &mut out, framing, limit)?;
-        note(&|s| s.response_bytes = n);
-        if stalled {
-            hold(st, &mut client);
-        }
-        let _ = out.shutdown(Shutdown::Both);
-        Ok(())
-    }
-}
-
-use proxy::{Fault, Proxy};
 
 // ---------------------------------------------------------------------------------------
 // Helpers
@@ -704,11 +256,10 @@ fn killed_upload_resumes_without_resending_stored_xorbs() {
 
     // The first xorb body goes through; every later one stops after 4 MiB and hangs,
     // so the process is killed while those uploads are in flight.
-    proxy.rule("PUT", GRANT_PUT, None, 1);
-    proxy.rule(
-        "PUT",
-        GRANT_PUT,
-        Some(Fault::StallRequest { after: 4 << 20 }),
+    proxy.pass(Match::method("PUT", GRANT_PUT), 1);
+    proxy.inject(
+        Match::method("PUT", GRANT_PUT),
+        Fault::StallRequest { after: 4 << 20 },
         usize::MAX,
     );
     let upload = || {
@@ -849,11 +400,10 @@ fn killed_download_resumes_and_fetches_only_what_is_missing() {
 
     let proxy = Proxy::start(&server.url);
     // One xorb range arrives whole; every other one stops after 1 MiB and hangs.
-    proxy.rule("GET", XORB_DATA, None, 1);
-    proxy.rule(
-        "GET",
-        XORB_DATA,
-        Some(Fault::StallResponse { after: 1 << 20 }),
+    proxy.pass(Match::method("GET", XORB_DATA), 1);
+    proxy.inject(
+        Match::method("GET", XORB_DATA),
+        Fault::StallResponse(Cut::After(1 << 20)),
         usize::MAX,
     );
     let out = tmp.path().join("out");
@@ -901,10 +451,7 @@ fn killed_download_resumes_and_fetches_only_what_is_missing() {
     assert_eq!(f["bytes_from_cache"], 0, "{f}");
 
     let gets = proxy.matching("GET", XORB_DATA);
-    let asked: u64 = gets
-        .iter()
-        .map(|s| range_len(s.range.as_deref().unwrap()))
-        .sum();
+    let asked: u64 = gets.iter().map(|s| range_len(s.range().unwrap())).sum();
     let got: u64 = gets.iter().map(|s| s.response_bytes).sum();
     assert_eq!(got, asked);
     assert_eq!(f["bytes_fetched"], got, "{f}");
@@ -945,10 +492,9 @@ fn small_file_behind_proxy(tmp: &Path, size: usize, seed: u64) -> (Serve, Proxy,
 fn stalled_bodies_are_retried_and_the_download_completes() {
     let tmp = tempfile::tempdir().unwrap();
     let (_server, proxy, src, hash) = small_file_behind_proxy(tmp.path(), 3 * MIB, 6000);
-    proxy.rule(
-        "GET",
-        XORB_DATA,
-        Some(Fault::StallResponse { after: 1 << 20 }),
+    proxy.inject(
+        Match::method("GET", XORB_DATA),
+        Fault::StallResponse(Cut::After(1 << 20)),
         2,
     );
     let dest = tmp.path().join("f.bin");
@@ -970,10 +516,7 @@ fn stalled_bodies_are_retried_and_the_download_completes() {
     assert!((3..=5).contains(&gets.len()), "{gets:?}");
     assert!(gets[..2].iter().all(|s| s.response_bytes == 1 << 20));
     let last = gets.last().unwrap();
-    assert_eq!(
-        last.response_bytes,
-        range_len(last.range.as_deref().unwrap())
-    );
+    assert_eq!(last.response_bytes, range_len(last.range().unwrap()));
     assert!(took < Duration::from_secs(30), "took {took:?}");
     eprintln!("stalled twice, completed in {took:?}");
 }
@@ -984,10 +527,9 @@ fn stalled_bodies_are_retried_and_the_download_completes() {
 fn a_server_that_always_stalls_fails_clearly_in_bounded_time() {
     let tmp = tempfile::tempdir().unwrap();
     let (_server, proxy, _src, hash) = small_file_behind_proxy(tmp.path(), 3 << 20, 7000);
-    proxy.rule(
-        "GET",
-        XORB_DATA,
-        Some(Fault::StallResponse { after: 16 << 10 }),
+    proxy.inject(
+        Match::method("GET", XORB_DATA),
+        Fault::StallResponse(Cut::After(16 << 10)),
         usize::MAX,
     );
     let dest = tmp.path().join("f.bin");
@@ -1027,15 +569,18 @@ fn upload_survives_transient_errors_and_a_stalled_body() {
     let proxy = Proxy::start(&server.url);
     let files = random_files(&tmp.path().join("corpus"), &[2 * MIB, MIB + 17], 8000);
     let expected = hashes(&files);
-    proxy.rule("POST", GRANTS, Some(Fault::Status(503, None)), 1);
-    proxy.rule(
-        "PUT",
-        GRANT_PUT,
-        Some(Fault::StallRequest { after: 64 << 10 }),
+    proxy.inject(Match::method("POST", GRANTS), Fault::Status(503), 1);
+    proxy.inject(
+        Match::method("PUT", GRANT_PUT),
+        Fault::StallRequest { after: 64 << 10 },
         1,
     );
-    proxy.rule("POST", COMMITS, Some(Fault::Status(429, Some(1))), 1);
-    proxy.rule("POST", SHARDS, Some(Fault::Status(500, None)), 1);
+    proxy.inject(
+        Match::method("POST", COMMITS),
+        Fault::StatusRetryAfter(429, "1".into()),
+        1,
+    );
+    proxy.inject(Match::method("POST", SHARDS), Fault::Status(500), 1);
     let start = Instant::now();
     let mut c = xet(&["--json", "upload", "--stall-timeout", "2", "--endpoint"]);
     c.arg(&proxy.url)
@@ -1067,10 +612,9 @@ fn upload_survives_transient_errors_and_a_stalled_body() {
 fn terminated_download_exits_130_and_the_rerun_completes() {
     let tmp = tempfile::tempdir().unwrap();
     let (_server, proxy, src, hash) = small_file_behind_proxy(tmp.path(), 3 * MIB, 9000);
-    proxy.rule(
-        "GET",
-        XORB_DATA,
-        Some(Fault::StallResponse { after: 1 << 20 }),
+    proxy.inject(
+        Match::method("GET", XORB_DATA),
+        Fault::StallResponse(Cut::After(1 << 20)),
         usize::MAX,
     );
     let out = tmp.path().join("out");

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 pub mod hub;
+pub mod proxy;
 mod s3;
 pub mod swh;
 pub use s3::{

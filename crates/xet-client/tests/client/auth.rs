@@ -3,23 +3,23 @@
 use crate::support;
 
 use std::time::Duration;
-use support::faultproxy::FaultProxy;
 use support::{TestServer, download, sample, upload, within};
 use xet_cas::{Cas, CasError};
 use xet_client::{ClientConfig, HttpCas, Secret, TokenRefresh, TokenSource};
 use xet_server::{ServerConfig, Token};
+use xet_testdata::proxy::Proxy;
 
 const WRITE: &str = "w-secret-token-123";
 const READ: &str = "r-secret-token-456";
 
-async fn auth_server(token_ttl: Duration) -> (TestServer, FaultProxy) {
+async fn auth_server(token_ttl: Duration) -> (TestServer, Proxy) {
     let server = TestServer::start(ServerConfig {
         tokens: vec![Token::write(WRITE), Token::read(READ)],
         token_ttl,
         ..ServerConfig::loopback()
     })
     .await;
-    let proxy = FaultProxy::start(&server.url).await;
+    let proxy = Proxy::start(&server.url);
     (server, proxy)
 }
 
@@ -46,32 +46,33 @@ async fn token_goes_to_cas_routes_only_and_every_request_has_the_session_id() {
         let presigned = l.path.starts_with("/_grant-upload/") || l.path.starts_with("/_xorb/");
         if presigned {
             assert_eq!(
-                l.authorization, None,
+                l.header("authorization"),
+                None,
                 "token sent to {} {}",
-                l.method, l.path
+                l.method,
+                l.path
             );
-            assert!(l.has_query, "presigned URL used verbatim");
+            assert!(l.query.is_some(), "presigned URL used verbatim");
         } else {
             assert_eq!(
-                l.authorization.as_deref(),
+                l.header("authorization"),
                 Some(format!("Bearer {WRITE}").as_str()),
                 "{}",
                 l.path
             );
         }
         assert_eq!(
-            l.session_id.as_deref(),
+            l.header("x-xet-session-id"),
             Some(cas.session_id()),
             "{} {}",
             l.method,
             l.path
         );
         assert!(
-            l.user_agent
-                .as_deref()
+            l.header("user-agent")
                 .is_some_and(|u| u.starts_with("xet/")),
             "{:?}",
-            l.user_agent
+            l.header("user-agent")
         );
     }
     assert!(
@@ -127,7 +128,7 @@ async fn read_only_token_is_forbidden_to_upload() {
     );
 }
 
-fn refresher(proxy: &FaultProxy, hub_token: &str) -> TokenRefresh {
+fn refresher(proxy: &Proxy, hub_token: &str) -> TokenRefresh {
     let mut r = TokenRefresh::new(format!("{}/v1/token", proxy.url));
     r.headers.push((
         "Authorization".into(),
@@ -151,7 +152,7 @@ async fn token_refresh_url_sets_token_and_endpoint_and_refreshes_at_expiry() {
         first[0].path, "/v1/token",
         "the refresh is the first request"
     );
-    assert_eq!(first[0].session_id.as_deref(), Some(cas.session_id()));
+    assert_eq!(first[0].header("x-xet-session-id"), Some(cas.session_id()));
     let refreshes = proxy.count("GET", "/v1/token");
     assert!(refreshes >= 1);
     tokio::time::sleep(Duration::from_millis(1100)).await;

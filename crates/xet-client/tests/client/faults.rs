@@ -5,10 +5,10 @@ use crate::support;
 
 use bytes::Bytes;
 use std::time::{Duration, Instant};
-use support::faultproxy::{Fault, FaultProxy, Match};
 use support::{TestServer, download, sample, upload, within};
 use xet_cas::{ByteRange, Cas, CasError, ObjectKind};
 use xet_client::HttpCas;
+use xet_testdata::proxy::{Cut, Fault, Match, Proxy};
 
 const GRANTS: &str = "/v1/xorb-grants/";
 const GRANT_PUT: &str = "/_grant-upload/";
@@ -20,9 +20,9 @@ const RECON_V2: &str = "/v2/reconstructions/";
 const RECON_V1: &str = "/v1/reconstructions/";
 const XORB_DATA: &str = "/_xorb/";
 
-async fn setup() -> (TestServer, FaultProxy, HttpCas) {
+async fn setup() -> (TestServer, Proxy, HttpCas) {
     let server = TestServer::full().await;
-    let proxy = FaultProxy::start(&server.url).await;
+    let proxy = Proxy::start(&server.url);
     let cas = support::client(&proxy.url);
     (server, proxy, cas)
 }
@@ -273,7 +273,7 @@ async fn presigned_403_is_url_expired_and_a_fresh_reconstruction_works() {
 #[tokio::test]
 async fn broken_and_stalled_downloads_are_retried() {
     let server = TestServer::full().await;
-    let proxy = FaultProxy::start(&server.url).await;
+    let proxy = Proxy::start(&server.url);
     let cfg = support::config(&proxy.url)
         .with_timeouts(Duration::from_secs(2), Duration::from_millis(400));
     let cas = HttpCas::new(cfg).unwrap();
@@ -281,8 +281,8 @@ async fn broken_and_stalled_downloads_are_retried() {
     within(30, upload(&cas, &s)).await;
     let f = &s.files[0];
     proxy.clear_log();
-    proxy.inject(Match::prefix(XORB_DATA), Fault::DropMidBody, 1);
-    proxy.inject(Match::prefix(XORB_DATA), Fault::StallMidBody, 1);
+    proxy.inject(Match::prefix(XORB_DATA), Fault::DropResponse(Cut::Half), 1);
+    proxy.inject(Match::prefix(XORB_DATA), Fault::StallResponse(Cut::Half), 1);
     proxy.inject(Match::prefix(XORB_DATA), Fault::Status(500), 1);
     proxy.inject(Match::prefix(RECON_V2), Fault::StallHeaders, 1);
     let got = within(30, download(&cas, &f.hash, None)).await.unwrap();
@@ -295,20 +295,20 @@ async fn broken_and_stalled_downloads_are_retried() {
     assert!(
         log.iter()
             .filter(|l| l.path.starts_with(XORB_DATA))
-            .all(|l| l.range.is_some())
+            .all(|l| l.range().is_some())
     );
 }
 
 #[tokio::test]
 async fn stalled_upload_is_cut_by_the_idle_timeout_and_retried() {
     let server = TestServer::full().await;
-    let proxy = FaultProxy::start(&server.url).await;
+    let proxy = Proxy::start(&server.url);
     let cfg = support::config(&proxy.url)
         .with_timeouts(Duration::from_secs(2), Duration::from_millis(400));
     let cas = HttpCas::new(cfg).unwrap();
     let s = sample(14);
     proxy.inject(Match::prefix(COMMITS), Fault::StallHeaders, 1);
-    proxy.inject(Match::prefix(SHARDS_V2), Fault::StallMidBody, 1);
+    proxy.inject(Match::prefix(SHARDS_V2), Fault::StallResponse(Cut::Half), 1);
     let start = Instant::now();
     within(30, upload(&cas, &s)).await;
     assert!(start.elapsed() < Duration::from_secs(10));
@@ -419,7 +419,11 @@ async fn dedup_query_failures_are_misses_without_retry() {
         );
     }
     assert_eq!(proxy.count("GET", "/v1/chunks/"), 5, "one request each");
-    proxy.inject(Match::prefix("/v1/chunks/"), Fault::DropMidBody, 1);
+    proxy.inject(
+        Match::prefix("/v1/chunks/"),
+        Fault::DropResponse(Cut::Half),
+        1,
+    );
     assert_eq!(within(10, cas.dedup_shard(&first_chunk)).await, Ok(None));
     proxy.inject(Match::prefix("/v1/chunks/"), Fault::Status(401), 1);
     assert!(matches!(
@@ -495,7 +499,7 @@ async fn ranged_reconstruction_and_range_errors() {
         proxy
             .log()
             .iter()
-            .any(|l| l.range.as_deref() == Some("bytes=70000-100009"))
+            .any(|l| l.range() == Some("bytes=70000-100009"))
     );
     let e = within(
         10,
@@ -600,7 +604,7 @@ async fn grant_capacity_refusal_falls_back_to_a_direct_upload() {
         ..xet_server::ServerConfig::loopback()
     })
     .await;
-    let proxy = FaultProxy::start(&server.url).await;
+    let proxy = Proxy::start(&server.url);
     let cas = support::client(&proxy.url);
     let s = sample(40);
     let start = Instant::now();

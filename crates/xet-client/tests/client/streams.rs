@@ -5,16 +5,16 @@
 use crate::support;
 
 use std::time::{Duration, Instant};
-use support::faultproxy::{Fault, FaultProxy, Match};
 use support::{TestServer, sample, upload, within};
 use xet_cas::{ByteRange, Cas, CasError, ChunkRange, XorbFetch};
 use xet_client::HttpCas;
+use xet_testdata::proxy::{Cut, Fault, Match, Proxy};
 
 const XORB_DATA: &str = "/_xorb/";
 
-async fn setup() -> (TestServer, FaultProxy, HttpCas, support::Sample) {
+async fn setup() -> (TestServer, Proxy, HttpCas, support::Sample) {
     let server = TestServer::full().await;
-    let proxy = FaultProxy::start(&server.url).await;
+    let proxy = Proxy::start(&server.url);
     let cfg = support::config(&proxy.url)
         .with_timeouts(Duration::from_secs(2), Duration::from_millis(400));
     let cas = HttpCas::new(cfg).unwrap();
@@ -51,13 +51,13 @@ async fn collect(cas: &HttpCas, f: &XorbFetch) -> Result<Vec<u8>, (CasError, usi
 }
 
 /// The `(start, end)` of every range the proxy saw asked for, in order.
-fn asked(proxy: &FaultProxy) -> Vec<(u64, u64)> {
+fn asked(proxy: &Proxy) -> Vec<(u64, u64)> {
     proxy
         .log()
         .iter()
         .filter(|l| l.path.starts_with(XORB_DATA))
         .map(|l| {
-            let r = l.range.as_deref().expect("a Range header");
+            let r = l.range().expect("a Range header");
             let (a, b) = r
                 .strip_prefix("bytes=")
                 .and_then(|r| r.split_once('-'))
@@ -73,8 +73,8 @@ async fn a_dropped_or_stalled_body_resumes_with_the_rest_of_the_range() {
     let n = s.body.len() as u64;
     let f = fetch(&cas, &s, 0, n).await;
     proxy.clear_log();
-    proxy.inject(Match::prefix(XORB_DATA), Fault::DropMidBody, 1);
-    proxy.inject(Match::prefix(XORB_DATA), Fault::StallMidBody, 1);
+    proxy.inject(Match::prefix(XORB_DATA), Fault::DropResponse(Cut::Half), 1);
+    proxy.inject(Match::prefix(XORB_DATA), Fault::StallResponse(Cut::Half), 1);
     let got = within(30, collect(&cas, &f)).await.unwrap();
     assert!(got == s.body, "the streamed bytes differ from the xorb");
     assert_eq!(proxy.pending(), 0);
@@ -105,7 +105,7 @@ async fn an_expired_url_on_the_resumed_request_is_url_expired() {
     let (_s, proxy, cas, s) = setup().await;
     let n = s.body.len() as u64;
     let f = fetch(&cas, &s, 0, n).await;
-    proxy.inject(Match::prefix(XORB_DATA), Fault::DropMidBody, 1);
+    proxy.inject(Match::prefix(XORB_DATA), Fault::DropResponse(Cut::Half), 1);
     proxy.inject(Match::prefix(XORB_DATA), Fault::Status(403), 1);
     let (e, delivered) = within(30, collect(&cas, &f)).await.unwrap_err();
     assert_eq!(e, CasError::UrlExpired { hash: s.xorb });
@@ -122,7 +122,7 @@ async fn a_resumed_request_that_keeps_failing_gives_up_within_the_policy() {
     let n = s.body.len() as u64;
     let f = fetch(&cas, &s, 0, n).await;
     proxy.clear_log();
-    proxy.inject(Match::prefix(XORB_DATA), Fault::DropMidBody, 1);
+    proxy.inject(Match::prefix(XORB_DATA), Fault::DropResponse(Cut::Half), 1);
     proxy.inject(Match::prefix(XORB_DATA), Fault::Status(503), 100);
     let started = Instant::now();
     let (e, delivered) = within(30, collect(&cas, &f)).await.unwrap_err();

@@ -1,9 +1,7 @@
 //! Shared test support: a real `xet_server` on 127.0.0.1 over an in-memory store, small
 //! valid upload data built with the format crates, a download helper that follows
-//! presigned URLs, and the fault-injecting proxy ([`faultproxy`]).
+//! presigned URLs. The fault-injecting proxy is `xet_testdata::proxy`.
 #![allow(dead_code)]
-
-pub mod faultproxy;
 
 use bytes::Bytes;
 use sha2::Digest;
