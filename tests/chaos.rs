@@ -55,13 +55,16 @@ struct Figures {
     downloads_ok: AtomicU64,
 }
 
+/// The uploads that succeeded: hash and content.
+type Uploaded = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
 /// Uploads one fresh file after another until `stop`; records the ones that succeeded.
 fn uploader(
     id: u64,
     url: String,
     dir: PathBuf,
     stop: Arc<AtomicBool>,
-    done: Arc<Mutex<Vec<(String, Vec<u8>)>>>,
+    done: Uploaded,
     figures: Arc<Figures>,
 ) {
     let mut n = 0u64;
@@ -94,7 +97,7 @@ fn downloader(
     url: String,
     dir: PathBuf,
     stop: Arc<AtomicBool>,
-    done: Arc<Mutex<Vec<(String, Vec<u8>)>>>,
+    done: Uploaded,
     figures: Arc<Figures>,
 ) {
     let mut n = 0usize;

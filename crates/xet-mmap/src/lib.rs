@@ -11,10 +11,16 @@
 //! and checks once read that they did not change (a truncated input used to kill the
 //! client with a bus error; the copy costs about 0.3 s of CPU per GiB, see its docs).
 //!
-//! [`IoBuf`] is anonymous memory for direct I/O: aligned and backed by huge pages.
+//! [`IoBuf`] is anonymous memory for direct I/O: aligned and backed by huge pages. The
+//! file writes built on it live here too, one of each: [`direct::DirectWriter`], the
+//! `O_DIRECT` writer of the store and the download, and [`durable`], the atomic replace
+//! (temporary file, fsync, rename, directory fsync).
 
 use std::fs::File;
 use std::path::Path;
+
+pub mod direct;
+pub mod durable;
 
 /// Files smaller than this are not mapped: mapping costs a few system calls and page
 /// faults that buy nothing for small inputs.

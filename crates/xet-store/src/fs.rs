@@ -53,7 +53,7 @@ const TMP_DIR: &str = "tmp";
 #[derive(Debug, Clone)]
 pub struct FsBackend {
     root: PathBuf,
-    /// Whether large objects are still tried with `O_DIRECT` (see `direct`).
+    /// Whether large objects are still tried with `O_DIRECT` (see [`write_direct`]).
     direct_ok: Arc<AtomicBool>,
 }
 
@@ -224,39 +224,23 @@ fn older_than_stale(file: &std::fs::File) -> std::io::Result<bool> {
     Ok(age > STALE_TMP_AGE)
 }
 
+/// Make the entries of `dir` durable ([`xet_mmap::durable::sync_dir`]).
 fn sync_dir(dir: &Path) -> Result<()> {
-    // Directories can be opened read-only and fsynced on Unix; elsewhere this is best effort.
-    match std::fs::File::open(dir) {
-        Ok(f) => match f.sync_all() {
-            Ok(()) => Ok(()),
-            Err(e) if cfg!(unix) => Err(io_err(format!("syncing {}", dir.display()), e)),
-            Err(_) => Ok(()),
-        },
-        Err(e) if cfg!(unix) => Err(io_err(format!("opening {}", dir.display()), e)),
-        Err(_) => Ok(()),
-    }
+    xet_mmap::durable::sync_dir(dir).map_err(|e| io_err(format!("syncing {}", dir.display()), e))
 }
+
+/// Objects at least this large are written around the page cache ([`write_direct`]).
+const DIRECT_MIN_LEN: usize = 1 << 20;
+/// Staging buffers of a direct object write: copying the next 8 MiB overlaps writing
+/// the last. Many objects are written at once, so few per write.
+const DIRECT_STAGES: usize = 2;
 
 /// Write `parts`, one after the other, to a fresh temporary file and make it durable.
 /// The file stays locked (see [`TmpFile`]) until the caller has placed it and removed its
 /// name. Large objects go around the page cache where the filesystem allows it (see
-/// [`direct`]); `direct_ok` is cleared the first time it does not, so later objects
+/// [`write_direct`]); `direct_ok` is cleared the first time it does not, so later objects
 /// skip the attempt.
 fn write_tmp(tmp_dir: &Path, parts: &[Bytes], direct_ok: &AtomicBool) -> Result<TmpFile> {
-    let total: usize = parts.iter().map(Bytes::len).sum();
-    if total >= direct::MIN_LEN && direct_ok.load(Ordering::Relaxed) {
-        match direct::write_new(tmp_dir, parts, total) {
-            Ok(Some(tmp)) => return Ok(tmp),
-            Ok(None) => {
-                direct_ok.store(false, Ordering::Relaxed);
-                tracing::debug!(dir = %tmp_dir.display(), "O_DIRECT not supported here; writing through the page cache");
-            }
-            Err(e) => {
-                let what = format!("writing a temporary file in {}", tmp_dir.display());
-                return Err(io_err(what, e));
-            }
-        }
-    }
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     let tmp = TmpFile::create(tmp_dir, &options).map_err(|e| {
@@ -265,11 +249,13 @@ fn write_tmp(tmp_dir: &Path, parts: &[Bytes], direct_ok: &AtomicBool) -> Result<
             e,
         )
     })?;
-    let res = parts
-        .iter()
-        .try_for_each(|p| (&tmp.file).write_all(p))
-        .and_then(|()| tmp.file.sync_all());
-    if let Err(e) = res {
+    let total: usize = parts.iter().map(Bytes::len).sum();
+    let res = if total >= DIRECT_MIN_LEN && direct_ok.load(Ordering::Relaxed) {
+        write_direct(&tmp, parts, direct_ok)
+    } else {
+        write_buffered(&tmp.file, parts)
+    };
+    if let Err(e) = res.and_then(|()| tmp.file.sync_all()) {
         let what = format!("writing {}", tmp.path.display());
         tmp.remove();
         return Err(io_err(what, e));
@@ -277,158 +263,36 @@ fn write_tmp(tmp_dir: &Path, parts: &[Bytes], direct_ok: &AtomicBool) -> Result<
     Ok(tmp)
 }
 
-/// Writing large objects with `O_DIRECT` (Linux).
+fn write_buffered(mut file: &std::fs::File, parts: &[Bytes]) -> std::io::Result<()> {
+    parts.iter().try_for_each(|p| file.write_all(p))
+}
+
+/// Write a large object with `O_DIRECT` ([`xet_mmap::direct::DirectWriter`], Linux).
 ///
 /// Every object is fsynced before it is linked into place, so its bytes go to the disk
 /// right away either way; through the page cache they are first copied into newly
 /// allocated cache pages, which is most of a store's CPU time for large xorbs (and, on a
 /// virtual machine, allocating pages that the host reclaimed can cost several seconds per
-/// GiB). `O_DIRECT` writes from a recycled, aligned staging buffer instead: one copy into
-/// warm memory, and the disk reads it from there. Objects are still read through the page
-/// cache (they are simply not in it until first read). Filesystems that refuse `O_DIRECT`
-/// (tmpfs, some network filesystems) answer `EINVAL` and get the buffered path.
-mod direct {
-    use std::path::Path;
-    use std::sync::Mutex;
-
-    use bytes::Bytes;
-
-    use super::TmpFile;
-
-    /// Objects at least this large are written directly.
-    pub(super) const MIN_LEN: usize = 1 << 20;
-    /// Alignment of buffer addresses, file offsets and lengths: the largest logical block
-    /// size in common use, so it suits any device.
-    pub(super) const ALIGN: usize = 4096;
-    /// Bytes staged (and written) per call.
-    pub(super) const STAGE: usize = 8 << 20;
-    /// Staging buffers kept for reuse.
-    const IDLE_MAX: usize = 4;
-
-    /// Staging buffers: aligned, and in huge pages, which the kernel pins for a direct
-    /// write far faster than 4 KiB ones ([`xet_mmap::IoBuf`]).
-    static IDLE: Mutex<Vec<xet_mmap::IoBuf>> = Mutex::new(Vec::new());
-
-    pub(super) enum Written {
-        Done,
-        /// The filesystem does not take direct writes; nothing useful was written.
-        Unsupported,
+/// GiB). Parts received into aligned buffers (`xet_cas::buffers::BodyBuf`) go to the disk
+/// from where they are. Filesystems that refuse `O_DIRECT` (tmpfs, some network
+/// filesystems) get the buffered path, and `direct_ok` is cleared.
+fn write_direct(tmp: &TmpFile, parts: &[Bytes], direct_ok: &AtomicBool) -> std::io::Result<()> {
+    let file = Arc::new(tmp.file.try_clone()?);
+    let writer =
+        xet_mmap::direct::DirectWriter::open_with_stages(&tmp.path, file.clone(), DIRECT_STAGES);
+    let Some(mut w) = writer else {
+        direct_ok.store(false, Ordering::Relaxed);
+        tracing::debug!(path = %tmp.path.display(), "O_DIRECT not supported here; writing through the page cache");
+        return write_buffered(&tmp.file, parts);
+    };
+    let bufs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+    w.write(&file, &bufs, 0)?;
+    w.finish()?;
+    if w.refused() {
+        direct_ok.store(false, Ordering::Relaxed);
+        tracing::debug!(path = %tmp.path.display(), "O_DIRECT refused here; writing through the page cache");
     }
-
-    fn is_unsupported(e: &std::io::Error) -> bool {
-        e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error())
-    }
-
-    /// A new temporary file in `dir` holding `parts` back to back (`total` bytes),
-    /// fsynced; `None` if the filesystem does not take direct writes (nothing is left
-    /// behind then).
-    #[cfg(target_os = "linux")]
-    pub(super) fn write_new(
-        dir: &Path,
-        parts: &[Bytes],
-        total: usize,
-    ) -> std::io::Result<Option<TmpFile>> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut options = std::fs::OpenOptions::new();
-        options
-            .write(true)
-            .create_new(true)
-            .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32);
-        let tmp = match TmpFile::create(dir, &options) {
-            Ok(t) => t,
-            Err(e) if is_unsupported(&e) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        match write_all(&tmp.file, parts, total) {
-            Ok(Written::Done) => Ok(Some(tmp)),
-            Ok(Written::Unsupported) => {
-                tmp.remove();
-                Ok(None)
-            }
-            Err(e) => {
-                tmp.remove();
-                Err(e)
-            }
-        }
-    }
-
-    /// Write `parts` (`total` bytes) to `f`, opened with `O_DIRECT`, and fsync it.
-    #[cfg(target_os = "linux")]
-    fn write_all(f: &std::fs::File, parts: &[Bytes], total: usize) -> std::io::Result<Written> {
-        use std::os::unix::fs::FileExt;
-        let idle = IDLE.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let mut buf = match idle {
-            Some(b) => b,
-            None => xet_mmap::IoBuf::new(STAGE)?,
-        };
-        let res = (|| {
-            let stage = &mut buf[..STAGE];
-            let mut filled = 0;
-            let mut pos = 0u64;
-            let write = |stage: &[u8], pos: &mut u64| -> std::io::Result<bool> {
-                match f.write_all_at(stage, *pos) {
-                    Ok(()) => {
-                        *pos += stage.len() as u64;
-                        Ok(true)
-                    }
-                    // Only the first write can tell us the filesystem refuses; later ones
-                    // have the same shape.
-                    Err(e) if *pos == 0 && is_unsupported(&e) => Ok(false),
-                    Err(e) => Err(e),
-                }
-            };
-            for part in parts {
-                let mut rest = &part[..];
-                while !rest.is_empty() {
-                    // Data already on an aligned address (`xet_cas::buffers::BodyBuf`)
-                    // goes to disk without the staging copy, whole blocks at a time.
-                    let direct = rest.len() / ALIGN * ALIGN;
-                    if filled == 0 && direct > 0 && rest.as_ptr().align_offset(ALIGN) == 0 {
-                        if !write(&rest[..direct], &mut pos)? {
-                            return Ok(Written::Unsupported);
-                        }
-                        rest = &rest[direct..];
-                        continue;
-                    }
-                    let n = rest.len().min(STAGE - filled);
-                    stage[filled..filled + n].copy_from_slice(&rest[..n]);
-                    filled += n;
-                    rest = &rest[n..];
-                    if filled == STAGE {
-                        if !write(stage, &mut pos)? {
-                            return Ok(Written::Unsupported);
-                        }
-                        filled = 0;
-                    }
-                }
-            }
-            if filled > 0 {
-                // The last block is padded to the alignment, then the file cut to size.
-                let padded = filled.div_ceil(ALIGN) * ALIGN;
-                stage[filled..padded].fill(0);
-                if !write(&stage[..padded], &mut pos)? {
-                    return Ok(Written::Unsupported);
-                }
-            }
-            f.set_len(total as u64)?;
-            f.sync_all()?;
-            Ok(Written::Done)
-        })();
-        let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.len() < IDLE_MAX {
-            idle.push(buf);
-        }
-        res
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    pub(super) fn write_new(
-        _dir: &Path,
-        _parts: &[Bytes],
-        _total: usize,
-    ) -> std::io::Result<Option<TmpFile>> {
-        Ok(None)
-    }
+    Ok(())
 }
 
 /// Create `dir` and the missing directories above it, up to `root` (hub keys nest), each
@@ -733,56 +597,51 @@ mod tests {
     }
 
     /// Objects around the direct path's sizes (its threshold, the alignment, the staging
-    /// buffer), given in parts split at odd places, read back byte-identical, whether
-    /// written directly or through the page cache.
+    /// buffer), given in parts split at odd places, from ordinary or aligned memory, read
+    /// back byte-identical, whether written directly or through the page cache.
     #[test]
     fn large_objects_are_written_byte_exact_around_every_boundary() {
-        use direct::{ALIGN, MIN_LEN, STAGE};
+        use xet_mmap::direct::{ALIGN, STAGE};
+        let align = ALIGN as usize;
         let dir = tempfile::tempdir().unwrap();
         let sizes = [
-            MIN_LEN - 1,
-            MIN_LEN,
-            ALIGN * 300 + 1,
+            DIRECT_MIN_LEN - 1,
+            DIRECT_MIN_LEN,
+            align * 300 + 1,
             STAGE - 1,
             STAGE,
             STAGE + 1,
-            2 * STAGE + ALIGN - 1,
+            2 * STAGE + align - 1,
             3 * STAGE + 7,
         ];
-        let mut direct_taken = 0;
+        let ok = AtomicBool::new(true);
         for (i, &n) in sizes.iter().enumerate() {
             let want = data(n, i as u64 + 1);
             let whole = Bytes::from(want.clone());
             let cuts = [0, n / 3, n / 3 + 1, n - n / 5, n];
             let parts: Vec<Bytes> = cuts.windows(2).map(|w| whole.slice(w[0]..w[1])).collect();
-
-            let ok = AtomicBool::new(true);
-            let tmp = write_tmp(dir.path(), &parts, &ok).unwrap();
-            assert_eq!(std::fs::read(&tmp.path).unwrap(), want, "size {n}");
-
-            // Unaligned parts go through the staging buffer; parts on aligned
+            // Unaligned parts go through the staging buffers; parts on aligned
             // addresses (as received into `BodyBuf`) partly straight from memory.
             let aligned: Vec<Bytes> = parts
                 .iter()
                 .map(|p| {
-                    let mut b = xet_cas::buffers::BodyBuf::with_capacity(p.len().max(MIN_LEN));
+                    let mut b = xet_cas::buffers::BodyBuf::with_capacity(p.len().max(1 << 20));
                     b.extend_from_slice(p);
                     b.freeze()
                 })
                 .collect();
-            assert!(aligned.iter().all(|p| p.as_ptr().align_offset(ALIGN) == 0));
+            assert!(aligned.iter().all(|p| p.as_ptr().align_offset(align) == 0));
             for (k, parts) in [parts, aligned].iter().enumerate() {
-                if let Some(tmp) = direct::write_new(dir.path(), parts, n).unwrap() {
-                    direct_taken += 1;
-                    assert_eq!(
-                        std::fs::read(&tmp.path).unwrap(),
-                        want,
-                        "size {n}, direct {k}"
-                    );
-                }
+                let tmp = write_tmp(dir.path(), parts, &ok).unwrap();
+                assert_eq!(
+                    std::fs::read(&tmp.path).unwrap(),
+                    want,
+                    "size {n}, aligned {k}"
+                );
+                tmp.remove();
             }
         }
-        if direct_taken == 0 {
+        if !ok.load(Ordering::Relaxed) {
             eprintln!(
                 "O_DIRECT is not supported under the temp dir; only the buffered path was checked"
             );

@@ -161,7 +161,8 @@ impl LocalCache {
         if path.exists() {
             return Ok(path);
         }
-        write_atomic(&path, stored).map_err(|e| UploadError::cache(&path, e))?;
+        xet_mmap::durable::write_replace(&path, stored)
+            .map_err(|e| UploadError::cache(&path, e))?;
         Ok(path)
     }
 
@@ -216,7 +217,8 @@ impl LocalCache {
             };
         }
         let out: String = keep.iter().map(|(h, l)| format!("{h} {l}\n")).collect();
-        write_atomic(path, out.as_bytes()).map_err(|e| UploadError::cache(path, e))
+        xet_mmap::durable::write_replace(path, out.as_bytes())
+            .map_err(|e| UploadError::cache(path, e))
     }
 }
 
@@ -228,37 +230,6 @@ fn parse_journal(text: &str) -> Vec<(MerkleHash, u64)> {
             Some((MerkleHash::from_hex(h).ok()?, n.trim().parse().ok()?))
         })
         .collect()
-}
-
-fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile_in(dir)?;
-    tmp.1.write_all(data)?;
-    tmp.1.sync_all()?;
-    drop(tmp.1);
-    fs::rename(&tmp.0, path).inspect_err(|_| {
-        let _ = fs::remove_file(&tmp.0);
-    })
-}
-
-fn tempfile_in(dir: &Path) -> io::Result<(PathBuf, File)> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    for _ in 0..100 {
-        let name = format!(
-            ".tmp-{}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed),
-            now_secs()
-        );
-        let p = dir.join(name);
-        match OpenOptions::new().write(true).create_new(true).open(&p) {
-            Ok(f) => return Ok((p, f)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(io::Error::other("cannot create a temporary file"))
 }
 
 #[cfg(test)]

@@ -144,15 +144,13 @@ impl Unchanged {
     fn write(&self) -> std::io::Result<()> {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-        // Buffered: serde_json writes token by token, a system call each unbuffered
-        // (1.6 million for the records of 20,000 files).
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
-        serde_json::to_writer(&mut w, &self.entries)?;
-        w.flush()?;
-        drop(w);
-        tmp.persist(&self.path).map_err(|e| e.error)?;
-        Ok(())
+        xet_mmap::durable::replace_with(&self.path, |f| {
+            // Buffered: serde_json writes token by token, a system call each unbuffered
+            // (1.6 million for the records of 20,000 files).
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+            serde_json::to_writer(&mut w, &self.entries)?;
+            w.flush()
+        })
     }
 }
 
