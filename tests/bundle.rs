@@ -252,6 +252,15 @@ fn a_store_survives_a_round_trip_through_a_bundle() {
         s(&store),
     ]);
     assert_eq!(made["files"].as_u64(), Some(files.len() as u64));
+    // A file to hand on: the mode any new file gets here, not a temporary file's 0600.
+    let umask = std::process::Command::new("sh")
+        .args(["-c", "umask"])
+        .output()
+        .unwrap();
+    let umask = u32::from_str_radix(String::from_utf8_lossy(&umask.stdout).trim(), 8).unwrap();
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&bundle).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o666 & !umask, "{mode:o}");
     let again = env.path("again.swh");
     env.json(&["bundle", "create", s(&again), "--all", "--store", s(&store)]);
     assert!(

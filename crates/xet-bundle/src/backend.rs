@@ -57,7 +57,7 @@ impl BundleBackend {
         let p = path.to_path_buf();
         let bundle = tokio::task::spawn_blocking(move || Bundle::open(&p, &limits))
             .await
-            .map_err(|e| BundleError::Task(e.to_string()))??;
+            .map_err(BundleError::Task)??;
         Ok(Self::new(Arc::new(bundle)))
     }
 

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use xet_hash::MerkleHash;
 use xet_swh::{ReadLimits, ShardReader};
 
-use crate::{BundleError, Kind, MANIFEST_KEY, Manifest};
+use crate::{BundleError, Kind, MANIFEST_KEY, Manifest, ManifestError};
 
 /// The budget of one [`Bundle::open`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,15 +159,16 @@ fn read_manifest(
             });
         }
     };
-    let bad = |reason: String| BundleError::Manifest {
+    let bad = |source| BundleError::Manifest {
         path: path.to_path_buf(),
-        reason,
+        source,
     };
-    if bytes.len() as u64 > max_bytes {
-        return Err(bad(format!(
-            "{} bytes, more than the budget of {max_bytes}",
-            bytes.len()
-        )));
+    let len = bytes.len() as u64;
+    if len > max_bytes {
+        return Err(bad(ManifestError::TooLarge {
+            len,
+            max: max_bytes,
+        }));
     }
     Manifest::parse(bytes).map_err(bad)
 }

@@ -11,10 +11,12 @@ use xet_cas::{ByteRange, CasError};
 use xet_hash::MerkleHash;
 use xet_shard::{CasInfo, FileInfo, ParsedShard, Shard, StoredOptions, hash_order_key};
 use xet_store::{ObjectBackend, ObjectKey, SHARD_PREFIX, XORB_PREFIX};
-use xet_swh::ShardWriter;
+use xet_swh::{BuildError, ChdPh, SeedPolicy, ShardWriter};
 
 use crate::import::blocking;
-use crate::{BundleError, EMPTY_SHA256, FileEntry, MANIFEST_KEY, Manifest, Progress};
+use crate::{
+    BundleError, EMPTY_SHA256, FileEntry, Kind, MANIFEST_KEY, Manifest, Progress, StoredXorbError,
+};
 
 /// What goes into a bundle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,8 +69,9 @@ struct Plan {
 /// Write a bundle of `selection` from `source` to `out`: into a temporary file beside it,
 /// synced, then renamed over it, so `out` is never a partial bundle. The objects go in
 /// this order — manifest, shards, xorbs, each kind by hash string — and the SWH hash
-/// function is built with swh-shard's seeds, so the same source and selection give the
-/// same bytes.
+/// function is built with swh-shard's seeds (or, for the rare few keys none of those
+/// fits, fixed others: `seeds_for`), so the same source and selection give the same
+/// bytes.
 pub async fn create<B: ObjectBackend>(
     source: &B,
     selection: &Selection,
@@ -128,7 +131,10 @@ async fn load_shards<B: ObjectBackend>(source: &B) -> Result<Vec<SourceShard>, B
             .get(&key)
             .await
             .map_err(source_err(format!("reading shard {hash} from the source")))?
-            .ok_or_else(|| gone(format!("shard {hash}")))?;
+            .ok_or(BundleError::Vanished {
+                kind: Kind::Shard,
+                hash,
+            })?;
         let b = bytes.clone();
         let shard = blocking(move || ParsedShard::parse(&b, &xet_shard::Limits::unlimited()))
             .await?
@@ -140,14 +146,6 @@ async fn load_shards<B: ObjectBackend>(source: &B) -> Result<Vec<SourceShard>, B
         out.push(SourceShard { hash, bytes, shard });
     }
     Ok(out)
-}
-
-/// An object the source listed and then did not have.
-fn gone(what: String) -> BundleError {
-    BundleError::Source {
-        what: format!("reading {what} from the source"),
-        source: CasError::Storage("listed, then not found".into()),
-    }
 }
 
 fn file_entry(f: &FileInfo, name: Option<String>) -> FileEntry {
@@ -216,7 +214,7 @@ async fn xorb_sizes<B: ObjectBackend>(
             .map_err(source_err(format!("reading xorb {h} from the source")))?
             .ok_or_else(|| BundleError::StoredXorb {
                 hash: *h,
-                reason: "a file of the selection uses it, and the source does not have it".into(),
+                source: Box::new(StoredXorbError::Missing),
             })?;
         out.push((*h, size));
     }
@@ -288,27 +286,62 @@ async fn cas_entries<B: ObjectBackend>(
                 .get_range(key, r)
                 .await
                 .map_err(source_err(format!("reading xorb {hash} from the source")))?
-                .ok_or_else(|| gone(format!("xorb {hash}")))
+                .ok_or(BundleError::Vanished {
+                    kind: Kind::Xorb,
+                    hash,
+                })
         };
-        let bad = |reason: String| BundleError::StoredXorb { hash, reason };
+        let bad = |source| BundleError::StoredXorb {
+            hash,
+            source: Box::new(source),
+        };
         if len < 4 {
-            return Err(bad(format!("{len} bytes is too short for a stored xorb")));
+            return Err(bad(StoredXorbError::TooShort { len }));
         }
         let last4 = read(ByteRange::new(len - 4, len)).await?;
-        let tail_len = xet_store::format::stored_xorb_tail_len(&last4).map_err(bad)?;
+        // `info_length`: the footer's length without these 4 bytes. (A backend returns the
+        // range asked for; were it short, the footer parse below would refuse the tail.)
+        let info_len = <[u8; 4]>::try_from(&last4[..]).map_or(0, u32::from_le_bytes);
+        let tail_len = u64::from(info_len) + 4;
         if tail_len > len {
-            return Err(bad(format!("footer of {tail_len} bytes in {len}")));
+            return Err(bad(StoredXorbError::FooterLength { tail_len, len }));
         }
         let tail = read(ByteRange::new(len - tail_len, len)).await?;
-        let info = blocking(move || -> Result<CasInfo, String> {
-            let meta = xet_store::format::meta_from_stored_tail(&hash, &tail, len)?;
-            CasInfo::from_chunks(hash, &meta.chunk_list(), 0).map_err(|e| e.to_string())
-        })
-        .await?
-        .map_err(bad)?;
+        let info = blocking(move || cas_entry(hash, &tail, len))
+            .await?
+            .map_err(bad)?;
         out.push(info);
     }
     Ok(out)
+}
+
+/// The CAS entry of xorb `hash` from the `tail` of its stored form of `len` bytes.
+fn cas_entry(hash: MerkleHash, tail: &[u8], len: u64) -> Result<CasInfo, StoredXorbError> {
+    let (footer, _) = xet_xorb::parse_footer_tail(tail, len, &xet_xorb::Limits::PROTOCOL)
+        .map_err(StoredXorbError::Footer)?;
+    if footer.xorb_hash != hash {
+        return Err(StoredXorbError::FooterNames(footer.xorb_hash));
+    }
+    // A v0 footer has no uncompressed sizes, which a CAS entry needs.
+    if footer.unpacked_chunk_offsets.len() != footer.chunk_hashes.len() {
+        return Err(StoredXorbError::NoUnpackedOffsets);
+    }
+    let mut chunks = Vec::with_capacity(footer.chunk_hashes.len());
+    let mut start = 0u64;
+    for (i, (h, &end)) in footer
+        .chunk_hashes
+        .iter()
+        .zip(&footer.unpacked_chunk_offsets)
+        .enumerate()
+    {
+        let end = u64::from(end);
+        let size = end
+            .checked_sub(start)
+            .ok_or(StoredXorbError::UnpackedOffsets { chunk: i })?;
+        chunks.push((*h, size));
+        start = end;
+    }
+    CasInfo::from_chunks(hash, &chunks, 0).map_err(StoredXorbError::CasEntry)
 }
 
 /// The stored form of a shard of `files` and `cas`, exactly as the store stores an upload
@@ -360,10 +393,19 @@ async fn write_bundle<B: ObjectBackend>(
     // Two objects in flight: the source reads the next xorb while the last one is written.
     let (tx, rx) = mpsc::channel::<Msg>(2);
     let dest = out.to_path_buf();
-    let writer = tokio::task::spawn_blocking(move || write_objects(&dest, rx, progress.as_ref()));
+    let mut keys = vec![MANIFEST_KEY];
+    keys.extend(objects.shards.iter().map(|s| s.0.0));
+    keys.extend(objects.xorbs.iter().map(|x| x.0.0));
+    let writer = tokio::task::spawn_blocking(move || {
+        let seeds = seeds_for(&keys);
+        drop(keys);
+        write_objects(&dest, seeds, rx, progress.as_ref())
+    });
     let sent = async {
         let send = |m| tx.send(m);
-        let closed = |_| BundleError::Task("the bundle writer stopped".into());
+        let closed = |_| BundleError::WriterStopped {
+            path: out.to_path_buf(),
+        };
         send(Msg::Object(MANIFEST_KEY, objects.manifest))
             .await
             .map_err(closed)?;
@@ -375,14 +417,17 @@ async fn write_bundle<B: ObjectBackend>(
                 .get(&ObjectKey::xorb(&h))
                 .await
                 .map_err(source_err(format!("reading xorb {h} from the source")))?
-                .ok_or_else(|| gone(format!("xorb {h}")))?;
+                .ok_or(BundleError::Vanished {
+                    kind: Kind::Xorb,
+                    hash: h,
+                })?;
             send(Msg::Object(h.0, bytes)).await.map_err(closed)?;
         }
         send(Msg::Done).await.map_err(closed)
     }
     .await;
     drop(tx);
-    let written = writer.await.map_err(|e| BundleError::Task(e.to_string()))?;
+    let written = writer.await.map_err(BundleError::Task)?;
     // The writer's own error explains a closed channel better than the send that saw it.
     match (sent, written) {
         (_, Err(e @ (BundleError::Write { .. } | BundleError::Encode { .. }))) => Err(e),
@@ -395,6 +440,7 @@ async fn write_bundle<B: ObjectBackend>(
 /// and renamed over `out` once [`Msg::Done`] came.
 fn write_objects(
     out: &Path,
+    seeds: SeedPolicy,
     mut rx: mpsc::Receiver<Msg>,
     progress: &dyn Progress,
 ) -> Result<u64, BundleError> {
@@ -410,13 +456,17 @@ fn write_objects(
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
+    // A bundle is made to be copied and read by others: the mode a new file gets under
+    // the umask (0666 masked), not the temporary file's private 0600.
     let tmp = tempfile::Builder::new()
         .prefix(".xet-bundle-")
         .suffix(".tmp")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .tempfile_in(dir)
         .map_err(io)?;
     let file = Pieces(tmp.as_file().try_clone().map_err(io)?);
-    let mut w = ShardWriter::new(BufWriter::with_capacity(1 << 20, file)).map_err(encode)?;
+    let buffered = BufWriter::with_capacity(1 << 20, file);
+    let mut w = ShardWriter::with_seeds(buffered, seeds).map_err(encode)?;
     loop {
         match rx.blocking_recv() {
             Some(Msg::Object(key, value)) => {
@@ -424,7 +474,11 @@ fn write_objects(
                 progress.advance(value.len() as u64);
             }
             Some(Msg::Done) => break,
-            None => return Err(BundleError::Task("the object source stopped".into())),
+            None => {
+                return Err(BundleError::Incomplete {
+                    path: out.to_path_buf(),
+                });
+            }
         }
     }
     let (buf, _) = w.finish().map_err(encode)?;
@@ -437,6 +491,33 @@ fn write_objects(
         let _ = d.sync_all();
     }
     Ok(len)
+}
+
+/// Below this many keys, [`seeds_for`] checks that swh-shard's seeds work.
+const FEW_KEYS: usize = 1000;
+
+/// Seeds tried when swh-shard's all fail.
+const FALLBACK_SEEDS: u32 = 1000;
+
+/// The seeds of the bundle's hash function: swh-shard's ([`SeedPolicy::Swh`]), so the file
+/// is byte for byte the one swh-shard writes, unless none of them works for these keys.
+/// cmph draws each seed as `rand() % m`, so for `m` keys there are only `m` seeds, and for
+/// a few keys some key sets have none that works (two keys: about one set in 10^4); with
+/// a thousand keys or more the builder tries a thousand seeds and a failure is not seen.
+/// Then the seeds from `m` up: a reader takes any seed (the hash section records it), so
+/// swh-shard reads the file, which it could not have written itself.
+fn seeds_for(keys: &[[u8; 32]]) -> SeedPolicy {
+    if keys.len() >= FEW_KEYS {
+        return SeedPolicy::Swh;
+    }
+    match ChdPh::build(keys, &SeedPolicy::Swh) {
+        Err(BuildError::SeedsExhausted { .. }) => {
+            let m = keys.len() as u32;
+            SeedPolicy::List((m..m + FALLBACK_SEEDS).collect())
+        }
+        // Any other failure is the writer's to report.
+        Ok(_) | Err(_) => SeedPolicy::Swh,
+    }
 }
 
 /// Largest single `write(2)` to the bundle file.

@@ -52,8 +52,12 @@ pub enum BundleError {
     )]
     NoManifest { path: PathBuf },
 
-    #[error("bundle {}: bad manifest: {reason}", .path.display())]
-    Manifest { path: PathBuf, reason: String },
+    #[error("{} is not a valid bundle: its manifest is bad", .path.display())]
+    Manifest {
+        path: PathBuf,
+        #[source]
+        source: ManifestError,
+    },
 
     #[error(
         "bundle {}: the manifest lists {kind} {hash}, but no object is stored under its key {}",
@@ -79,6 +83,7 @@ pub enum BundleError {
         source: Box<xet_swh::ReadError>,
     },
 
+    /// The source store failed (`what` says doing what).
     #[error("{what}")]
     Source {
         what: String,
@@ -86,18 +91,28 @@ pub enum BundleError {
         source: CasError,
     },
 
+    #[error(
+        "{kind} {hash} was listed by the source store, then not found in it: run the command \
+         again once nothing deletes from that store"
+    )]
+    Vanished { kind: Kind, hash: MerkleHash },
+
     #[error("file {hash} is not registered in the store (no shard of it lists the file)")]
     FileNotFound { hash: MerkleHash },
 
-    #[error("stored shard {hash} does not parse")]
+    #[error("stored shard {hash} of the source store does not parse")]
     StoredShard {
         hash: MerkleHash,
         #[source]
         source: Box<xet_shard::ShardError>,
     },
 
-    #[error("stored xorb {hash}: {reason}")]
-    StoredXorb { hash: MerkleHash, reason: String },
+    #[error("stored xorb {hash} of the source store cannot be bundled")]
+    StoredXorb {
+        hash: MerkleHash,
+        #[source]
+        source: Box<StoredXorbError>,
+    },
 
     #[error("cannot build the shard of the selected files")]
     BuildShard(#[source] Box<xet_shard::ShardError>),
@@ -116,6 +131,7 @@ pub enum BundleError {
         source: Box<xet_swh::WriteError>,
     },
 
+    /// The target store failed (`what` says doing what).
     #[error("{what}")]
     Target {
         what: String,
@@ -123,8 +139,17 @@ pub enum BundleError {
         source: CasError,
     },
 
-    #[error("a background task failed: {0}")]
-    Task(String),
+    #[error("the thread writing bundle {} stopped before the bundle was complete", .path.display())]
+    WriterStopped { path: PathBuf },
+
+    #[error(
+        "bundle {} was not written: its objects stopped coming before the last one",
+        .path.display()
+    )]
+    Incomplete { path: PathBuf },
+
+    #[error("a background task of the bundle operation failed")]
+    Task(#[source] tokio::task::JoinError),
 }
 
 impl BundleError {
@@ -141,6 +166,60 @@ impl BundleError {
                 | BundleError::DamagedEntry { .. }
         )
     }
+}
+
+/// What is wrong with a manifest ([`crate::Manifest::parse`], or its size at open).
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("it is {len} bytes, more than the budget of {max}")]
+    TooLarge { len: u64, max: u64 },
+
+    #[error("it is not manifest JSON")]
+    Json(#[source] serde_json::Error),
+
+    #[error("its format is {found:?}, expected {:?}", crate::FORMAT)]
+    Format { found: String },
+
+    #[error(
+        "its version {found} is not supported (this xet reads version {}): use a newer xet",
+        crate::VERSION
+    )]
+    Version { found: u64 },
+
+    #[error("it lists {kind} {hash}, which cannot be a key (zero, or the manifest's own key)")]
+    NotAKey { kind: Kind, hash: MerkleHash },
+
+    #[error("it lists {kind} {hash} twice")]
+    Twice { kind: Kind, hash: MerkleHash },
+}
+
+/// Why a stored xorb of the source cannot go into a bundle (`create` reads only its
+/// footer when it builds the shard of selected files).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoredXorbError {
+    #[error("a file of the selection uses it, and the source store does not have it")]
+    Missing,
+
+    #[error("{len} bytes is too short for a stored xorb")]
+    TooShort { len: u64 },
+
+    #[error("its last 4 bytes give a footer of {tail_len} bytes, more than its {len}")]
+    FooterLength { tail_len: u64, len: u64 },
+
+    #[error("its footer does not parse")]
+    Footer(#[source] xet_xorb::XorbError),
+
+    #[error("its footer names xorb {0}")]
+    FooterNames(MerkleHash),
+
+    #[error("the uncompressed offset of its chunk {chunk} is below the previous chunk's")]
+    UnpackedOffsets { chunk: usize },
+
+    #[error("its footer (v0) has no unpacked chunk offsets")]
+    NoUnpackedOffsets,
+
+    #[error("its chunks do not fit a shard's CAS entry")]
+    CasEntry(#[source] xet_shard::ShardError),
 }
 
 /// What a [`Problem`] is about.
@@ -167,15 +246,61 @@ impl std::fmt::Display for Subject {
     }
 }
 
-/// One thing wrong with a bundle, found by [`crate::import`] or [`crate::verify`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One thing wrong with a bundle, found by [`crate::import`] or [`crate::verify`]. Its
+/// message names the subject; `source()` is the [`Reason`] (print the chain).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{subject}")]
 pub struct Problem {
     pub subject: Subject,
-    pub reason: String,
+    #[source]
+    pub reason: Reason,
 }
 
-impl std::fmt::Display for Problem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.subject, self.reason)
-    }
+/// Why a [`Problem`]'s subject is wrong. Errors of the format crates and of the target
+/// are sources, so a chain printer shows them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Reason {
+    #[error("its footer does not parse")]
+    Footer(#[source] xet_xorb::XorbError),
+
+    #[error("its footer names xorb {0}")]
+    FooterNames(MerkleHash),
+
+    #[error("its bytes are shard {0}, not the shard its key names")]
+    ShardNamed(MerkleHash),
+
+    #[error("it does not parse as a shard")]
+    ShardParse(#[source] xet_shard::ShardError),
+
+    #[error("it has no upload form")]
+    NoUploadForm(#[source] xet_shard::ShardError),
+
+    /// The target's verdict on the object (invalid, or a shard needing a missing xorb).
+    #[error("rejected")]
+    Rejected(#[source] CasError),
+
+    #[error("the SWH structure is damaged")]
+    Container(#[source] xet_swh::ReadError),
+
+    #[error("the manifest does not list this object")]
+    Unlisted,
+
+    #[error("the empty file's hash with a size or sha256 of other content")]
+    EmptyFile,
+
+    #[error("no valid shard of the bundle registers it")]
+    Unregistered,
+
+    #[error("the manifest says {manifest} bytes, its shard {shard}")]
+    Size { manifest: u64, shard: u64 },
+
+    #[error(
+        "the manifest says sha256 {}, its shard {}",
+        xet_hash::hex::encode(.manifest),
+        xet_hash::hex::encode(.shard)
+    )]
+    Sha256 { manifest: [u8; 32], shard: [u8; 32] },
+
+    #[error("it cannot be reconstructed")]
+    Unreconstructible(#[source] CasError),
 }

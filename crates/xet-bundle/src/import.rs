@@ -8,7 +8,7 @@ use xet_cas::{Cas, CasError, XorbBody};
 use xet_hash::MerkleHash;
 use xet_shard::ParsedShard;
 
-use crate::{Bundle, BundleError, Kind, Problem, Progress, Subject};
+use crate::{Bundle, BundleError, Kind, Problem, Progress, Reason, Subject};
 
 /// How [`import`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +98,7 @@ pub(crate) struct Run {
 enum Outcome {
     Stored(u64),
     Present,
-    Rejected(String),
+    Rejected(Reason),
 }
 
 impl Run {
@@ -169,7 +169,7 @@ impl Run {
         match self.target.put_xorb(&hash, XorbBody::Bytes(body)).await {
             Ok(true) => Ok(Outcome::Stored(len)),
             Ok(false) => Ok(Outcome::Present),
-            Err(e) if is_rejection(&e) => Ok(Outcome::Rejected(e.to_string())),
+            Err(e) if is_rejection(&e) => Ok(Outcome::Rejected(Reason::Rejected(e))),
             Err(e) => Err(failed(e)),
         }
     }
@@ -186,7 +186,7 @@ impl Run {
         match self.target.put_shard(upload).await {
             Ok(true) => Ok((Outcome::Stored(len), claims)),
             Ok(false) => Ok((Outcome::Present, claims)),
-            Err(e) if is_rejection(&e) => Ok((Outcome::Rejected(e.to_string()), Vec::new())),
+            Err(e) if is_rejection(&e) => Ok((Outcome::Rejected(Reason::Rejected(e)), Vec::new())),
             Err(e) => Err(target_err(format!("registering shard {hash}"), e)),
         }
     }
@@ -230,16 +230,16 @@ pub(crate) async fn blocking<T: Send + 'static>(
 ) -> Result<T, BundleError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| BundleError::Task(e.to_string()))
+        .map_err(BundleError::Task)
 }
 
 /// The chunk region of a stored xorb (a slice, no copy): where its footer says the region
 /// ends. The footer must parse and name the xorb; the chunks are the target's to check.
-fn upload_body(hash: &MerkleHash, stored: &Bytes) -> Result<Bytes, String> {
-    let (footer, region_len) = xet_xorb::parse_footer(stored, &xet_xorb::Limits::PROTOCOL)
-        .map_err(|e| format!("its footer does not parse: {e}"))?;
+fn upload_body(hash: &MerkleHash, stored: &Bytes) -> Result<Bytes, Reason> {
+    let (footer, region_len) =
+        xet_xorb::parse_footer(stored, &xet_xorb::Limits::PROTOCOL).map_err(Reason::Footer)?;
     if footer.xorb_hash != *hash {
-        return Err(format!("its footer names xorb {}", footer.xorb_hash));
+        return Err(Reason::FooterNames(footer.xorb_hash));
     }
     Ok(stored.slice(..region_len))
 }
@@ -249,18 +249,16 @@ const MAX_SHARD_BYTES: u64 = 1 << 30;
 
 /// The upload form of a stored shard, once it is found stored under its own name, and
 /// the files it registers.
-fn upload_shard(hash: &MerkleHash, stored: &[u8]) -> Result<(Bytes, Vec<Claim>), String> {
+fn upload_shard(hash: &MerkleHash, stored: &[u8]) -> Result<(Bytes, Vec<Claim>), Reason> {
     let named = xet_shard::shard_hash(stored);
     if named != *hash {
-        return Err(format!(
-            "its bytes are shard {named}, not the shard its key names"
-        ));
+        return Err(Reason::ShardNamed(named));
     }
     let limits = xet_shard::Limits {
         max_bytes: MAX_SHARD_BYTES,
         max_entries: u64::MAX,
     };
-    let parsed = ParsedShard::parse(stored, &limits).map_err(|e| format!("does not parse: {e}"))?;
+    let parsed = ParsedShard::parse(stored, &limits).map_err(Reason::ShardParse)?;
     let claims = parsed
         .shard
         .files
@@ -271,6 +269,6 @@ fn upload_shard(hash: &MerkleHash, stored: &[u8]) -> Result<(Bytes, Vec<Claim>),
         .shard
         .into_upload()
         .to_upload_bytes()
-        .map_err(|e| format!("has no upload form: {e}"))?;
+        .map_err(Reason::NoUploadForm)?;
     Ok((Bytes::from(upload), claims))
 }

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 use xet_hash::MerkleHash;
 
-use crate::Kind;
+use crate::{Kind, ManifestError};
 
 /// The key of the manifest: `"xet-bundle-manifest"` and 13 zero bytes. Hex, as SWH tools
 /// print and take it: `7865742d62756e646c652d6d616e6966657374` followed by 26 zeros. Not a
@@ -73,25 +73,21 @@ impl Manifest {
 
     /// Parse and check a manifest: the format and version, hashes that can be keys (not
     /// zero, not the manifest's key), and every key listed once.
-    pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
-        let m: Manifest =
-            serde_json::from_slice(bytes).map_err(|e| format!("not manifest JSON: {e}"))?;
+    pub fn parse(bytes: &[u8]) -> Result<Manifest, ManifestError> {
+        let m: Manifest = serde_json::from_slice(bytes).map_err(ManifestError::Json)?;
         if m.format != FORMAT {
-            return Err(format!("format is {:?}, expected {FORMAT:?}", m.format));
+            return Err(ManifestError::Format { found: m.format });
         }
         if m.version != VERSION {
-            return Err(format!(
-                "version {} is not supported (this xet reads version {VERSION})",
-                m.version
-            ));
+            return Err(ManifestError::Version { found: m.version });
         }
         let mut seen = HashSet::with_capacity(m.xorbs.len() + m.shards.len());
-        for (kind, h) in m.objects() {
-            if h.is_zero() || h.0 == MANIFEST_KEY {
-                return Err(format!("{kind} {h} cannot be a key"));
+        for (kind, hash) in m.objects() {
+            if hash.is_zero() || hash.0 == MANIFEST_KEY {
+                return Err(ManifestError::NotAKey { kind, hash });
             }
-            if !seen.insert(h) {
-                return Err(format!("{kind} {h} is listed twice"));
+            if !seen.insert(hash) {
+                return Err(ManifestError::Twice { kind, hash });
             }
         }
         Ok(m)
@@ -147,7 +143,7 @@ mod tests {
             vec![h(4)],
         );
         let json = m.to_json();
-        assert_eq!(Manifest::parse(&json), Ok(m.clone()));
+        assert_eq!(Manifest::parse(&json).unwrap(), m);
         let text = String::from_utf8(json).unwrap();
         assert!(text.contains(&h(2).to_string()) && !text.contains(&h(2).raw_hex()));
         assert!(text.contains(&"07".repeat(32)));
@@ -173,28 +169,54 @@ mod tests {
             f(&mut m);
             Manifest::parse(&m.to_json()).unwrap_err()
         };
-        assert!(with(&|m| m.version = 2).contains("version 2"));
-        assert!(with(&|m| m.format = "other".into()).contains("format"));
-        assert!(with(&|m| m.xorbs.push(h(1))).contains("twice"));
-        assert!(with(&|m| m.shards.push(h(1))).contains("twice"));
-        assert!(with(&|m| m.xorbs.push(MerkleHash::ZERO)).contains("cannot be a key"));
-        assert!(with(&|m| m.shards.push(MerkleHash(MANIFEST_KEY))).contains("cannot be a key"));
+        let (x1, s1) = ((Kind::Xorb, h(1)), (Kind::Shard, MerkleHash(MANIFEST_KEY)));
+        assert!(matches!(
+            with(&|m| m.version = 2),
+            ManifestError::Version { found: 2 }
+        ));
+        assert!(
+            matches!(with(&|m| m.format = "other".into()), ManifestError::Format { found } if found == "other")
+        );
+        assert!(
+            matches!(with(&|m| m.xorbs.push(h(1))), ManifestError::Twice { kind, hash } if (kind, hash) == x1)
+        );
+        assert!(matches!(
+            with(&|m| m.shards.push(h(1))),
+            ManifestError::Twice {
+                kind: Kind::Xorb,
+                ..
+            }
+        ));
+        assert!(matches!(
+            with(&|m| m.xorbs.push(MerkleHash::ZERO)),
+            ManifestError::NotAKey {
+                kind: Kind::Xorb,
+                ..
+            }
+        ));
+        assert!(
+            matches!(with(&|m| m.shards.push(MerkleHash(MANIFEST_KEY))), ManifestError::NotAKey { kind, hash } if (kind, hash) == s1)
+        );
+        assert!(with(&|m| m.version = 2).to_string().contains("version 2"));
         for bad in [
             &b"{"[..],
             b"[]",
             br#"{"format":"xet-bundle","version":1,"files":[],"xorbs":["zz"],"shards":[]}"#,
             br#"{"format":"xet-bundle","version":1,"files":[{"hash":"00","size":1}],"xorbs":[],"shards":[]}"#,
         ] {
-            assert!(Manifest::parse(bad).is_err());
+            assert!(matches!(
+                Manifest::parse(bad),
+                Err(ManifestError::Json(_))
+            ));
         }
         let bad_sha = format!(
             r#"{{"format":"xet-bundle","version":1,"files":[{{"hash":"{}","size":1,"sha256":"abc"}}],"xorbs":[],"shards":[]}}"#,
             h(1)
         );
-        assert!(
-            Manifest::parse(bad_sha.as_bytes())
-                .unwrap_err()
-                .contains("sha256")
-        );
+        let err = Manifest::parse(bad_sha.as_bytes()).unwrap_err();
+        let ManifestError::Json(cause) = err else {
+            panic!("{err:?}")
+        };
+        assert!(cause.to_string().contains("sha256"), "{cause}");
     }
 }

@@ -10,7 +10,7 @@ use xet_store::{ObjectBackend, ObjectKey, StoreCas, check_range};
 use xet_swh::{ReadLimits, ShardReader};
 
 use crate::import::{Claim, Run, XorbForm, blocking};
-use crate::{Bundle, BundleError, EMPTY_SHA256, MANIFEST_KEY, Problem, Progress, Subject};
+use crate::{Bundle, BundleError, EMPTY_SHA256, MANIFEST_KEY, Problem, Progress, Reason, Subject};
 
 /// What [`verify`] found. The bundle is sound when `problems` is empty.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,20 +84,20 @@ pub async fn verify(
 
 /// The SWH shard's own check, and objects the manifest does not list.
 fn check_container(bundle: &Bundle) -> (Option<xet_swh::VerifyReport>, Vec<Problem>) {
-    let problem = |reason: String| Problem {
+    let problem = |e| Problem {
         subject: Subject::Container,
-        reason,
+        reason: Reason::Container(e),
     };
     // Opened once already (within the caller's limits): this only re-reads the header.
     let reader = match ShardReader::open(bundle.bytes(), &ReadLimits::unlimited()) {
         Ok(r) => r,
-        Err(e) => return (None, vec![problem(e.to_string())]),
+        Err(e) => return (None, vec![problem(e)]),
     };
     let mut problems = Vec::new();
     let swh = match reader.verify() {
         Ok(r) => Some(r),
         Err(e) => {
-            problems.push(problem(e.to_string()));
+            problems.push(problem(e));
             None
         }
     };
@@ -107,7 +107,7 @@ fn check_container(bundle: &Bundle) -> (Option<xet_swh::VerifyReport>, Vec<Probl
             Ok((key, _)) if *key == MANIFEST_KEY || listed.contains(key) => {}
             Ok((key, _)) => problems.push(Problem {
                 subject: Subject::Unlisted { key: *key },
-                reason: "the manifest does not list this object".into(),
+                reason: Reason::Unlisted,
             }),
             // `verify` reported the damaged entry already.
             Err(_) => break,
@@ -128,40 +128,38 @@ async fn check_files<B: ObjectBackend>(
         .collect();
     let mut problems = Vec::new();
     for f in &bundle.manifest().files {
-        let mut bad = |reason: String| {
+        let mut bad = |reason: Reason| {
             problems.push(Problem {
                 subject: Subject::File { hash: f.hash },
                 reason,
             })
         };
-        let sha_hex = |d: &[u8; 32]| xet_hash::hex::encode(d);
         if f.hash.is_zero() {
             if f.size != 0 || f.sha256.is_some_and(|s| s != EMPTY_SHA256) {
-                bad("the empty file's hash with a size or sha256 of other content".into());
+                bad(Reason::EmptyFile);
             }
             continue;
         }
         let Some(&(size, sha)) = claimed.get(&f.hash) else {
-            bad("no valid shard of the bundle registers it".into());
+            bad(Reason::Unregistered);
             continue;
         };
         if size != f.size {
-            bad(format!(
-                "the manifest says {} bytes, its shard {size}",
-                f.size
-            ));
+            bad(Reason::Size {
+                manifest: f.size,
+                shard: size,
+            });
         }
         if let (Some(listed), Some(claim)) = (f.sha256, sha)
             && listed != claim
         {
-            bad(format!(
-                "the manifest says sha256 {}, its shard {}",
-                sha_hex(&listed),
-                sha_hex(&claim)
-            ));
+            bad(Reason::Sha256 {
+                manifest: listed,
+                shard: claim,
+            });
         }
         if let Err(e) = store.reconstruction(&f.hash, None).await {
-            bad(format!("cannot be reconstructed: {e}"));
+            bad(Reason::Unreconstructible(e));
         }
     }
     problems

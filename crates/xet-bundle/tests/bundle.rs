@@ -6,12 +6,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use xet_bundle::{
-    Bundle, BundleBackend, BundleError, ImportOptions, Kind, NoProgress, OpenLimits, Selection,
-    Subject, Wanted,
+    Bundle, BundleBackend, BundleError, ImportOptions, Kind, NoProgress, OpenLimits, Reason,
+    Selection, StoredXorbError, Subject, Wanted,
 };
 use xet_cas::{Cas, CasError, XorbBody};
 use xet_hash::MerkleHash;
-use xet_store::{MemoryStore, ObjectBackend, ObjectKey, SHARD_PREFIX, StoreCas, XORB_PREFIX};
+use xet_store::{
+    MemoryBackend, MemoryStore, ObjectBackend, ObjectKey, SHARD_PREFIX, StoreCas, XORB_PREFIX,
+};
 
 async fn populated() -> MemoryStore {
     let s = MemoryStore::in_memory().await.unwrap();
@@ -302,6 +304,25 @@ async fn a_corrupted_xorb_is_named_and_everything_else_imported() {
         report.rejected
     );
     assert_eq!((report.xorbs.stored, report.shards.stored), (2, 1));
+    // The target's verdicts are kept as they were given, the cause of each problem.
+    assert!(
+        matches!(
+            &report.rejected[0].reason,
+            Reason::Rejected(CasError::InvalidXorb { .. })
+        ),
+        "{:?}",
+        report.rejected[0]
+    );
+    assert!(
+        matches!(
+            &report.rejected[1].reason,
+            Reason::Rejected(CasError::MissingXorb { .. })
+        ),
+        "{:?}",
+        report.rejected[1]
+    );
+    let cause = std::error::Error::source(&report.rejected[0]).expect("a problem has a cause");
+    assert!(cause.source().is_some(), "the target's error is kept");
     assert_eq!(target.xorb_size(&bad).await, Ok(None));
     assert!(
         target
@@ -429,4 +450,138 @@ async fn truncated_and_hostile_bundles_are_refused_without_panicking() {
     )
     .unwrap_err();
     assert!(matches!(err, BundleError::NoManifest { .. }), "{err}");
+}
+
+/// A copy of the populated store's objects in which `damage` changed the stored xorb
+/// `hash`.
+async fn with_damaged_xorb(hash: &MerkleHash, damage: impl Fn(&mut Vec<u8>)) -> MemoryBackend {
+    let store = populated().await;
+    let copy = MemoryBackend::new();
+    for prefix in [XORB_PREFIX, SHARD_PREFIX] {
+        for key in store.backend().list(prefix).await.unwrap() {
+            let mut bytes = store.backend().get(&key).await.unwrap().unwrap().to_vec();
+            if key.xorb_hash().as_ref() == Some(hash) {
+                damage(&mut bytes);
+            }
+            copy.put_if_absent(&key, Bytes::from(bytes)).await.unwrap();
+        }
+    }
+    copy
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_stored_xorb_in_the_source_is_named_with_its_cause() {
+    let store = populated().await;
+    let (d, all_path) = tmp();
+    create_from(store.backend(), &Selection::All, &all_path).await;
+    let all = open(&all_path).unwrap();
+    // The first shard registers one file, `random`.
+    let shard = xet_store::format::parse_stored_shard(
+        &all.object(Kind::Shard, &all.manifest().shards[0]).unwrap(),
+    )
+    .unwrap();
+    let (file, xorb) = (shard.files[0].hash, shard.files[0].terms[0].xorb);
+    let wanted = Selection::Files(vec![Wanted {
+        hash: file,
+        name: None,
+    }]);
+    let out = d.path().join("out.swh");
+    let err_of = |source: MemoryBackend| {
+        let (wanted, out) = (wanted.clone(), out.clone());
+        async move {
+            xet_bundle::create(&source, &wanted, &out, Arc::new(NoProgress))
+                .await
+                .unwrap_err()
+        }
+    };
+
+    // The footer's xorb hash (its first field after the ident and version) changed.
+    let renamed = with_damaged_xorb(&xorb, |b| {
+        let info = u32::from_le_bytes(b[b.len() - 4..].try_into().unwrap()) as usize;
+        let footer = b.len() - 4 - info;
+        b[footer + 8] ^= 1;
+    })
+    .await;
+    let err = err_of(renamed).await;
+    assert!(
+        matches!(&err, BundleError::StoredXorb { hash, source } if *hash == xorb
+            && matches!(**source, StoredXorbError::FooterNames(_))),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains(&xorb.to_string()), "{err}");
+
+    // A footer claiming more bytes than the object has.
+    let long = with_damaged_xorb(&xorb, |b| {
+        let n = b.len();
+        b[n - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
+    })
+    .await;
+    let err = err_of(long).await;
+    assert!(
+        matches!(&err, BundleError::StoredXorb { source, .. }
+            if matches!(**source, StoredXorbError::FooterLength { .. })),
+        "{err:?}"
+    );
+
+    // A footer that does not parse keeps the xorb crate's error as its cause.
+    let garbled = with_damaged_xorb(&xorb, |b| {
+        let info = u32::from_le_bytes(b[b.len() - 4..].try_into().unwrap()) as usize;
+        let footer = b.len() - 4 - info;
+        b[footer] ^= 0xff;
+    })
+    .await;
+    let err = err_of(garbled).await;
+    let BundleError::StoredXorb { source, .. } = &err else {
+        panic!("{err:?}")
+    };
+    let StoredXorbError::Footer(cause) = &**source else {
+        panic!("{err:?}")
+    };
+    let chain = std::error::Error::source(&err).and_then(|e| e.source());
+    assert_eq!(chain.map(|e| e.to_string()), Some(cause.to_string()));
+    assert!(!out.exists());
+}
+
+/// A key that, next to the manifest's, no seed swh-shard would try gives a perfect hash
+/// function for (cmph draws the seeds as `rand() % 2`: two seeds to try).
+fn key_without_swh_seed() -> [u8; 32] {
+    (0u64..)
+        .map(|i| xet_hash::chunk_hash(&i.to_le_bytes()).0)
+        .find(|k| {
+            matches!(
+                xet_swh::ChdPh::build(&[xet_bundle::MANIFEST_KEY, *k], &xet_swh::SeedPolicy::Swh),
+                Err(xet_swh::BuildError::SeedsExhausted { .. })
+            )
+        })
+        .unwrap()
+}
+
+/// Found by the `bundle` fuzz target: `create` failed ("no seed gave a perfect hash
+/// function") for a store of one object whose key has no working swh-shard seed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_is_written_for_keys_swh_shard_has_no_seed_for() {
+    let key = key_without_swh_seed();
+    let source = MemoryBackend::new();
+    let value = Bytes::from_static(b"not a xorb: create --all copies objects as they are");
+    source
+        .put_if_absent(&ObjectKey::xorb(&MerkleHash(key)), value.clone())
+        .await
+        .unwrap();
+    let (d, path) = tmp();
+    create_from(&source, &Selection::All, &path).await;
+    let b = open(&path).unwrap();
+    assert_eq!(b.object(Kind::Xorb, &MerkleHash(key)), Some(value));
+    let reader = xet_swh::ShardReader::open(b.bytes(), &xet_swh::ReadLimits::default()).unwrap();
+    reader.verify().unwrap();
+    assert!(
+        reader.hash_function().seed() >= 2,
+        "a seed swh-shard does not draw"
+    );
+    // Still the same bytes for the same objects.
+    let again = d.path().join("again.swh");
+    create_from(&source, &Selection::All, &again).await;
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        std::fs::read(&again).unwrap()
+    );
 }

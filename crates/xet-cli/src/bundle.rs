@@ -84,6 +84,19 @@ fn failure(e: BundleError) -> Failure {
     Failure::new(code(&e), e)
 }
 
+/// A problem of an import or verification and its causes, on one line: "xorb H (key K):
+/// rejected: the xorb's chunk 3 …".
+fn with_causes(p: &xet_bundle::Problem) -> String {
+    let mut text = p.to_string();
+    let mut cause = std::error::Error::source(p);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
 /// Progress of a bundle operation on a bar (hidden unless stderr is a terminal).
 struct Bar(indicatif::ProgressBar);
 
@@ -385,7 +398,7 @@ async fn import(out: &Out, a: ImportArgs) -> CliResult {
         out.line(line);
     }
     if !r.rejected.is_empty() {
-        let listed: Vec<String> = r.rejected.iter().map(|p| p.to_string()).collect();
+        let listed: Vec<String> = r.rejected.iter().map(with_causes).collect();
         return Err(Failure::input(anyhow!(
             "{} objects of bundle {} rejected, the others imported: {}",
             listed.len(),
@@ -458,7 +471,7 @@ async fn verify(out: &Out, path: &Path) -> CliResult {
     let r = res.map_err(failure)?;
     let secs = started.elapsed().as_secs_f64();
     if !r.is_ok() {
-        let listed: Vec<String> = r.problems.iter().map(|p| p.to_string()).collect();
+        let listed: Vec<String> = r.problems.iter().map(with_causes).collect();
         return Err(Failure::input(anyhow!(
             "bundle {} is not valid: {}",
             path.display(),

@@ -1,7 +1,6 @@
 //! The SWH read shard's integration tests.
 //! One test binary for the crate (one build, one link); a module per former file.
 
-mod build_speed;
 mod damaged;
 mod golden;
 mod interop;
