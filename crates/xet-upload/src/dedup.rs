@@ -48,6 +48,25 @@ pub(crate) struct DedupParams {
     pub min_run_bytes: u64,
     pub xorb_max_chunks: usize,
     pub xorb_max_bytes: u64,
+    /// Byte limit of the session's first xorb; each next one may hold twice as much, up
+    /// to `xorb_max_bytes` (see [`DedupParams::slot_max_bytes`]).
+    pub xorb_first_bytes: u64,
+}
+
+impl DedupParams {
+    /// The byte limit of the xorb in `slot` where a file starts: `xorb_first_bytes <<
+    /// slot`, at most `xorb_max_bytes`. The first xorbs of a session are sealed early so
+    /// the link is busy while the dedup stage is still deciding the rest (an upload of
+    /// less than 64 MiB would otherwise send its one xorb only after every file was
+    /// decided); by the fifth xorb the limit is the full one. It depends on the slot
+    /// alone, so the xorbs formed stay a function of the inputs.
+    pub fn slot_max_bytes(&self, slot: u32) -> u64 {
+        let first = self.xorb_first_bytes.clamp(1, self.xorb_max_bytes);
+        match 1u64.checked_shl(slot) {
+            Some(factor) => first.saturating_mul(factor).min(self.xorb_max_bytes),
+            None => self.xorb_max_bytes,
+        }
+    }
 }
 
 /// Where a chunk of a stored xorb was found: tier, key group, xorb, index.
@@ -453,9 +472,18 @@ impl Session {
         prepared: Option<Prepared>,
     ) {
         let len = data.len();
+        // The smaller limits of the first xorbs apply only where a file starts (its
+        // first chunk is new): every early boundary is then a chunk global dedup queries,
+        // so a later upload from another client finds the next xorb as it would have
+        // found the data inside one.
+        let starts_file = f.terms.is_empty();
         let fits = self.open.as_ref().is_some_and(|o| {
-            o.chunks.len() < self.params.xorb_max_chunks
-                && o.bytes + len as u64 <= self.params.xorb_max_bytes
+            let max_bytes = if starts_file {
+                self.params.slot_max_bytes(o.slot)
+            } else {
+                self.params.xorb_max_bytes
+            };
+            o.chunks.len() < self.params.xorb_max_chunks && o.bytes + len as u64 <= max_bytes
         });
         if !fits {
             self.seal_open();
@@ -502,6 +530,7 @@ mod tests {
             min_run_bytes: 1 << 20,
             xorb_max_chunks: 8192,
             xorb_max_bytes: 64 << 20,
+            xorb_first_bytes: 64 << 20,
         }
     }
 
@@ -723,6 +752,42 @@ mod tests {
         assert_eq!(s.take_sealed().len(), 1);
     }
 
+    #[test]
+    fn first_xorbs_are_smaller() {
+        let p = DedupParams {
+            xorb_first_bytes: 4 << 20,
+            ..params()
+        };
+        let limits: Vec<u64> = (0..7).map(|s| p.slot_max_bytes(s) >> 20).collect();
+        assert_eq!(limits, [4, 8, 16, 32, 64, 64, 64]);
+        assert_eq!(p.slot_max_bytes(u32::MAX), 64 << 20);
+        let p = DedupParams {
+            xorb_first_bytes: 4 << 10,
+            xorb_max_bytes: 16 << 10,
+            ..params()
+        };
+        let data: Vec<_> = (0..40).map(|i| chunk(i, 1024)).collect();
+        let sealed_sizes = |s: &mut Session| -> Vec<usize> {
+            s.seal_open();
+            s.take_sealed().iter().map(|x| x.chunks.len()).collect()
+        };
+        // 40 files of one 1 KiB chunk, a first xorb of 4 KiB: 4, 8, 16, then the rest.
+        let mut s = Session::new(p, Arc::new(KnownIndex::new()));
+        for c in &data {
+            run_file(&mut s, std::slice::from_ref(c));
+        }
+        assert_eq!(sealed_sizes(&mut s), [4, 8, 16, 12]);
+        // Inside a file only the full limit applies: early boundaries are file starts.
+        let mut s = Session::new(p, Arc::new(KnownIndex::new()));
+        run_file(&mut s, &data);
+        assert_eq!(sealed_sizes(&mut s), [16, 16, 8]);
+        // Two files of 10 chunks: the first xorb ends where the second file starts.
+        let mut s = Session::new(p, Arc::new(KnownIndex::new()));
+        run_file(&mut s, &data[..10]);
+        run_file(&mut s, &data[10..20]);
+        assert_eq!(sealed_sizes(&mut s), [10, 10]);
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
         /// Whatever the input (repeats, known xorbs, xorb limits, min-run settings), the
@@ -735,8 +800,9 @@ mod tests {
             max_chunks in 1usize..12,
             max_bytes in 3000u64..20_000,
             min_run in 1usize..10,
+            first_bytes in 2000u64..20_000,
         ) {
-            let p = DedupParams { min_run_chunks: min_run, min_run_bytes: 8000, xorb_max_chunks: max_chunks, xorb_max_bytes: max_bytes };
+            let p = DedupParams { min_run_chunks: min_run, min_run_bytes: 8000, xorb_max_chunks: max_chunks, xorb_max_bytes: max_bytes, xorb_first_bytes: first_bytes };
             // A chunk id always has the same length, as identical data would.
             let len_of = |id: u32, len: usize| -> usize { if id.is_multiple_of(2) { 1000 + id as usize * 10 } else { len.max(1) } };
             let mut lens = HashMap::new();

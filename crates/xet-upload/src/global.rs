@@ -1,17 +1,24 @@
 //! Global dedup queries, issued as soon as a chunk's hash is known and answered to the
 //! dedup stage when it reaches that chunk.
 //!
+//! Queries wait for one of `max_dedup_queries_in_flight` slots in input order (file,
+//! then chunk), not in the order readers asked: several readers run ahead at once, and
+//! served first come first, the files the dedup stage needs next would queue behind
+//! queries for files it reaches much later (with 16 readers, the first xorb of 2,000
+//! small files waited for nearly every answer).
+//!
 //! A chunk is queried if it is the first chunk of its file or its hash is eligible
 //! (`MerkleHash::is_global_dedup_eligible`), unless the local shard cache (as loaded at
 //! the start) already knows it. A hash is queried once per session; every occurrence
 //! waits for that one answer. Neither depends on timing, so dedup decisions (and with
 //! them the xorbs formed) are the same from run to run against the same CAS.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use xet_cas::{Cas, CasError};
 use xet_hash::MerkleHash;
@@ -29,7 +36,7 @@ pub(crate) type AnswerRx = watch::Receiver<Option<Answer>>;
 pub(crate) struct GlobalDedup {
     cas: Arc<dyn Cas>,
     handle: tokio::runtime::Handle,
-    sem: Arc<Semaphore>,
+    slots: Arc<OrderedSlots>,
     cache_index: Arc<KnownIndex>,
     /// Where to store answers (`None` in a dry run or without a cache directory).
     cache: Option<Arc<LocalCache>>,
@@ -51,7 +58,7 @@ impl GlobalDedup {
         GlobalDedup {
             cas,
             handle,
-            sem: Arc::new(Semaphore::new(max_in_flight)),
+            slots: OrderedSlots::new(max_in_flight),
             cache_index,
             cache,
             cancel,
@@ -61,9 +68,22 @@ impl GlobalDedup {
         }
     }
 
-    /// Start a query for `chunk` (the `index`-th chunk of its file) if it should be
-    /// queried; callable from any thread.
-    pub fn maybe_query(self: &Arc<Self>, chunk: &MerkleHash, index: u64) -> Option<AnswerRx> {
+    /// The queries of the `file`-th input.
+    pub fn for_file(self: &Arc<Self>, file: u64) -> FileQueries {
+        FileQueries {
+            global: self.clone(),
+            file,
+        }
+    }
+
+    /// Start a query for `chunk` (the `index`-th chunk of the `file`-th input) if it
+    /// should be queried; callable from any thread.
+    fn maybe_query(
+        self: &Arc<Self>,
+        chunk: &MerkleHash,
+        file: u64,
+        index: u64,
+    ) -> Option<AnswerRx> {
         if index != 0 && !chunk.is_global_dedup_eligible() {
             return None;
         }
@@ -83,7 +103,7 @@ impl GlobalDedup {
         let chunk = *chunk;
         self.handle.spawn(async move {
             let answer = tokio::select! {
-                a = this.query(chunk) => a,
+                a = this.query(chunk, (file, index)) => a,
                 _ = this.cancel.cancelled() => return,
             };
             let _ = tx.send(Some(answer));
@@ -91,8 +111,8 @@ impl GlobalDedup {
         Some(rx)
     }
 
-    async fn query(&self, chunk: MerkleHash) -> Answer {
-        let _permit = self.sem.acquire().await.expect("semaphore never closed");
+    async fn query(&self, chunk: MerkleHash, order: (u64, u64)) -> Answer {
+        let _slot = self.slots.clone().acquire(order).await;
         self.queries.fetch_add(1, Ordering::Relaxed);
         let bytes = match self.cas.dedup_shard(&chunk).await {
             Ok(Some(b)) => b,
@@ -129,5 +149,134 @@ impl GlobalDedup {
                 Ok(None)
             }
         }
+    }
+}
+
+/// Queries of one input file, in its place in the input order.
+pub(crate) struct FileQueries {
+    global: Arc<GlobalDedup>,
+    file: u64,
+}
+
+impl FileQueries {
+    /// Start a query for `chunk`, the `index`-th chunk of the file, if it should be
+    /// queried; callable from any thread.
+    pub fn maybe_query(&self, chunk: &MerkleHash, index: u64) -> Option<AnswerRx> {
+        self.global.maybe_query(chunk, self.file, index)
+    }
+}
+
+/// Query slots handed out smallest order first (a semaphore whose waiters are served by
+/// their position in the input rather than by arrival).
+struct OrderedSlots {
+    state: Mutex<SlotState>,
+}
+
+struct SlotState {
+    free: usize,
+    /// Waiters by (order, arrival); arrival breaks ties and names the sender.
+    waiting: BinaryHeap<Reverse<((u64, u64), u64)>>,
+    wake: HashMap<u64, oneshot::Sender<()>>,
+    arrivals: u64,
+}
+
+/// A query slot, handed to the next waiter (or freed) when dropped.
+struct QuerySlot(Arc<OrderedSlots>);
+
+impl OrderedSlots {
+    fn new(slots: usize) -> Arc<Self> {
+        Arc::new(OrderedSlots {
+            state: Mutex::new(SlotState {
+                free: slots.max(1),
+                waiting: BinaryHeap::new(),
+                wake: HashMap::new(),
+                arrivals: 0,
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn acquire(self: Arc<Self>, order: (u64, u64)) -> QuerySlot {
+        let rx = {
+            let mut s = self.lock();
+            if s.free > 0 {
+                s.free -= 1;
+                return QuerySlot(self.clone());
+            }
+            let (tx, rx) = oneshot::channel();
+            let id = s.arrivals;
+            s.arrivals += 1;
+            s.waiting.push(Reverse((order, id)));
+            s.wake.insert(id, tx);
+            rx
+        };
+        // The sender is only dropped after a slot was handed over through it.
+        let _ = rx.await;
+        QuerySlot(self)
+    }
+
+    /// Hand a slot to the first waiter still waiting, or free it.
+    fn release(&self) {
+        let mut s = self.lock();
+        while let Some(Reverse((_, id))) = s.waiting.pop() {
+            if let Some(tx) = s.wake.remove(&id)
+                && tx.send(()).is_ok()
+            {
+                return;
+            }
+        }
+        s.free += 1;
+    }
+}
+
+impl Drop for QuerySlot {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Waiters get slots by order, whatever order they came in.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slots_go_to_the_earliest_input_first() {
+        let slots = OrderedSlots::new(1);
+        let held = slots.clone().acquire((0, 0)).await;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut tasks = Vec::new();
+        for file in [5u64, 3, 9, 1, 7] {
+            let (s, tx) = (slots.clone(), tx.clone());
+            tasks.push(tokio::spawn(async move {
+                let _slot = s.acquire((file, 0)).await;
+                tx.send(file).unwrap();
+            }));
+            // Each one queued before the next (a waiter is queued by `acquire` itself).
+            while slots.lock().waiting.len() < tasks.len() {
+                tokio::task::yield_now().await;
+            }
+        }
+        // A waiter that gave up does not take a slot with it.
+        let gone = tokio::spawn(slots.clone().acquire((0, 5)));
+        while slots.lock().waiting.len() < 6 {
+            tokio::task::yield_now().await;
+        }
+        gone.abort();
+        let _ = gone.await;
+        drop(held);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        drop(tx);
+        let mut got = Vec::new();
+        while let Some(f) = rx.recv().await {
+            got.push(f);
+        }
+        assert_eq!(got, [1, 3, 5, 7, 9]);
+        assert_eq!(slots.lock().free, 1);
     }
 }

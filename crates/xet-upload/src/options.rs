@@ -12,6 +12,12 @@ pub const DEFAULT_SHARD_CACHE_BYTES: u64 = 256 << 20;
 pub const DEFAULT_MIN_DEDUP_RUN_CHUNKS: usize = 8;
 /// ... or 1 MiB.
 pub const DEFAULT_MIN_DEDUP_RUN_BYTES: u64 = 1 << 20;
+/// Byte limit of an upload's first xorb (the next ones double up to the xorb limit).
+pub const DEFAULT_XORB_FIRST_BYTES: u64 = 4 << 20;
+/// Xorb uploads at once when an upload starts ([`UploadOptions::xorb_uploads_initial`]).
+pub const DEFAULT_XORB_UPLOADS_INITIAL: usize = 8;
+/// Most xorb uploads at once ([`UploadOptions::max_xorb_uploads`]).
+pub const DEFAULT_MAX_XORB_UPLOADS: usize = 16;
 /// Uploaded shards are split to stay below this (the protocol's 64 MiB, with margin).
 pub const DEFAULT_SHARD_MAX_BYTES: u64 = 63 << 20;
 
@@ -37,9 +43,16 @@ pub struct UploadOptions {
     /// Memory budget for read-ahead across files, in bytes (the file being
     /// deduplicated always proceeds; see the crate docs).
     pub read_ahead_bytes: u64,
-    /// Xorbs being compressed or uploaded at once.
+    /// Sealed xorbs being compressed, or built and waiting for an upload slot (the
+    /// dedup stage waits for one of these before it hands over the next xorb).
     pub max_xorbs_in_flight: usize,
-    /// Concurrent global dedup queries.
+    /// Xorb uploads (`put_xorb`) at once when the upload starts; the limit then follows
+    /// the throughput measured (see the crate docs), between 2 and `max_xorb_uploads`.
+    pub xorb_uploads_initial: usize,
+    /// Most xorb uploads at once. Each holds a body of up to 64 MiB.
+    pub max_xorb_uploads: usize,
+    /// Concurrent global dedup queries. They are small requests: over a long round trip
+    /// the number in flight is what bounds how many files per second are decided.
     pub max_dedup_queries_in_flight: usize,
     /// Fragmentation prevention: a dedup run shorter than this many chunks...
     pub min_dedup_run_chunks: usize,
@@ -50,6 +63,10 @@ pub struct UploadOptions {
     /// smaller values are valid xorbs too, and make tests with many xorbs cheap.
     pub xorb_max_chunks: usize,
     pub xorb_max_bytes: u64,
+    /// Byte limit of the upload's first xorb where a file starts; each next one may hold
+    /// twice as much, up to `xorb_max_bytes`, so bytes go out while the rest is still
+    /// being deduplicated (see the crate docs).
+    pub xorb_first_bytes: u64,
     /// Uploaded shards are split to stay at or below this size.
     pub shard_max_bytes: u64,
     /// Read every file, even those the cache dir records as unchanged since an earlier
@@ -74,11 +91,14 @@ impl Default for UploadOptions {
             max_files_in_flight: 16,
             read_ahead_bytes: 128 << 20,
             max_xorbs_in_flight: 4,
-            max_dedup_queries_in_flight: 16,
+            xorb_uploads_initial: DEFAULT_XORB_UPLOADS_INITIAL,
+            max_xorb_uploads: DEFAULT_MAX_XORB_UPLOADS,
+            max_dedup_queries_in_flight: 128,
             min_dedup_run_chunks: DEFAULT_MIN_DEDUP_RUN_CHUNKS,
             min_dedup_run_bytes: DEFAULT_MIN_DEDUP_RUN_BYTES,
             xorb_max_chunks: xet_xorb::MAX_XORB_CHUNKS,
             xorb_max_bytes: xet_xorb::MAX_XORB_UNPACKED_BYTES,
+            xorb_first_bytes: DEFAULT_XORB_FIRST_BYTES,
             shard_max_bytes: DEFAULT_SHARD_MAX_BYTES,
             rehash: false,
             cancel: None,
@@ -94,6 +114,8 @@ impl UploadOptions {
         o.block_size = o.block_size.clamp(64 << 10, 256 << 20);
         o.max_files_in_flight = o.max_files_in_flight.max(1);
         o.max_xorbs_in_flight = o.max_xorbs_in_flight.max(1);
+        o.max_xorb_uploads = o.max_xorb_uploads.max(1);
+        o.xorb_uploads_initial = o.xorb_uploads_initial.clamp(1, o.max_xorb_uploads);
         o.max_dedup_queries_in_flight = o.max_dedup_queries_in_flight.max(1);
         o.min_dedup_run_chunks = o.min_dedup_run_chunks.max(1);
         o.xorb_max_chunks = o.xorb_max_chunks.clamp(1, xet_xorb::MAX_XORB_CHUNKS);
@@ -101,6 +123,9 @@ impl UploadOptions {
             xet_chunk::MAX_CHUNK_SIZE as u64,
             xet_xorb::MAX_XORB_UNPACKED_BYTES,
         );
+        o.xorb_first_bytes = o
+            .xorb_first_bytes
+            .clamp(xet_chunk::MAX_CHUNK_SIZE as u64, o.xorb_max_bytes);
         o.shard_max_bytes = o.shard_max_bytes.max(4 << 10);
         o
     }

@@ -30,6 +30,7 @@ use crate::progress::Progress;
 use crate::read::{BLOCKS_PER_FILE, Batch, FileMsg};
 use crate::report::{FileReport, Totals, UploadReport};
 use crate::shards::{FileRecord, build_shards};
+use crate::uploads::UploadSlots;
 
 /// What every stage shares.
 struct Shared {
@@ -46,6 +47,8 @@ struct Shared {
     body_pool: BodyPool,
     /// Whether readers compress chunks as they hash them.
     speculation: Arc<Speculation>,
+    /// How many xorbs are being sent at once.
+    uploads: UploadSlots,
 }
 
 /// Upload `inputs`, reading every one.
@@ -191,6 +194,7 @@ impl Shared {
             ),
             // Bodies sent in pieces carry each chunk's CRC (see `upload_one`).
             speculation: Arc::new(Speculation::new(cas.takes_xorb_pieces())),
+            uploads: UploadSlots::new(opts.xorb_uploads_initial, opts.max_xorb_uploads),
             handle: tokio::runtime::Handle::current(),
             cas,
             opts,
@@ -233,7 +237,12 @@ async fn run_stages(
     user_cancel: &CancellationToken,
 ) -> Result<(SessionOutput, Vec<BuiltXorb>)> {
     let opts = &shared.opts;
-    let (files_tx, files_rx) = mpsc::channel::<FileJob>(opts.max_files_in_flight);
+    // Room for every file of the groups being read: a group hands over all its files at
+    // once, and with room for fewer the scheduler would wait for the dedup stage before
+    // starting the next group's reader (its global dedup queries then started one group
+    // at a time). The read-ahead permits bound what is read.
+    let (files_tx, files_rx) =
+        mpsc::channel::<FileJob>(opts.max_files_in_flight.saturating_mul(GROUP_FILES));
     let (xorb_tx, xorb_rx) = mpsc::channel::<XorbJob>(opts.max_xorbs_in_flight);
     let scheduler = tokio::spawn(schedule(files, files_tx, shared.clone(), global));
     let uploader = tokio::spawn(upload_xorbs(xorb_rx, shared.clone()));
@@ -312,8 +321,12 @@ async fn schedule(
     let budget_units = (o.read_ahead_bytes / BUDGET_UNIT).clamp(1, u32::MAX as u64 / 2) as u32;
     let budget = Arc::new(Semaphore::new(budget_units as usize));
     let mut files = files.into_iter().peekable();
+    // The input position of the group's first file.
+    let mut position = 0u64;
     while let Some(first) = files.next() {
         let group = next_group(first, &mut files);
+        let first_position = position;
+        position += group.len() as u64;
         // A file never holds more than BLOCKS_PER_FILE blocks (or its size) at once, so
         // reserving that up front, in input order, cannot deadlock the ordered consumer.
         let want = group
@@ -333,7 +346,7 @@ async fn schedule(
                 (c, b)
             } => p,
         };
-        for job in start_readers(group, permits, &shared, &global) {
+        for job in start_readers(group, first_position, permits, &shared, &global) {
             if tx.send(job).await.is_err() {
                 return;
             }
@@ -363,10 +376,12 @@ fn next_group(
     group
 }
 
-/// Read the files of `group`, one after the other, on one blocking thread; the jobs that
-/// hand their chunks to the dedup stage share `permits`.
+/// Read the files of `group` (the first at input position `position`), one after the
+/// other, on one blocking thread; the jobs that hand their chunks to the dedup stage
+/// share `permits`.
 fn start_readers(
     group: Vec<(PathBuf, u64)>,
+    position: u64,
     permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
     shared: &Shared,
     global: &Option<Arc<GlobalDedup>>,
@@ -378,29 +393,26 @@ fn start_readers(
     let depth = if group.len() > 1 { 3 } else { 1 };
     let mut readers = Vec::with_capacity(group.len());
     let mut jobs = Vec::with_capacity(group.len());
-    for (path, _) in group {
+    for (i, (path, _)) in group.into_iter().enumerate() {
         let (ftx, frx) = mpsc::channel(depth);
-        readers.push((path.clone(), ftx));
+        let queries = global.as_ref().map(|g| g.for_file(position + i as u64));
+        readers.push((path.clone(), ftx, queries));
         jobs.push(FileJob {
             path,
             rx: frx,
             _permits: permits.clone(),
         });
     }
-    let (bs, g, c) = (
-        shared.opts.block_size,
-        global.clone(),
-        shared.cancel.clone(),
-    );
+    let (bs, c) = (shared.opts.block_size, shared.cancel.clone());
     let pool = shared.read_pool.clone();
     let spec = shared.speculation.clone();
     tokio::task::spawn_blocking(move || {
-        for (p, ftx) in readers {
+        for (p, ftx, queries) in readers {
             if c.is_cancelled() {
                 return;
             }
             let spec = Some(spec.clone());
-            crate::read::read_file(&p, bs, ftx, g.clone(), pool.clone(), spec, c.clone());
+            crate::read::read_file(&p, bs, ftx, queries, pool.clone(), spec, c.clone());
         }
     });
     jobs
@@ -440,6 +452,7 @@ fn run_session(
         min_run_bytes: o.min_dedup_run_bytes,
         xorb_max_chunks: o.xorb_max_chunks,
         xorb_max_bytes: o.xorb_max_bytes,
+        xorb_first_bytes: o.xorb_first_bytes,
     };
     let mut session = Session::new(params, cache_index);
     let sealed = SealedSender {
@@ -575,7 +588,8 @@ impl SealedSender<'_> {
 
 // ---- Stage 3: the xorb uploader ----
 
-/// A sealed xorb with its in-flight permit.
+/// A sealed xorb with its in-flight permit (held until the xorb is built and has an
+/// upload slot).
 struct XorbJob {
     sealed: SealedXorb,
     _permit: OwnedSemaphorePermit,
@@ -591,7 +605,9 @@ struct BuiltXorb {
     resumed: bool,
 }
 
-/// Build and store xorbs, `max_xorbs_in_flight` at a time (the dedup stage holds the permits).
+/// Build and store xorbs: `max_xorbs_in_flight` being built or waiting for an upload
+/// slot (the dedup stage takes their permits), as many being sent as the upload slots
+/// allow.
 async fn upload_xorbs(
     mut rx: mpsc::Receiver<XorbJob>,
     shared: Arc<Shared>,
@@ -629,7 +645,7 @@ async fn upload_xorbs(
 async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
     let XorbJob {
         mut sealed,
-        _permit,
+        _permit: permit,
     } = job;
     let (tx, rx) = tokio::sync::oneshot::channel();
     if shared.cas.takes_xorb_pieces() {
@@ -672,6 +688,10 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
         .await
         .map_err(|_| UploadError::Internal("xorb build task failed".into()))??;
     let body_len = body.len();
+    // The sealed xorb's permit goes back once it has a slot: the dedup stage seals the
+    // next one while this one is sent.
+    let sending = shared.uploads.acquire().await;
+    drop(permit);
     let mut built = BuiltXorb {
         slot,
         hash,
@@ -697,6 +717,8 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
         return Ok(built);
     }
     shared.cas.put_xorb(&hash, body).await?;
+    sending.stored(body_len);
+    drop(sending);
     shared.progress.uploaded(body_len);
     if let Some(c) = &shared.cache {
         let c = c.clone();

@@ -21,7 +21,7 @@ use xet_hash::MerkleHash;
 use crate::build::{Prepared, Speculation};
 use crate::cut::BlockCutter;
 use crate::error::UploadError;
-use crate::global::{AnswerRx, GlobalDedup};
+use crate::global::{AnswerRx, FileQueries};
 use crate::input::Snapshot;
 use crate::pool::BufPool;
 
@@ -52,7 +52,7 @@ pub(crate) fn read_file(
     path: &Path,
     block_size: usize,
     tx: mpsc::Sender<FileMsg>,
-    global: Option<Arc<GlobalDedup>>,
+    global: Option<FileQueries>,
     pool: BufPool,
     speculation: Option<Arc<Speculation>>,
     cancel: CancellationToken,
@@ -67,7 +67,7 @@ fn read_file_inner(
     path: &Path,
     block_size: usize,
     tx: &mpsc::Sender<FileMsg>,
-    global: Option<&Arc<GlobalDedup>>,
+    global: Option<&FileQueries>,
     pool: BufPool,
     speculation: Option<&Speculation>,
     cancel: &CancellationToken,
@@ -254,7 +254,7 @@ impl HashJob {
 
 fn send_batch(
     tx: &mpsc::Sender<FileMsg>,
-    global: Option<&Arc<GlobalDedup>>,
+    global: Option<&FileQueries>,
     index: &mut u64,
     (chunks, prepared): Hashed,
 ) -> bool {
@@ -484,47 +484,6 @@ mod tests {
             let (size, sha) = end.unwrap();
             assert_eq!(size, data.len() as u64);
             assert_eq!(sha, <[u8; 32]>::from(Sha256::digest(&data)));
-        }
-    }
-}
-
-#[cfg(test)]
-mod bench {
-    use super::*;
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore]
-    async fn reader_speed() {
-        let d = tempfile::tempdir().unwrap();
-        let path = d.path().join("f");
-        let data = xet_testdata::generate(xet_testdata::Kind::Random, 256 << 20, 5);
-        std::fs::write(&path, &data).unwrap();
-        drop(data);
-        for bs in [8 << 20, 16 << 20] {
-            let t = std::time::Instant::now();
-            let (tx, mut rx) = mpsc::channel(1);
-            let p = path.clone();
-            let h = tokio::task::spawn_blocking(move || {
-                read_file(
-                    &p,
-                    bs,
-                    tx,
-                    None,
-                    BufPool::new(bs, 4),
-                    None,
-                    CancellationToken::new(),
-                )
-            });
-            let mut n = 0u64;
-            while let Some(m) = rx.recv().await {
-                if let FileMsg::Batch(b) = m {
-                    n += b.chunks.iter().map(|c| c.1.len() as u64).sum::<u64>();
-                }
-            }
-            h.await.unwrap();
-            println!(
-                "reader bs={bs}: {:.0} MB/s",
-                n as f64 / t.elapsed().as_secs_f64() / 1e6
-            );
         }
     }
 }

@@ -83,6 +83,8 @@ async fn resume_against_the_fs_store() {
         cache_dir: Some(cache.path().to_path_buf()),
         xorb_max_bytes: 1 << 20,
         max_xorbs_in_flight: 1,
+        // One upload at a time: exactly the five before the failure are stored.
+        max_xorb_uploads: 1,
         ..Default::default()
     };
     let store = fs_store(root.path()).await;

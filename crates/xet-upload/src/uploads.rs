@@ -1,0 +1,295 @@
+//! How many xorb uploads run at once: a limit that starts at
+//! `UploadOptions::xorb_uploads_initial` and follows the throughput measured.
+//!
+//! A link whose bandwidth-delay product is larger than what a few connections carry
+//! (each TCP connection moves at most its window per round trip) needs more uploads in
+//! flight; a loopback or a slow link gains nothing from them and would only hold more
+//! 64 MiB bodies. So the limit is raised only while raising it pays:
+//!
+//! - The uploads are measured in *rounds*: a round ends when as many uploads have
+//!   finished as the limit allows at once; its throughput is the bytes they stored over
+//!   the round's wall time.
+//! - A round in which no built xorb waited for an upload slot says nothing about more
+//!   slots (the uploads kept up with the dedup stage): the limit stays.
+//! - Otherwise the limit is raised by half (at least one), up to
+//!   `UploadOptions::max_xorb_uploads`, as long as each raise brought at least 15% more
+//!   throughput than the round before it; a raise that did not goes back to the limit
+//!   before it, which is then held for [`HOLD_ROUNDS`] rounds before trying again (the
+//!   link may have changed).
+//!
+//! The limit decides only when xorbs are sent, never which xorbs are formed.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+/// The limit never goes below this.
+const MIN_UPLOADS: usize = 2;
+/// A raise is kept if the round after it moved at least this much more than the one before.
+const GAIN: f64 = 1.15;
+/// Rounds held at a limit whose raise did not pay before trying again.
+pub(crate) const HOLD_ROUNDS: u32 = 4;
+
+/// The decisions, apart from the waiting (unit-tested with made-up throughputs).
+#[derive(Debug)]
+pub(crate) struct Controller {
+    limit: usize,
+    max: usize,
+    /// The round being measured: its start, bytes and uploads finished, whether a xorb
+    /// waited for a slot.
+    round_start: Option<Duration>,
+    round_bytes: u64,
+    round_done: usize,
+    waited: bool,
+    /// The limit and throughput of the round before the last raise.
+    before: Option<(usize, f64)>,
+    /// Rounds left to hold the limit.
+    hold: u32,
+}
+
+impl Controller {
+    pub fn new(initial: usize, max: usize) -> Self {
+        let max = max.max(1);
+        Controller {
+            limit: initial.clamp(MIN_UPLOADS.min(max), max),
+            max,
+            round_start: None,
+            round_bytes: 0,
+            round_done: 0,
+            waited: false,
+            before: None,
+            hold: 0,
+        }
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// An upload starts at `now` (time since any fixed origin).
+    pub fn started(&mut self, now: Duration) {
+        self.round_start.get_or_insert(now);
+    }
+
+    /// A built xorb found every slot taken.
+    pub fn waited(&mut self) {
+        self.waited = true;
+    }
+
+    /// An upload of `bytes` finished at `now`.
+    pub fn finished(&mut self, bytes: u64, now: Duration) {
+        self.round_bytes += bytes;
+        self.round_done += 1;
+        if self.round_done < self.limit {
+            return;
+        }
+        let start = self.round_start.unwrap_or(now);
+        let secs = (now.saturating_sub(start)).as_secs_f64().max(1e-6);
+        let throughput = self.round_bytes as f64 / secs;
+        let waited = self.waited;
+        self.round_start = Some(now);
+        self.round_bytes = 0;
+        self.round_done = 0;
+        self.waited = false;
+        self.decide(throughput, waited);
+    }
+
+    fn decide(&mut self, throughput: f64, waited: bool) {
+        if !waited {
+            // The uploads kept up: more slots would change nothing.
+            self.before = None;
+            return;
+        }
+        match self.before {
+            Some((limit, before)) if self.limit > limit => {
+                if throughput >= before * GAIN {
+                    self.raise(throughput);
+                } else {
+                    self.limit = limit;
+                    self.before = Some((limit, before.max(throughput)));
+                    self.hold = HOLD_ROUNDS;
+                }
+            }
+            _ if self.hold > 0 => self.hold -= 1,
+            _ => self.raise(throughput),
+        }
+    }
+
+    fn raise(&mut self, throughput: f64) {
+        self.before = Some((self.limit, throughput));
+        self.limit = (self.limit + (self.limit / 2).max(1)).min(self.max);
+    }
+}
+
+/// The upload slots: [`UploadSlots::acquire`] waits for a free one.
+pub(crate) struct UploadSlots {
+    state: Mutex<State>,
+    freed: Notify,
+    origin: Instant,
+}
+
+struct State {
+    in_flight: usize,
+    ctl: Controller,
+}
+
+/// One upload slot, given back when dropped; [`Slot::stored`] records what it moved.
+pub(crate) struct Slot<'a> {
+    slots: &'a UploadSlots,
+}
+
+impl UploadSlots {
+    pub fn new(initial: usize, max: usize) -> Self {
+        UploadSlots {
+            state: Mutex::new(State {
+                in_flight: 0,
+                ctl: Controller::new(initial, max),
+            }),
+            freed: Notify::new(),
+            origin: Instant::now(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub async fn acquire(&self) -> Slot<'_> {
+        let mut counted = false;
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            // Registered before looking, so a slot freed in between wakes this waiter.
+            freed.as_mut().enable();
+            {
+                let mut s = self.lock();
+                if s.in_flight < s.ctl.limit() {
+                    s.in_flight += 1;
+                    s.ctl.started(self.origin.elapsed());
+                    return Slot { slots: self };
+                }
+                if !counted {
+                    s.ctl.waited();
+                    counted = true;
+                }
+            }
+            freed.await;
+        }
+    }
+}
+
+impl Slot<'_> {
+    /// The upload stored `bytes`.
+    pub fn stored(&self, bytes: u64) {
+        let now = self.slots.origin.elapsed();
+        let mut s = self.slots.lock();
+        let before = s.ctl.limit();
+        s.ctl.finished(bytes, now);
+        if s.ctl.limit() != before {
+            tracing::debug!(from = before, to = s.ctl.limit(), "xorb upload limit");
+        }
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.slots.lock().in_flight -= 1;
+        // Every waiter looks again: a raised limit may admit more than one.
+        self.slots.freed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Run `rounds` rounds of a link where `n` uploads at once move `rate(n)` bytes per
+    /// second, every round with a xorb waiting if `busy`; the limits seen, per round.
+    fn run(
+        c: &mut Controller,
+        rounds: usize,
+        busy: bool,
+        rate: impl Fn(usize) -> f64,
+    ) -> Vec<usize> {
+        let mut now = Duration::ZERO;
+        let mut seen = Vec::new();
+        for _ in 0..rounds {
+            let n = c.limit();
+            c.started(now);
+            if busy {
+                c.waited();
+            }
+            // One round: n uploads of 64 MiB at the link's rate for n.
+            let bytes = 64u64 << 20;
+            let secs = (n as u64 * bytes) as f64 / rate(n);
+            for i in 1..=n {
+                c.finished(
+                    bytes,
+                    now + Duration::from_secs_f64(secs * i as f64 / n as f64),
+                );
+            }
+            now += Duration::from_secs_f64(secs);
+            seen.push(c.limit());
+        }
+        seen
+    }
+
+    #[test]
+    fn rises_until_the_link_is_full_then_holds() {
+        // Each upload moves 10 MB/s (its window over the round trip); the link 120 MB/s.
+        let mut c = Controller::new(8, 32);
+        let seen = run(&mut c, 12, true, |n| (n as f64 * 10e6).min(120e6));
+        // 8 → 12 paid (80 → 120 MB/s); 12 → 18 did not: back to 12, held for
+        // HOLD_ROUNDS rounds, tried again.
+        assert_eq!(seen, [12, 18, 12, 12, 12, 12, 12, 18, 12, 12, 12, 12]);
+    }
+
+    #[test]
+    fn a_link_that_needs_many_reaches_the_maximum() {
+        let mut c = Controller::new(8, 32);
+        let seen = run(&mut c, 6, true, |n| n as f64 * 1e6);
+        assert_eq!(seen, [12, 18, 27, 32, 32, 32]);
+    }
+
+    #[test]
+    fn uploads_that_keep_up_keep_the_limit() {
+        // Loopback: the dedup stage never waits for a slot.
+        let mut c = Controller::new(8, 32);
+        let seen = run(&mut c, 10, false, |n| n as f64 * 1e9);
+        assert!(seen.iter().all(|&l| l == 8), "{seen:?}");
+    }
+
+    #[test]
+    fn a_full_link_at_the_start_keeps_the_initial_limit() {
+        let mut c = Controller::new(8, 32);
+        let seen = run(&mut c, 10, true, |_| 50e6);
+        assert_eq!(seen[..2], [12, 8]);
+        assert!(seen.iter().all(|&l| l == 8 || l == 12), "{seen:?}");
+        assert!(seen.iter().filter(|&&l| l == 8).count() >= 7, "{seen:?}");
+    }
+
+    #[test]
+    fn limits_are_clamped() {
+        assert_eq!(Controller::new(100, 16).limit(), 16);
+        assert_eq!(Controller::new(0, 16).limit(), MIN_UPLOADS);
+        assert_eq!(Controller::new(4, 1).limit(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slots_wait_for_a_free_one() {
+        let slots = std::sync::Arc::new(UploadSlots::new(2, 2));
+        let a = slots.acquire().await;
+        let b = slots.acquire().await;
+        let s = slots.clone();
+        let third = tokio::spawn(async move {
+            let _c = s.acquire().await;
+        });
+        tokio::task::yield_now().await;
+        assert!(!third.is_finished());
+        drop(a);
+        third.await.unwrap();
+        drop(b);
+        assert_eq!(slots.lock().in_flight, 0);
+    }
+}
