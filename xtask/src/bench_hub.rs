@@ -2,14 +2,16 @@
 //! (`huggingface_hub` with `hf_xet`, from the test virtualenv), both against a release
 //! `xet serve` on loopback speaking the Hub API, and a plain `curl` of a resolve URL.
 //!
-//! Besides each client's speed and peak RSS, each row reports the server's CPU seconds
+//! Besides each client's speed, peak RSS and CPU time, each row reports the server's CPU seconds
 //! per GiB moved: `utime + stime` of the `xet serve` process (all its threads, from
 //! `/proc/<pid>/stat`) read just before and just after each measured run, as a range
 //! over the runs.
 
-use crate::bench::{BenchSample, Contender, TransferOpts, bench_interleaved, warm};
+use crate::bench::{
+    BenchSample, Contender, CpuMeter, CpuRuns, TransferOpts, bench_interleaved, warm,
+};
 use anyhow::{Context, Result, bail};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -53,23 +55,6 @@ impl HubServe {
             .to_string();
         Ok(HubServe { child, url })
     }
-
-    /// CPU seconds the server has used so far (user + system, all threads).
-    fn cpu_secs(&self, tick: f64) -> Result<f64> {
-        let pid = self.child.id();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .with_context(|| format!("reading /proc/{pid}/stat"))?;
-        // Fields after the command name (which is in parentheses and may hold spaces):
-        // state is field 3, utime 14, stime 15.
-        let rest = &stat[stat.rfind(')').context("/proc/pid/stat")? + 1..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| -> Result<f64> {
-            Ok(f.get(i)
-                .context("/proc/pid/stat is short")?
-                .parse::<u64>()? as f64)
-        };
-        Ok((ticks(11)? + ticks(12)?) / tick)
-    }
 }
 
 impl Drop for HubServe {
@@ -77,16 +62,6 @@ impl Drop for HubServe {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Clock ticks per second, the unit of `/proc/<pid>/stat`'s times.
-fn clock_ticks() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
-        .unwrap_or(100.0)
 }
 
 fn fresh(dir: &Path) -> Result<()> {
@@ -133,52 +108,6 @@ fn hf_cmd(hf: &Path, url: &str, args: &[&str], home: &Path) -> Command {
     c
 }
 
-/// Server CPU seconds per GiB of each measured run of one contender.
-#[derive(Default)]
-struct CpuRuns(RefCell<Vec<f64>>);
-
-impl CpuRuns {
-    fn range(&self) -> String {
-        let v = self.0.borrow();
-        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = v.iter().copied().fold(0.0, f64::max);
-        match v.len() {
-            0 => "-".into(),
-            _ if format!("{lo:.2}") == format!("{hi:.2}") => format!("{lo:.2}"),
-            _ => format!("{lo:.2}-{hi:.2}"),
-        }
-    }
-}
-
-/// Reads the server's CPU time when a run starts (`start`, called from the contender's
-/// `make`, right before the child is spawned) and when it has ended (`end`, the
-/// contender's `after`), and keeps the difference per GiB.
-struct CpuMeter<'s> {
-    server: &'s RefCell<Option<HubServe>>,
-    tick: f64,
-    gib: f64,
-    at_start: Cell<f64>,
-}
-
-impl CpuMeter<'_> {
-    fn server_cpu(&self) -> Result<f64> {
-        self.server
-            .borrow()
-            .as_ref()
-            .context("no server running")?
-            .cpu_secs(self.tick)
-    }
-    fn start(&self) -> Result<()> {
-        self.at_start.set(self.server_cpu()?);
-        Ok(())
-    }
-    fn end(&self, runs: &CpuRuns) -> Result<()> {
-        let used = self.server_cpu()? - self.at_start.get();
-        runs.0.borrow_mut().push(used / self.gib);
-        Ok(())
-    }
-}
-
 pub fn run(
     o: &TransferOpts,
     xet: &Path,
@@ -209,12 +138,8 @@ pub fn run(
             .map(|s| s.url.clone())
             .unwrap_or_default()
     };
-    let meter = CpuMeter {
-        server: &server,
-        tick: clock_ticks(),
-        gib: size as f64 / (1u64 << 30) as f64,
-        at_start: Cell::new(0.0),
-    };
+    let pid = || server.borrow().as_ref().map(|s| s.child.id());
+    let meter = CpuMeter::new(size);
 
     // Downloads: one server whose store holds org/bench, uploaded once before timing.
     fresh(&p("store"))?;
@@ -232,7 +157,7 @@ pub fn run(
         vec![
             Contender::new(
                 || {
-                    meter.start()?;
+                    meter.start(pid())?;
                     Ok(xet_cmd(
                         xet,
                         &url(),
@@ -245,10 +170,10 @@ pub fn run(
                     fresh(&p("xd"))
                 },
             )
-            .after(|| meter.end(&ours_cpu)),
+            .after(|| meter.end(pid(), &ours_cpu)),
             Contender::new(
                 || {
-                    meter.start()?;
+                    meter.start(pid())?;
                     Ok(hf_cmd(&hf, &url(), &["download", "org/bench"], &p("hd")))
                 },
                 || {
@@ -256,7 +181,7 @@ pub fn run(
                     fresh(&p("hd"))
                 },
             )
-            .after(|| meter.end(&ref_cpu)),
+            .after(|| meter.end(pid(), &ref_cpu)),
         ],
     )?);
     rows.push(HubRow {
@@ -283,7 +208,7 @@ pub fn run(
             vec![
                 Contender::new(
                     || {
-                        meter.start()?;
+                        meter.start(pid())?;
                         let mut c = Command::new("curl");
                         c.args(["-sS", "-f", "-o", "/dev/null", "-H"])
                             .arg(format!("Authorization: Bearer {TOKEN}"))
@@ -292,7 +217,7 @@ pub fn run(
                     },
                     || warm(&p("store")),
                 )
-                .after(|| meter.end(&curl_cpu)),
+                .after(|| meter.end(pid(), &curl_cpu)),
             ],
         )?
         .remove(0);
@@ -325,7 +250,7 @@ pub fn run(
         vec![
             Contender::new(
                 || {
-                    meter.start()?;
+                    meter.start(pid())?;
                     Ok(xet_cmd(xet, &url(), &["upload", inp, &addr], &p("xu")))
                 },
                 || {
@@ -333,10 +258,10 @@ pub fn run(
                     restart("xu")
                 },
             )
-            .after(|| meter.end(&ours_cpu)),
+            .after(|| meter.end(pid(), &ours_cpu)),
             Contender::new(
                 || {
-                    meter.start()?;
+                    meter.start(pid())?;
                     Ok(hf_cmd(&hf, &url(), &["upload", &repo, inp], &p("hu")))
                 },
                 || {
@@ -344,7 +269,7 @@ pub fn run(
                     restart("hu")
                 },
             )
-            .after(|| meter.end(&ref_cpu)),
+            .after(|| meter.end(pid(), &ref_cpu)),
         ],
     )?);
     *server.borrow_mut() = None;

@@ -2,13 +2,42 @@
 //! store / `local://`, and over `xet serve` on loopback. Each run gets fresh stores and
 //! caches unless it measures a re-upload.
 
-use crate::bench::{BenchSample, Contender, TransferOpts, bench_interleaved, warm};
+use crate::bench::{
+    BenchSample, Contender, CpuMeter, CpuRuns, Row, TransferOpts, bench_interleaved, warm,
+};
 use anyhow::{Context, Result, bail};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-type RowFn<'a> = dyn FnMut(String, u64, BenchSample, Option<BenchSample>, &'static str) + 'a;
+/// Takes each row, with the peak RSS bound (MiB) `xet` is held to in it, if any.
+type RowFn<'a> = dyn FnMut(Row, Option<u64>) + 'a;
+
+/// Peak RSS bounds of `xet` (MiB): an upload holds a bounded window of the input, a
+/// download bounded fetches and write buffers, whatever the file's size (10 GiB peaks
+/// were 397 and 322 MiB; `docs/BENCHMARKS.md`).
+const UPLOAD_RSS_MIB: u64 = 1024;
+const DOWNLOAD_RSS_MIB: u64 = 512;
+/// The target of the rows with a CPU goal (issue #26: half the reference's CPU per GiB).
+const SPEED_AND_CPU: &str = ">= 2x, CPU <= 0.5x";
+
+/// A row without a server.
+fn plain(
+    case: String,
+    bytes: u64,
+    ours: BenchSample,
+    reference: BenchSample,
+    target: &'static str,
+) -> Row {
+    Row {
+        case,
+        bytes,
+        ours,
+        reference: Some(reference),
+        target,
+        server_cpu: "-".into(),
+    }
+}
 
 struct Serve {
     child: Child,
@@ -208,11 +237,14 @@ pub fn run(
             ],
         )?);
         row(
-            format!("upload {mib} MiB, embedded store / local://"),
-            size,
-            ours,
-            Some(reference),
-            ">= 2x",
+            plain(
+                format!("upload {mib} MiB, embedded store / local://"),
+                size,
+                ours,
+                reference,
+                SPEED_AND_CPU,
+            ),
+            Some(UPLOAD_RSS_MIB),
         );
         // Re-upload into the same stores and caches (everything deduplicates), ours
         // plain and with --rehash, the reference's in turn.
@@ -238,19 +270,27 @@ pub fn run(
             ],
         )?);
         row(
-            format!("re-upload {mib} MiB, embedded store / local:// (unchanged file, not read)"),
-            size,
-            ours,
-            Some(reference),
-            ">= 2x",
+            plain(
+                format!(
+                    "re-upload {mib} MiB, embedded store / local:// (unchanged file, not read)"
+                ),
+                size,
+                ours,
+                reference,
+                ">= 2x",
+            ),
+            None,
         );
         // The same with --rehash: the file is read, chunked, hashed and deduplicated.
         row(
-            format!("re-upload {mib} MiB --rehash, embedded store / local://"),
-            size,
-            rehash,
-            Some(reference),
-            ">= 2x",
+            plain(
+                format!("re-upload {mib} MiB --rehash, embedded store / local://"),
+                size,
+                rehash,
+                reference,
+                ">= 2x",
+            ),
+            None,
         );
 
         // Both clients against xet serve, a fresh server and store per run.
@@ -269,32 +309,49 @@ pub fn run(
                 .map(|s| s.url.clone())
                 .unwrap_or_default()
         };
+        let pid = || server.borrow().as_ref().map(|s| s.child.id());
+        let meter = CpuMeter::new(size);
+        let (ours_cpu, ref_cpu) = (CpuRuns::default(), CpuRuns::default());
         let [ours, reference] = pair(bench_interleaved(
             o.runs,
             vec![
                 Contender::new(
-                    || Ok(xetc(xet, &["upload", "--endpoint", &url(), inp], &p("c2"))),
+                    || {
+                        meter.start(pid())?;
+                        Ok(xetc(xet, &["upload", "--endpoint", &url(), inp], &p("c2")))
+                    },
                     || {
                         warm(input)?;
                         restart("c2")
                     },
-                ),
+                )
+                .after(|| meter.end(pid(), &ours_cpu)),
                 Contender::new(
-                    || Ok(py(pyexe, REF_UPLOAD, &[inp, &url()], &p("rc2"))),
+                    || {
+                        meter.start(pid())?;
+                        Ok(py(pyexe, REF_UPLOAD, &[inp, &url()], &p("rc2")))
+                    },
                     || {
                         warm(input)?;
                         restart("rc2")
                     },
-                ),
+                )
+                .after(|| meter.end(pid(), &ref_cpu)),
             ],
         )?);
         *server.borrow_mut() = None;
         row(
-            format!("upload {mib} MiB to xet serve"),
-            size,
-            ours,
-            Some(reference),
-            ">= 2x",
+            Row {
+                server_cpu: format!("xet {}, ref {}", ours_cpu.range(), ref_cpu.range()),
+                ..plain(
+                    format!("upload {mib} MiB to xet serve"),
+                    size,
+                    ours,
+                    reference,
+                    SPEED_AND_CPU,
+                )
+            },
+            Some(UPLOAD_RSS_MIB),
         );
     }
 
@@ -344,13 +401,16 @@ pub fn run(
             ],
         )?);
         row(
-            format!(
-                "upload {SMALL_FILES} files of {SMALL_MIN}-{SMALL_MAX} bytes (one directory tree), embedded store / local:// (for information)"
+            plain(
+                format!(
+                    "upload {SMALL_FILES} files of {SMALL_MIN}-{SMALL_MAX} bytes (one directory tree), embedded store / local:// (for information)"
+                ),
+                bytes,
+                ours,
+                reference,
+                "",
             ),
-            bytes,
-            ours,
-            Some(reference),
-            "",
+            None,
         );
     }
 
@@ -425,41 +485,76 @@ pub fn run(
             ],
         )?);
         row(
-            format!("download {mib} MiB, embedded store / local:// (xet verifies)"),
-            size,
-            ours,
-            Some(reference),
-            ">= 2x",
+            plain(
+                format!("download {mib} MiB, embedded store / local:// (xet verifies)"),
+                size,
+                ours,
+                reference,
+                SPEED_AND_CPU,
+            ),
+            Some(DOWNLOAD_RSS_MIB),
         );
         row(
-            format!(
-                "download {mib} MiB, embedded store / local://, the reference's followed by sync (both files on disk at the end; for information)"
+            plain(
+                format!(
+                    "download {mib} MiB, embedded store / local://, the reference's followed by sync (both files on disk at the end; for information)"
+                ),
+                size,
+                ours,
+                without_rss(reference_synced),
+                "",
             ),
-            size,
-            ours,
-            Some(without_rss(reference_synced)),
-            "",
+            None,
         );
 
         let server = Serve::start(xet, &p("ds"))?;
-        // Ours twice: with the chunk cache (the default: the downloaded file is
-        // hard-linked into it, or, where that cannot be, every fetched byte is written to
-        // it too) and without it, which is what the reference does by default.
-        let ours_with = |extra: &'static [&'static str]| {
-            let (url, hash, outs) = (server.url.clone(), file_hash.clone(), outs.clone());
+        let pid = || Some(server.child.id());
+        let meter = CpuMeter::new(size);
+        let cpu: [CpuRuns; 5] = Default::default();
+        let download = |extra: &[&str], cache: &str| {
+            let mut args = vec!["download"];
+            args.extend_from_slice(extra);
+            args.extend(["--endpoint", &server.url, &file_hash, "-o", &outs]);
+            xetc(xet, &args, &p(cache))
+        };
+        // Ours with the chunk cache (the default: the downloaded file is hard-linked into
+        // it, or, where that cannot be, every fetched byte is written to it too) and
+        // without it (what the reference does by default), each from an empty cache.
+        let ours_with = |extra: &'static [&'static str], runs: &'static str| {
+            let (meter, cpu_runs, download, clean) =
+                (&meter, &cpu[cpu_index(runs)], &download, &clean);
             Contender::new(
                 move || {
-                    let mut args = vec!["download"];
-                    args.extend_from_slice(extra);
-                    args.extend(["--endpoint", &url, &hash, "-o", &outs]);
-                    Ok(xetc(xet, &args, &p("dlc")))
+                    meter.start(pid())?;
+                    Ok(download(extra, "dlc"))
                 },
-                || {
+                move || {
                     warm(&p("ds"))?;
                     clean("dlc")
                 },
             )
+            .after(move || meter.end(pid(), cpu_runs))
         };
+        // And again into a cache that holds the file already (filled by one untimed
+        // download before the first run; only the output is removed between runs).
+        let ours_warm = Contender::new(
+            || {
+                meter.start(pid())?;
+                Ok(download(&[], "dlw"))
+            },
+            || {
+                warm(&p("ds"))?;
+                if !p("dlw").exists() {
+                    let st = download(&[], "dlw").stdout(Stdio::null()).status()?;
+                    if !st.success() {
+                        bail!("filling the chunk cache of the warm-cache row failed");
+                    }
+                }
+                let _ = std::fs::remove_file(&out);
+                Ok(())
+            },
+        )
+        .after(|| meter.end(pid(), &cpu[cpu_index("warm cache")]));
         let ref_serve = |sync: bool| {
             let args = [
                 file_hash.clone(),
@@ -467,56 +562,116 @@ pub fn run(
                 outs.clone(),
                 size_s.clone(),
             ];
-            ref_download(pyexe, args, p("rdc"), sync)
+            let cpu_runs = &cpu[cpu_index(if sync { "ref synced" } else { "ref" })];
+            let meter = &meter;
+            let mut make = ref_download(pyexe, args, p("rdc"), sync);
+            Contender::new(
+                move || {
+                    meter.start(pid())?;
+                    make()
+                },
+                || {
+                    warm(&p("ds"))?;
+                    clean("rdc")
+                },
+            )
+            .after(move || meter.end(pid(), cpu_runs))
         };
         let samples = bench_interleaved(
             o.runs,
             vec![
-                ours_with(&[]),
-                ours_with(&["--chunk-cache-size", "0"]),
-                Contender::new(ref_serve(false), || {
-                    warm(&p("ds"))?;
-                    clean("rdc")
-                }),
-                Contender::new(ref_serve(true), || {
-                    warm(&p("ds"))?;
-                    clean("rdc")
-                }),
+                ours_with(&[], "cache on"),
+                ours_with(&["--chunk-cache-size", "0"], "cache off"),
+                ours_warm,
+                ref_serve(false),
+                ref_serve(true),
             ],
         )?;
-        let [ours_cached, ours_uncached, reference, reference_synced]: [BenchSample; 4] = samples
-            .try_into()
-            .unwrap_or_else(|_| unreachable!("four contenders"));
-        row(
-            format!(
-                "download {mib} MiB from xet serve (xet verifies; chunk cache on, the default)"
-            ),
-            size,
+        let [
             ours_cached,
-            Some(reference),
-            ">= 2x",
+            ours_uncached,
+            ours_warm,
+            reference,
+            reference_synced,
+        ]: [BenchSample; 5] = samples
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("five contenders"));
+        let server_cpu = |ours: &str, reference: &str| {
+            format!(
+                "xet {}, ref {}",
+                cpu[cpu_index(ours)].range(),
+                cpu[cpu_index(reference)].range()
+            )
+        };
+        row(
+            Row {
+                server_cpu: server_cpu("cache on", "ref"),
+                ..plain(
+                    format!(
+                        "download {mib} MiB from xet serve (xet verifies; chunk cache on, the default)"
+                    ),
+                    size,
+                    ours_cached,
+                    reference,
+                    SPEED_AND_CPU,
+                )
+            },
+            Some(DOWNLOAD_RSS_MIB),
         );
         row(
-            format!(
-                "download {mib} MiB from xet serve (xet verifies; chunk cache off, as the reference)"
-            ),
-            size,
-            ours_uncached,
-            Some(reference),
-            ">= 2x",
+            Row {
+                server_cpu: server_cpu("cache off", "ref"),
+                ..plain(
+                    format!(
+                        "download {mib} MiB from xet serve (xet verifies; chunk cache off, as the reference)"
+                    ),
+                    size,
+                    ours_uncached,
+                    reference,
+                    SPEED_AND_CPU,
+                )
+            },
+            Some(DOWNLOAD_RSS_MIB),
         );
         row(
-            format!(
-                "download {mib} MiB from xet serve, chunk cache off, the reference's followed by sync (both files on disk at the end; for information)"
-            ),
-            size,
-            ours_uncached,
-            Some(without_rss(reference_synced)),
-            "",
+            Row {
+                server_cpu: server_cpu("cache off", "ref synced"),
+                ..plain(
+                    format!(
+                        "download {mib} MiB from xet serve, chunk cache off, the reference's followed by sync (both files on disk at the end; for information)"
+                    ),
+                    size,
+                    ours_uncached,
+                    without_rss(reference_synced),
+                    "",
+                )
+            },
+            None,
+        );
+        row(
+            Row {
+                case: format!(
+                    "download {mib} MiB from xet serve again, the chunk cache holding it (xet verifies; for information)"
+                ),
+                bytes: size,
+                ours: ours_warm,
+                reference: None,
+                target: "",
+                server_cpu: cpu[cpu_index("warm cache")].range(),
+            },
+            Some(DOWNLOAD_RSS_MIB),
         );
     }
     std::fs::remove_dir_all(&work).ok();
     Ok(())
+}
+
+/// Which of the serve download's server CPU records a contender fills.
+fn cpu_index(name: &str) -> usize {
+    ["cache on", "cache off", "warm cache", "ref", "ref synced"]
+        .iter()
+        .position(|n| *n == name)
+        .expect("a known contender")
 }
 
 fn pair(v: Vec<BenchSample>) -> [BenchSample; 2] {

@@ -7,4 +7,3 @@ mod golden;
 mod resolver;
 mod rules;
 mod scan;
-mod throughput;

@@ -5,4 +5,3 @@ mod adversarial;
 mod limits;
 mod reference;
 mod roundtrip;
-mod throughput;

@@ -1,0 +1,883 @@
+//! The emulated wide-area link of `cargo xtask bench --wan`: two network namespaces, a
+//! veth pair, `tc tbf` on each end's egress, and a delay proxy.
+//!
+//! ```text
+//!  namespace xwc<pid> (clients)            namespace xws<pid> (server side)
+//!  xet / hf_xet ──→ veth0 10.77.0.1 ══════ veth1 10.77.0.2 ──→ delay proxy :80 ──→ xet serve 127.0.0.1:8080
+//!                   tbf (upload rate)       tbf (download rate)   RTT/2 each way     probe server 127.0.0.1:8081
+//!                                                                 (proxy :81)
+//! ```
+//!
+//! Two namespaces rather than one next to the host's: nothing on the host's network
+//! changes (no interface, address or qdisc appears there), deleting the namespaces takes
+//! the veth pair with it, and two bench runs at once do not see each other.
+//!
+//! `sch_netem` is not available here, hence the delay proxy ([`proxy`]): a TCP relay in
+//! the server namespace that holds every piece it reads for half the round trip before
+//! writing it on, in both directions, so the round trip through it is the profile's.
+//! It keeps reading while earlier pieces wait (a delay line, not stop-and-wait), within a
+//! bounded buffer per direction (twice the one-way bandwidth-delay product plus 256
+//! KiB). A half-close is passed on after the delay, like data. A new connection costs
+//! one round trip before its first byte moves on, as its handshake would over the real
+//! link: the client's connect completes against the proxy at once, so the proxy holds
+//! the first client bytes until one RTT after the accept.
+//!
+//! What a relay does not emulate: the clients' TCP sees the short veth round trip, so
+//! slow start and loss recovery happen at LAN speed; only the request/response round
+//! trips and the link's rate are those of the profile.
+
+use anyhow::{Context, Result, bail};
+use std::io::{BufRead, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+
+/// The client side of the veth pair.
+pub const CLIENT_IP: &str = "10.77.0.1";
+/// The server side of the veth pair, where the proxies listen.
+pub const SERVER_IP: &str = "10.77.0.2";
+/// `xet serve`'s address inside the server namespace, and the proxy port in front of it.
+pub const SERVE_ADDR: &str = "127.0.0.1:8080";
+const SERVE_PROXY_PORT: u16 = 80;
+/// The probe server's address inside the server namespace, and its proxy's port.
+const PROBE_ADDR: &str = "127.0.0.1:8081";
+const PROBE_PROXY_PORT: u16 = 81;
+
+/// One emulated link.
+#[derive(Clone, Copy, Debug)]
+pub struct Profile {
+    pub rtt_ms: u64,
+    pub rate_mbit: u64,
+}
+
+impl Profile {
+    pub const ALL: [Profile; 3] = [
+        Profile {
+            rtt_ms: 20,
+            rate_mbit: 1000,
+        },
+        Profile {
+            rtt_ms: 80,
+            rate_mbit: 200,
+        },
+        Profile {
+            rtt_ms: 200,
+            rate_mbit: 100,
+        },
+    ];
+
+    /// `20ms`, the name `--only` matches.
+    pub fn key(&self) -> String {
+        format!("{}ms", self.rtt_ms)
+    }
+
+    pub fn label(&self) -> String {
+        if self.rate_mbit >= 1000 {
+            format!("{} ms / {} Gbit", self.rtt_ms, self.rate_mbit / 1000)
+        } else {
+            format!("{} ms / {} Mbit", self.rtt_ms, self.rate_mbit)
+        }
+    }
+
+    pub fn bytes_per_sec(&self) -> f64 {
+        self.rate_mbit as f64 * 1e6 / 8.0
+    }
+
+    /// tbf's bucket: at least 64 KiB (one GSO packet of veth, which tbf would otherwise
+    /// split), and one millisecond of the rate.
+    pub fn tbf_burst(&self) -> u64 {
+        (64 << 10).max(self.bytes_per_sec() as u64 / 1000)
+    }
+
+    /// How long a packet may wait in tbf's queue. The queue sits between the client's
+    /// TCP and the delay line, so it adds to the round trip of whatever waits behind a
+    /// bulk transfer; kept short, as losses there are recovered at veth speed.
+    pub const TBF_LATENCY_MS: u64 = 10;
+
+    /// The delay line's bound per connection and direction: twice the one-way
+    /// bandwidth-delay product (the first RTT of a connection is held too) plus 256 KiB.
+    pub fn line_bytes(&self) -> usize {
+        let oneway = self.bytes_per_sec() * self.rtt_ms as f64 / 2000.0;
+        (2.0 * oneway) as usize + (256 << 10)
+    }
+}
+
+fn sh(cmd: &mut Command) -> Result<()> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    sh(Command::new("ip").args(args))
+}
+
+/// The two namespaces, the veth pair and the qdiscs of one profile; the proxies in
+/// front of `xet serve` and of the probe server. Dropping it stops the proxies and the
+/// probe server and deletes the namespaces.
+pub struct Link {
+    pub profile: Profile,
+    pub client_ns: String,
+    pub server_ns: String,
+    children: Vec<Child>,
+    pub events: Arc<Mutex<Vec<Event>>>,
+}
+
+impl Link {
+    /// Builds the emulation for `p`. `exe` is the xtask binary that runs the proxies.
+    pub fn up(p: Profile, exe: &Path) -> Result<Link> {
+        let id = std::process::id();
+        let mut link = Link {
+            profile: p,
+            client_ns: format!("xwc{id}"),
+            server_ns: format!("xws{id}"),
+            children: Vec::new(),
+            events: Arc::default(),
+        };
+        // Left over by a run of this pid that was killed: start clean.
+        let _ = ip(&["netns", "del", &link.client_ns]);
+        let _ = ip(&["netns", "del", &link.server_ns]);
+        let (c, s) = (link.client_ns.clone(), link.server_ns.clone());
+        ip(&["netns", "add", &c]).context("creating a network namespace (run as root)")?;
+        ip(&["netns", "add", &s])?;
+        ip(&[
+            "-n", &c, "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", &s,
+        ])?;
+        ip(&[
+            "-n",
+            &c,
+            "addr",
+            "add",
+            &format!("{CLIENT_IP}/24"),
+            "dev",
+            "veth0",
+        ])?;
+        ip(&[
+            "-n",
+            &s,
+            "addr",
+            "add",
+            &format!("{SERVER_IP}/24"),
+            "dev",
+            "veth1",
+        ])?;
+        for (ns, dev) in [(&c, "veth0"), (&s, "veth1")] {
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            ip(&["-n", ns, "link", "set", dev, "up"])?;
+            sh(link
+                .exec_in(ns, "tc")
+                .args(["qdisc", "add", "dev", dev, "root", "tbf", "rate"])
+                .arg(format!("{}mbit", p.rate_mbit))
+                .arg("burst")
+                .arg(p.tbf_burst().to_string())
+                .arg("latency")
+                .arg(format!("{}ms", Profile::TBF_LATENCY_MS)))?;
+        }
+        link.start_proxy(exe, SERVE_PROXY_PORT, SERVE_ADDR)?;
+        link.start_proxy(exe, PROBE_PROXY_PORT, PROBE_ADDR)?;
+        let mut probe = link.exec_in(&s, exe);
+        probe
+            .args(["bench", "--wan-helper", "probe-server", PROBE_ADDR])
+            .stdout(Stdio::piped());
+        link.children.push(spawn_ready(probe, "probe server")?.0);
+        Ok(link)
+    }
+
+    /// `program` run in namespace `ns` (`ip netns exec` execs it in place: the child is
+    /// the program itself, so its `/proc` times are its own).
+    pub fn exec_in(&self, ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).arg(program);
+        c
+    }
+
+    pub fn client(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        self.exec_in(&self.client_ns, program)
+    }
+
+    pub fn server(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        self.exec_in(&self.server_ns, program)
+    }
+
+    /// The URL clients use for `xet serve`, through the link and the proxy.
+    pub fn serve_url(&self) -> String {
+        format!("http://{SERVER_IP}:{SERVE_PROXY_PORT}")
+    }
+
+    fn start_proxy(&mut self, exe: &Path, port: u16, target: &str) -> Result<()> {
+        let mut c = self.server(exe);
+        c.args(["bench", "--wan-helper", "proxy"])
+            .arg(format!("{SERVER_IP}:{port}"))
+            .arg(target)
+            .arg(self.profile.rtt_ms.to_string())
+            .arg(self.profile.line_bytes().to_string())
+            .stdout(Stdio::piped());
+        let (child, lines) = spawn_ready(c, "delay proxy")?;
+        self.children.push(child);
+        if port == SERVE_PROXY_PORT {
+            let events = self.events.clone();
+            std::thread::spawn(move || {
+                for l in lines.lines().map_while(|l| l.ok()) {
+                    if let Some(e) = Event::parse(&l) {
+                        events.lock().expect("events").push(e);
+                    }
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// Round trip and raw throughput through the link, measured by the probe client in
+    /// the client namespace against the probe server behind its own proxy.
+    pub fn check(&self, exe: &Path) -> Result<String> {
+        let bytes = (self.profile.bytes_per_sec() * 2.0) as u64;
+        let out = self
+            .client(exe)
+            .args(["bench", "--wan-helper", "probe"])
+            .arg(format!("{SERVER_IP}:{PROBE_PROXY_PORT}"))
+            .arg(bytes.to_string())
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "the link check failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8(out.stdout)?.trim().to_string())
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = ip(&["netns", "del", &self.client_ns]);
+        let _ = ip(&["netns", "del", &self.server_ns]);
+    }
+}
+
+/// Spawns a helper that prints `ready` on its first line once it listens; returns the
+/// child and the rest of its stdout.
+fn spawn_ready(
+    mut c: Command,
+    what: &str,
+) -> Result<(Child, std::io::BufReader<std::process::ChildStdout>)> {
+    let mut child = c
+        .stdin(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting the {what}"))?;
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line)?;
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!("the {what} did not start (it printed {line:?})");
+    }
+    Ok((child, out))
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// What the proxy in front of `xet serve` saw, for the time-to-first-byte rows.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A client connected.
+    Conn { at_ns: u64 },
+    /// The first line of a request, when the proxy read it from the client.
+    Request { conn: u64, at_ns: u64, line: String },
+    /// The first byte of the answer to the connection's last request, when the proxy
+    /// had written it to the client (after the delay).
+    FirstByte { conn: u64, at_ns: u64 },
+}
+
+impl Event {
+    fn parse(l: &str) -> Option<Event> {
+        let mut f = l.splitn(4, ' ');
+        let (kind, conn, at) = (f.next()?, f.next()?.parse().ok()?, f.next()?.parse().ok()?);
+        Some(match kind {
+            "conn" => Event::Conn { at_ns: at },
+            "req" => Event::Request {
+                conn,
+                at_ns: at,
+                line: f.next().unwrap_or("").to_string(),
+            },
+            "first" => Event::FirstByte { conn, at_ns: at },
+            _ => return None,
+        })
+    }
+
+    pub fn at_ns(&self) -> u64 {
+        match self {
+            Event::Conn { at_ns, .. }
+            | Event::Request { at_ns, .. }
+            | Event::FirstByte { at_ns, .. } => *at_ns,
+        }
+    }
+}
+
+/// `bench --wan-helper proxy|probe-server|probe ...`: the processes the link runs in its
+/// namespaces (this same binary).
+pub fn helper(args: &[String]) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let a = |i: usize| -> Result<&str> {
+        args.get(i)
+            .map(String::as_str)
+            .with_context(|| format!("--wan-helper: argument {i} missing"))
+    };
+    match a(0)? {
+        "proxy" => {
+            let listen: SocketAddr = a(1)?.parse()?;
+            let target: SocketAddr = a(2)?.parse()?;
+            let rtt = Duration::from_millis(a(3)?.parse()?);
+            let line_bytes: usize = a(4)?.parse()?;
+            rt.block_on(proxy::serve(listen, target, rtt, line_bytes))
+        }
+        "probe-server" => rt.block_on(probe::server(a(1)?.parse()?)),
+        "probe" => rt.block_on(probe::client(a(1)?.parse()?, a(2)?.parse()?)),
+        other => bail!("unknown --wan-helper {other}"),
+    }
+}
+
+/// The delay proxy.
+pub mod proxy {
+    use super::*;
+
+    /// How late tokio's timer fires, on average.
+    const TIMER_LATE: Duration = Duration::from_micros(900);
+
+    /// The most one read takes from a socket.
+    const PIECE: usize = 64 << 10;
+
+    /// A piece of data on its way, with when it may be written on; `None` data is the
+    /// sender's half-close. The permit is its share of the line's byte budget.
+    struct Piece {
+        due: tokio::time::Instant,
+        data: Option<Vec<u8>>,
+        _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    }
+
+    /// Accepts connections on `listen` and relays each to `target`, each direction
+    /// delayed by `rtt / 2`. Prints `ready`, then one line per event (see [`Event`]).
+    pub async fn serve(
+        listen: SocketAddr,
+        target: SocketAddr,
+        rtt: Duration,
+        line_bytes: usize,
+    ) -> Result<()> {
+        let l = TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding the delay proxy to {listen}"))?;
+        // Events go to stdout through one writer task; a bounded queue, so a stalled
+        // reader slows the proxy instead of growing its memory.
+        let (ev_tx, mut ev_rx) = mpsc::channel::<String>(4096);
+        tokio::spawn(async move {
+            let mut out = tokio::io::stdout();
+            while let Some(l) = ev_rx.recv().await {
+                if out.write_all(l.as_bytes()).await.is_err() {
+                    break;
+                }
+                let _ = out.flush().await;
+            }
+        });
+        println!("ready");
+        std::io::stdout().flush()?;
+        accept_loop(l, target, rtt, line_bytes, ev_tx).await
+    }
+
+    /// Relays every connection `l` accepts; events (one line each) go to `ev_tx`.
+    pub async fn accept_loop(
+        l: TcpListener,
+        target: SocketAddr,
+        rtt: Duration,
+        line_bytes: usize,
+        ev_tx: mpsc::Sender<String>,
+    ) -> Result<()> {
+        let next_id = AtomicU64::new(0);
+        loop {
+            let (client, _) = l.accept().await?;
+            let accepted = tokio::time::Instant::now();
+            let id = next_id.fetch_add(1, Ordering::Relaxed);
+            let ev = ev_tx.clone();
+            let _ = ev.send(format!("conn {id} {}\n", unix_ns())).await;
+            tokio::spawn(async move {
+                if let Err(e) = relay(client, target, accepted, rtt, line_bytes, id, ev).await {
+                    eprintln!("delay proxy: connection {id}: {e:#}");
+                }
+            });
+        }
+    }
+
+    async fn relay(
+        client: TcpStream,
+        target: SocketAddr,
+        accepted: tokio::time::Instant,
+        rtt: Duration,
+        line_bytes: usize,
+        id: u64,
+        ev: mpsc::Sender<String>,
+    ) -> Result<()> {
+        let server = TcpStream::connect(target)
+            .await
+            .with_context(|| format!("connecting to {target}"))?;
+        client.set_nodelay(true)?;
+        server.set_nodelay(true)?;
+        let (cr, cw) = client.into_split();
+        let (sr, sw) = server.into_split();
+        // tokio's timer fires on the first whole millisecond after a deadline: about
+        // one millisecond late per direction (measured by the link check), taken off.
+        let oneway = (rtt / 2).saturating_sub(TIMER_LATE);
+        // Whether the client's next bytes start a request (HTTP/1.1, one request at a
+        // time per connection): true at first and again once an answer is delivered.
+        let tap = Arc::new(Tap {
+            id,
+            ev,
+            awaiting_request: AtomicBool::new(true),
+            awaiting_answer: AtomicBool::new(false),
+        });
+        // The client's first bytes wait one round trip after the accept: the handshake
+        // the relay answered locally.
+        let up = delay_line(
+            cr,
+            sw,
+            oneway,
+            accepted + rtt,
+            line_bytes,
+            tap.clone(),
+            Dir::Up,
+        );
+        let down = delay_line(sr, cw, oneway, accepted, line_bytes, tap, Dir::Down);
+        let (u, d) = tokio::join!(up, down);
+        u.and(d)
+    }
+
+    #[derive(Clone, Copy, PartialEq)]
+    enum Dir {
+        Up,
+        Down,
+    }
+
+    struct Tap {
+        id: u64,
+        ev: mpsc::Sender<String>,
+        awaiting_request: AtomicBool,
+        awaiting_answer: AtomicBool,
+    }
+
+    impl Tap {
+        async fn read_up(&self, data: &[u8]) {
+            if self.awaiting_request.swap(false, Ordering::AcqRel) {
+                let end = data
+                    .windows(2)
+                    .position(|w| w == b"\r\n")
+                    .unwrap_or(data.len())
+                    .min(200);
+                let line = String::from_utf8_lossy(&data[..end]).replace('\n', " ");
+                self.awaiting_answer.store(true, Ordering::Release);
+                let _ = self
+                    .ev
+                    .send(format!("req {} {} {line}\n", self.id, unix_ns()))
+                    .await;
+            }
+        }
+
+        async fn wrote_down(&self) {
+            self.awaiting_request.store(true, Ordering::Release);
+            if self.awaiting_answer.swap(false, Ordering::AcqRel) {
+                let _ = self
+                    .ev
+                    .send(format!("first {} {}\n", self.id, unix_ns()))
+                    .await;
+            }
+        }
+    }
+
+    /// Reads `from` and writes each piece to `to` once `oneway` has passed since it was
+    /// read (and not before `not_before + oneway`), keeping at most `line_bytes` in
+    /// flight. The reader and the writer are separate tasks, so reading goes on while
+    /// earlier pieces wait.
+    async fn delay_line(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        oneway: Duration,
+        not_before: tokio::time::Instant,
+        line_bytes: usize,
+        tap: Arc<Tap>,
+        dir: Dir,
+    ) -> Result<()> {
+        let budget = Arc::new(Semaphore::new(line_bytes.max(2 * PIECE)));
+        // Pieces are bounded by the byte budget; the count bound only caps the queue's
+        // bookkeeping if reads come back small.
+        let (tx, mut rx) = mpsc::channel::<Piece>(16384);
+        let read_tap = tap.clone();
+        let reader = async move {
+            loop {
+                let mut permit = budget.clone().acquire_many_owned(PIECE as u32).await?;
+                let mut buf = vec![0u8; PIECE];
+                // A reset ends this direction as a close would.
+                let n = from.read(&mut buf).await.unwrap_or(0);
+                let due = tokio::time::Instant::now().max(not_before) + oneway;
+                if n == 0 {
+                    let _ = tx
+                        .send(Piece {
+                            due,
+                            data: None,
+                            _permit: None,
+                        })
+                        .await;
+                    return anyhow::Ok(());
+                }
+                buf.truncate(n);
+                let kept = permit.split(n);
+                drop(permit);
+                if dir == Dir::Up {
+                    read_tap.read_up(&buf).await;
+                }
+                if tx
+                    .send(Piece {
+                        due,
+                        data: Some(buf),
+                        _permit: kept,
+                    })
+                    .await
+                    .is_err()
+                {
+                    return Ok(());
+                }
+            }
+        };
+        let writer = async move {
+            while let Some(p) = rx.recv().await {
+                tokio::time::sleep_until(p.due).await;
+                match p.data {
+                    Some(d) => {
+                        if to.write_all(&d).await.is_err() {
+                            break;
+                        }
+                        if dir == Dir::Down {
+                            tap.wrote_down().await;
+                        }
+                    }
+                    None => {
+                        let _ = to.shutdown().await;
+                        break;
+                    }
+                }
+            }
+            // Dropping `rx` stops the reader at its next piece.
+            anyhow::Ok(())
+        };
+        let (r, w) = tokio::join!(reader, writer);
+        r.and(w)
+    }
+}
+
+/// The link check: a probe server behind its own delay proxy, and the client that times
+/// a one-byte echo and a bulk transfer each way.
+pub mod probe {
+    use super::*;
+
+    /// Commands, the first byte a probe client sends.
+    const ECHO: u8 = b'e';
+    const DOWN: u8 = b'd';
+    const UP: u8 = b'u';
+
+    pub async fn server(addr: SocketAddr) -> Result<()> {
+        let l = TcpListener::bind(addr).await?;
+        println!("ready");
+        std::io::stdout().flush()?;
+        loop {
+            let (s, _) = l.accept().await?;
+            tokio::spawn(async move {
+                if let Err(e) = serve_one(s).await {
+                    eprintln!("probe server: {e}");
+                }
+            });
+        }
+    }
+
+    async fn serve_one(mut s: TcpStream) -> std::io::Result<()> {
+        s.set_nodelay(true)?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await?;
+        match b[0] {
+            ECHO => {
+                while s.read(&mut b).await? == 1 {
+                    s.write_all(&b).await?;
+                }
+            }
+            DOWN => {
+                let mut n = [0u8; 8];
+                s.read_exact(&mut n).await?;
+                let mut left = u64::from_le_bytes(n);
+                let buf = vec![0u8; 256 << 10];
+                while left > 0 {
+                    let k = left.min(buf.len() as u64) as usize;
+                    s.write_all(&buf[..k]).await?;
+                    left -= k as u64;
+                }
+                s.shutdown().await?;
+            }
+            UP => {
+                let mut buf = vec![0u8; 256 << 10];
+                let mut total = 0u64;
+                loop {
+                    let n = s.read(&mut buf).await?;
+                    if n == 0 {
+                        break;
+                    }
+                    total += n as u64;
+                }
+                s.write_all(&total.to_le_bytes()).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Prints one line: the echo round trip (min and median of 20 on one connection),
+    /// a new connection's first echo, and the bulk rates each way over `bytes`.
+    pub async fn client(addr: SocketAddr, bytes: u64) -> Result<()> {
+        let t0 = Instant::now();
+        let mut s = TcpStream::connect(addr).await?;
+        s.set_nodelay(true)?;
+        s.write_all(&[ECHO, 1]).await?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await?;
+        let first = t0.elapsed();
+        let mut rtts = Vec::new();
+        for _ in 0..20 {
+            let t = Instant::now();
+            s.write_all(&[1]).await?;
+            s.read_exact(&mut b).await?;
+            rtts.push(t.elapsed());
+        }
+        rtts.sort();
+        let (min, med) = (rtts[0], rtts[rtts.len() / 2]);
+        drop(s);
+
+        // Download: timed from the first byte to the last, so the round trips before
+        // the first byte do not count against the rate.
+        let mut s = TcpStream::connect(addr).await?;
+        let mut cmd = vec![DOWN];
+        cmd.extend_from_slice(&bytes.to_le_bytes());
+        s.write_all(&cmd).await?;
+        let mut buf = vec![0u8; 256 << 10];
+        let mut got = s.read(&mut buf).await? as u64;
+        let t_first = Instant::now();
+        let first_n = got;
+        loop {
+            let n = s.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            got += n as u64;
+        }
+        if got != bytes {
+            bail!("probe download: {got} bytes of {bytes}");
+        }
+        let down = (got - first_n) as f64 * 8.0 / t_first.elapsed().as_secs_f64() / 1e6;
+
+        // Upload: from the connect to the server's count, less one round trip (the
+        // last byte's way there and the count's way back; the emulated handshake is
+        // hidden, as the client keeps sending into the line meanwhile).
+        let t = Instant::now();
+        let mut s = TcpStream::connect(addr).await?;
+        s.write_all(&[UP]).await?;
+        let chunk = vec![0u8; 256 << 10];
+        let mut left = bytes;
+        while left > 0 {
+            let k = left.min(chunk.len() as u64) as usize;
+            s.write_all(&chunk[..k]).await?;
+            left -= k as u64;
+        }
+        s.shutdown().await?;
+        let mut n = [0u8; 8];
+        s.read_exact(&mut n).await?;
+        if u64::from_le_bytes(n) != bytes {
+            bail!(
+                "probe upload: the server counted {} bytes of {bytes}",
+                u64::from_le_bytes(n)
+            );
+        }
+        let secs = t.elapsed().as_secs_f64() - min.as_secs_f64();
+        let up = bytes as f64 * 8.0 / secs / 1e6;
+        println!(
+            "{:.1} {:.1} {:.1} {down:.0} {up:.0}",
+            min.as_secs_f64() * 1e3,
+            med.as_secs_f64() * 1e3,
+            first.as_secs_f64() * 1e3
+        );
+        Ok(())
+    }
+}
+
+/// The link check's figures, parsed from the probe's line.
+pub struct Check {
+    pub rtt_min_ms: f64,
+    pub rtt_median_ms: f64,
+    pub new_conn_ms: f64,
+    pub down_mbit: f64,
+    pub up_mbit: f64,
+}
+
+impl Check {
+    pub fn parse(s: &str) -> Result<Check> {
+        let v: Vec<f64> = s
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("the link check printed {s:?}"))?;
+        let [rtt_min_ms, rtt_median_ms, new_conn_ms, down_mbit, up_mbit] = v[..] else {
+            bail!("the link check printed {s:?}");
+        };
+        Ok(Check {
+            rtt_min_ms,
+            rtt_median_ms,
+            new_conn_ms,
+            down_mbit,
+            up_mbit,
+        })
+    }
+}
+
+/// A copy of the running xtask binary for the helpers, so a rebuild of `target/release/xtask`
+/// by someone else during the run does not change them.
+pub fn helper_exe(work: &Path) -> Result<PathBuf> {
+    // /proc/self/exe, not the path: a rebuild may already have replaced that file.
+    let dst = work.join("xtask-wan");
+    std::fs::copy("/proc/self/exe", &dst)
+        .with_context(|| format!("copying this xtask binary to {}", dst.display()))?;
+    Ok(dst)
+}
+
+/// User + system CPU seconds of process `pid` and its reaped children, from
+/// `/proc/<pid>/stat`, and whether it has exited (a zombie, not yet reaped).
+pub fn proc_cpu(pid: u32, tick: f64) -> Result<(f64, bool)> {
+    let mut s = String::new();
+    std::fs::File::open(format!("/proc/{pid}/stat"))?.read_to_string(&mut s)?;
+    // After the command name (in parentheses, may hold spaces): state is field 3, utime
+    // 14, stime 15, cutime 16, cstime 17.
+    let rest = &s[s.rfind(')').context("/proc/pid/stat")? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let n = |i: usize| -> Result<f64> {
+        Ok(f.get(i)
+            .context("/proc/pid/stat is short")?
+            .parse::<u64>()? as f64)
+    };
+    let cpu = (n(11)? + n(12)? + n(13)? + n(14)?) / tick;
+    Ok((cpu, f.first() == Some(&"Z")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A proxy with `rtt` and `line_bytes` in front of an echo-like upstream that reads
+    /// the whole request up to the client's half-close, then answers with its bytes
+    /// reversed and closes; returns the proxy's address and its events.
+    async fn proxy_to_reverser(
+        rtt: Duration,
+        line_bytes: usize,
+    ) -> (SocketAddr, mpsc::Receiver<String>) {
+        let up = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = up.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = up.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut all = Vec::new();
+                    s.read_to_end(&mut all).await.unwrap();
+                    all.reverse();
+                    s.write_all(&all).await.unwrap();
+                    s.shutdown().await.unwrap();
+                });
+            }
+        });
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(proxy::accept_loop(l, target, rtt, line_bytes, tx));
+        (addr, rx)
+    }
+
+    /// Every byte arrives, in order, both ways, through a line far smaller than the
+    /// data (so the reader waits on the budget), and each half-close is passed on: the
+    /// upstream sees the end of the request, the client the end of the answer.
+    #[tokio::test]
+    async fn relays_everything_and_half_closes_through_a_small_line() {
+        let (addr, _ev) = proxy_to_reverser(Duration::from_millis(4), 0).await;
+        let mut data = vec![0u8; 3 << 20];
+        xet_testdata::Rng::new(1).fill(&mut data);
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let (mut r, mut w) = c.split();
+        let send = async {
+            w.write_all(&data).await.unwrap();
+            w.shutdown().await.unwrap();
+        };
+        let mut got = Vec::new();
+        let recv = r.read_to_end(&mut got);
+        // A guard against a hang (a half-close not passed on), not a speed check.
+        let ((), n) =
+            tokio::time::timeout(Duration::from_secs(120), async { tokio::join!(send, recv) })
+                .await
+                .expect("a half-close was not passed on");
+        assert_eq!(n.unwrap(), data.len());
+        data.reverse();
+        assert!(got == data, "the answer differs from the request reversed");
+    }
+
+    /// The events of one connection: its accept, the request's first line as read from
+    /// the client, and the first byte of its answer.
+    #[tokio::test]
+    async fn reports_requests_and_first_answer_bytes() {
+        let (addr, mut ev) = proxy_to_reverser(Duration::from_millis(2), 1 << 20).await;
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET /_xorb/abc HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        c.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).await.unwrap();
+        let mut kinds = Vec::new();
+        for _ in 0..3 {
+            let l = ev.recv().await.unwrap();
+            match Event::parse(l.trim_end()).unwrap() {
+                Event::Conn { .. } => kinds.push("conn".to_string()),
+                Event::Request { conn, line, .. } => {
+                    assert_eq!(conn, 0);
+                    kinds.push(format!("req {line}"));
+                }
+                Event::FirstByte { conn, .. } => {
+                    assert_eq!(conn, 0);
+                    kinds.push("first".into());
+                }
+            }
+        }
+        assert_eq!(kinds, ["conn", "req GET /_xorb/abc HTTP/1.1", "first"]);
+    }
+}
