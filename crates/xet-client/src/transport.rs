@@ -253,6 +253,11 @@ impl Transport {
             .connect_timeout(cfg.connect_timeout)
             .pool_idle_timeout(Duration::from_secs(60))
             .tcp_nodelay(true)
+            // Over HTTP/2 (an https endpoint that offers it) every range shares one
+            // connection, whose fixed default window (5 MiB) would cap a download at
+            // 25 MB/s at 200 ms: the window follows the measured bandwidth-delay
+            // product instead.
+            .http2_adaptive_window(true)
             .build()
             .map_err(|e| ConfigError::HttpClient(reqwest_message(e)))?;
         let (token, exp) = match &cfg.token {

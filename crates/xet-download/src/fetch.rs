@@ -274,6 +274,9 @@ pub(crate) async fn pump_range(
             }
             Err(Broke::Cas(e)) => Outcome::Fail(DownloadError::from_cas(file, e)),
         };
+        if matches!(outcome, Outcome::Retry(..)) {
+            shared.fetches.failed();
+        }
         match outcome {
             Outcome::Done(never) => match never {},
             Outcome::Fail(e) => return Err(e),

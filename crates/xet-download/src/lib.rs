@@ -33,12 +33,14 @@
 //!    and terms are grouped by the fetch that covers them: **one fetch serves every
 //!    term it covers** and no byte range is downloaded twice; each fetch is one
 //!    [`Cas::stream_xorb_range`] call, whose pieces are decoded as they arrive. Fetches
-//!    run in parallel, limited by [`DownloadOptions::max_concurrent_fetches`] (count)
-//!    and by [`DownloadOptions::memory_budget`] (a semaphore over KiB of fetched bytes
-//!    held in memory, across all files of the call): a fetch first reserves its whole
-//!    range (a local store hands a range over in one piece) and, once its first piece
-//!    shows that it streams, keeps only what a stream holds (its queue of pieces and
-//!    one write batch); a single fetch larger than the budget still runs, alone.
+//!    run in parallel, limited by [`DownloadOptions::fetch_concurrency`] (count: by
+//!    default adapted to the measured throughput, see below) and by
+//!    [`DownloadOptions::memory_budget`] (a semaphore over KiB of fetched bytes held in
+//!    memory, across all files of the call): a fetch first reserves its whole range (a
+//!    local store hands a range over in one piece) and, once its first piece shows that
+//!    it streams, keeps only what a stream holds (its queue of pieces and one write
+//!    batch); once one range of the call has streamed, later fetches reserve only that
+//!    from the start. A single fetch larger than the budget still runs, alone.
 //! 4. A transfer that delivers nothing for `stall_timeout`, or has not completed
 //!    within `stall_timeout + remaining / min_throughput`, is cancelled and retried;
 //!    retryable errors ([`xet_cas::CasError::is_retryable`], short bodies) are retried
@@ -138,9 +140,30 @@
 //!
 //! # Several files
 //!
-//! Files run concurrently ([`DownloadOptions::max_concurrent_files`]) and share the
-//! fetch and memory limits. The first error stops the call and is returned; other
-//! files in progress keep their `.part` file and journal for a rerun.
+//! Files run concurrently ([`DownloadOptions::max_concurrent_files`], of which at most
+//! [`DownloadOptions::max_concurrent_large_files`] of 8 MiB or more) and share the
+//! fetch and memory limits. Their first reconstruction queries are **pipelined**: up to
+//! [`DownloadOptions::reconstructions_ahead`] files, in request order, have their
+//! destination resolved and their first segment (and size) asked for while the files
+//! before them are being fetched, so a repository of many small files does not pay a
+//! round trip per file before its fetch (a URL that expired while its file waited is
+//! re-queried like any other). The first error stops the call and is returned; other files in progress keep their `.part` file and journal for a rerun.
+//!
+//! # Fetch concurrency
+//!
+//! [`FetchConcurrency::Fixed`] runs at most that many fetches, always.
+//! [`FetchConcurrency::Adaptive`] (the default: from 32, within 1..=64) climbs a hill:
+//! time is cut into windows of four round trips (the shortest time to a fetch's first
+//! byte; 250 ms to 2 s), and at the end of each window in which a fetch had to wait for
+//! a slot, the bytes delivered give the throughput. While it keeps rising (by 5%) the
+//! limit grows by half; a larger limit that brought 10% less is taken back, one that
+//! brought about the same stays (and is probed upwards again after eight windows). A
+//! fetch that is retried or fails (deadline overrun, broken transfer) takes a quarter
+//! off at once, and when each fetch gets less than
+//! [`DownloadOptions::min_throughput`] for two windows in a row (a slow link split
+//! too many ways, where transfers would overrun their deadlines), the limit drops to
+//! what the link carries at that rate per fetch. Fetches in flight are bounded by the
+//! limit in count and by the memory budget in bytes.
 //!
 //! # Cancellation
 //!
@@ -156,6 +179,7 @@ mod error;
 mod fetch;
 mod fsio;
 mod journal;
+mod limit;
 mod part;
 mod pipeline;
 mod plan;
@@ -163,6 +187,7 @@ mod types;
 mod verify;
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use futures_util::StreamExt;
@@ -173,12 +198,13 @@ pub use xet_cas::Cas;
 pub use cache::{CacheStats, cache_clear, cache_stats};
 pub use error::{DownloadError, ErrorKind, Result};
 pub use types::{
-    CacheConfig, Destination, DownloadOptions, DownloadReport, DownloadRequest, FileRange,
-    FileReport, ProgressEvent, ProgressFn, Totals, Verification, default_cache_dir,
+    CacheConfig, Destination, DownloadOptions, DownloadReport, DownloadRequest, FetchConcurrency,
+    FileRange, FileReport, ProgressEvent, ProgressFn, Totals, Verification, default_cache_dir,
 };
 
 use budget::MemoryBudget;
-use pipeline::Shared;
+use limit::FetchLimit;
+use pipeline::{Prepared, Shared};
 
 /// Download `requests` from `cas`. Returns a report per file (in request order) and
 /// totals, or the first error. `progress` receives [`ProgressEvent`]s from any thread.
@@ -189,47 +215,27 @@ pub async fn download(
     progress: Option<ProgressFn>,
 ) -> Result<DownloadReport> {
     let started = Instant::now();
-    let cache = match &options.cache {
-        Some(c) => {
-            let (dir, max) = (c.dir.clone(), c.max_bytes);
-            match tokio::task::spawn_blocking(move || cache::ChunkCache::open(&dir, max)).await {
-                Ok(Ok(c)) => Some(Arc::new(c)),
-                Ok(Err(e)) => {
-                    tracing::warn!(
-                        "chunk cache at {} unusable ({e}); continuing without it",
-                        c.dir.display()
-                    );
-                    None
-                }
-                Err(e) => return Err(DownloadError::Internal(format!("opening the cache: {e}"))),
-            }
-        }
-        None => None,
+    let cache = open_cache(&options).await?;
+    let fetches = match options.fetch_concurrency {
+        FetchConcurrency::Fixed(n) => FetchLimit::fixed(n),
+        FetchConcurrency::Adaptive { start, min, max } => FetchLimit::adaptive(limit::Bounds {
+            start,
+            min,
+            max,
+            floor: options.min_throughput,
+        }),
     };
     let shared = Arc::new(Shared {
         cas,
         cache,
-        fetch_slots: Arc::new(Semaphore::new(options.max_concurrent_fetches.max(1))),
+        fetches,
         memory: MemoryBudget::new(options.memory_budget),
+        streams: AtomicBool::new(false),
         progress,
         cancel: options.cancel.clone().unwrap_or_default(),
         opts: options,
     });
-    let n = shared.opts.max_concurrent_files.max(1);
-    let mut stream = futures_util::stream::iter(requests.into_iter().enumerate())
-        .map(|(i, req)| {
-            let shared = shared.clone();
-            async move {
-                pipeline::download_file(shared, i, req)
-                    .await
-                    .map(|r| (i, r))
-            }
-        })
-        .buffer_unordered(n);
-    let mut files = Vec::new();
-    while let Some(r) = stream.next().await {
-        files.push(r?);
-    }
+    let mut files = run_files(shared, requests).await?;
     files.sort_by_key(|(i, _)| *i);
     let files: Vec<FileReport> = files.into_iter().map(|(_, r)| r).collect();
     let totals = Totals {
@@ -242,6 +248,130 @@ pub async fn download(
         elapsed: started.elapsed().as_secs_f64(),
     };
     Ok(DownloadReport { files, totals })
+}
+
+/// The chunk cache, if configured and usable (an unusable one is warned about and
+/// left out).
+async fn open_cache(options: &DownloadOptions) -> Result<Option<Arc<cache::ChunkCache>>> {
+    let Some(c) = &options.cache else {
+        return Ok(None);
+    };
+    let (dir, max) = (c.dir.clone(), c.max_bytes);
+    match tokio::task::spawn_blocking(move || cache::ChunkCache::open(&dir, max)).await {
+        Ok(Ok(c)) => Ok(Some(Arc::new(c))),
+        Ok(Err(e)) => {
+            tracing::warn!(
+                "chunk cache at {} unusable ({e}); continuing without it",
+                c.dir.display()
+            );
+            Ok(None)
+        }
+        Err(e) => Err(DownloadError::Internal(format!("opening the cache: {e}"))),
+    }
+}
+
+/// Run every request: files are prepared (destination, size, first reconstruction) in
+/// request order, up to [`DownloadOptions::reconstructions_ahead`] ahead of the files
+/// downloading, at most [`DownloadOptions::max_concurrent_files`] at once. Returns
+/// `(request index, report)` as files finish, or the first error (files still running
+/// then are dropped: their `.part` files and journals stay).
+async fn run_files(
+    shared: Arc<Shared>,
+    requests: Vec<DownloadRequest>,
+) -> Result<Vec<(usize, FileReport)>> {
+    let n = requests.len();
+    let ahead = shared.opts.reconstructions_ahead.max(1);
+    // Preparations in request order; the permits of `ahead` bound how many there are.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(ahead);
+    let producer = tokio::spawn(prepare_in_order(shared.clone(), requests, tx));
+    let _producer = AbortOnDrop(producer.abort_handle());
+    let files = Arc::new(Semaphore::new(shared.opts.max_concurrent_files.max(1)));
+    let large = Arc::new(Semaphore::new(
+        shared.opts.max_concurrent_large_files.max(1),
+    ));
+    // Polled by this task (the pipeline's futures are not all `Send`-provable).
+    let mut running = futures_util::stream::FuturesUnordered::new();
+    let mut reports = Vec::with_capacity(n);
+    let mut slot = None;
+    let mut more = true;
+    while more || !running.is_empty() {
+        tokio::select! {
+            biased;
+            Some(done) = running.next() => reports.push(done?),
+            s = files.clone().acquire_owned(), if more && slot.is_none() => {
+                slot = Some(s.expect("the file semaphore is never closed"));
+            }
+            p = rx.recv(), if more && slot.is_some() => match p {
+                None => more = false,
+                Some(preparing) => {
+                    let (slot, large, shared) = (slot.take(), large.clone(), shared.clone());
+                    running.push(async move {
+                        let _slot = slot;
+                        let p = preparing.finish().await?;
+                        let _large = match p.output_len() >= pipeline::DIRECT_MIN {
+                            true => Some(large.acquire_owned().await.expect("never closed")),
+                            false => None,
+                        };
+                        let index = p.index;
+                        pipeline::download_file(shared, p).await.map(|r| (index, r))
+                    });
+                }
+            },
+        }
+    }
+    Ok(reports)
+}
+
+/// Start preparing each of `requests`, in order, as soon as fewer than
+/// [`DownloadOptions::reconstructions_ahead`] prepared files wait for their turn, and
+/// hand them to `tx`.
+async fn prepare_in_order(
+    shared: Arc<Shared>,
+    requests: Vec<DownloadRequest>,
+    tx: tokio::sync::mpsc::Sender<Preparing>,
+) {
+    let ahead = Arc::new(Semaphore::new(shared.opts.reconstructions_ahead.max(1)));
+    for (i, req) in requests.into_iter().enumerate() {
+        let permit = ahead.clone().acquire_owned().await.expect("never closed");
+        let task = tokio::spawn(pipeline::prepare_file(shared.clone(), i, req));
+        let preparing = Preparing {
+            task: AbortOnDrop(task.abort_handle()),
+            handle: task,
+            _ahead: permit,
+        };
+        if tx.send(preparing).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A file being prepared on its own task, holding its place in the lookahead until
+/// it is taken to be downloaded.
+struct Preparing {
+    handle: tokio::task::JoinHandle<Result<Prepared>>,
+    task: AbortOnDrop,
+    _ahead: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Preparing {
+    /// The prepared file (its place in the lookahead is given up).
+    async fn finish(self) -> Result<Prepared> {
+        let Preparing { handle, task, .. } = self;
+        let r = handle
+            .await
+            .map_err(|e| DownloadError::Internal(format!("preparing a download failed: {e}")))?;
+        drop(task);
+        r
+    }
+}
+
+/// Aborts a spawned task when dropped (the call returned, or was dropped itself).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A token to pass as [`DownloadOptions::cancel`] (e.g. cancelled on Ctrl-C).

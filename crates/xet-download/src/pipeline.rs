@@ -5,11 +5,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use xet_cas::{ByteRange, Cas, ChunkRange, Reconstruction, Term, XorbFetch};
@@ -23,6 +23,7 @@ use crate::error::{DownloadError, Result};
 use crate::fetch;
 use crate::fsio;
 use crate::journal::{DoneTerm, Journal, JournalHeader};
+use crate::limit::{FetchLimit, Slot};
 use crate::part::{self, Output};
 use crate::plan::{self, Group, Item};
 use crate::types::*;
@@ -33,8 +34,11 @@ pub(crate) struct Shared {
     pub cas: Arc<dyn Cas>,
     pub opts: DownloadOptions,
     pub cache: Option<Arc<ChunkCache>>,
-    pub fetch_slots: Arc<Semaphore>,
+    pub fetches: Arc<FetchLimit>,
     pub memory: MemoryBudget,
+    /// Some range arrived in more than one piece: the CAS streams, so a fetch reserves
+    /// what a stream holds from the start rather than its whole range.
+    pub streams: AtomicBool,
     pub progress: Option<ProgressFn>,
     pub cancel: CancellationToken,
 }
@@ -100,12 +104,41 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| DownloadError::Internal(format!("blocking task failed: {e}")))
 }
 
-/// Download one request. `index` is its position (for progress events).
-pub(crate) async fn download_file(
+/// A request whose destination is resolved and whose size and first segment are known:
+/// what can be asked for ahead of the file's turn ([`prepare_file`]).
+pub(crate) struct Prepared {
+    pub index: usize,
+    file: MerkleHash,
+    range: Option<FileRange>,
+    output: Output,
+    shown: String,
+    /// `None` for the empty file.
+    size: Option<u64>,
+    first: Option<Reconstruction>,
+    started: Instant,
+}
+
+impl Prepared {
+    /// Bytes the download writes (the range's, for a range; 0 for the empty file).
+    pub fn output_len(&self) -> u64 {
+        let size = self.size.unwrap_or(0);
+        match self.range {
+            Some(r) => r
+                .end
+                .map_or(size, |e| e.saturating_add(1).min(size))
+                .saturating_sub(r.start),
+            None => size,
+        }
+    }
+}
+
+/// The first steps of one request (`index`: its position, for progress events): the
+/// destination, and the size and first reconstruction segment. Nothing is written.
+pub(crate) async fn prepare_file(
     shared: Arc<Shared>,
     index: usize,
     req: DownloadRequest,
-) -> Result<FileReport> {
+) -> Result<Prepared> {
     let started = Instant::now();
     let DownloadRequest {
         file,
@@ -115,10 +148,61 @@ pub(crate) async fn download_file(
     } = req;
     let shown = dest.display();
     let output = resolve_destination(&shared.opts, dest).await?;
-    if file.is_zero() {
+    let (size, first) = if file.is_zero() {
         check_empty_range(file, range)?;
+        (None, None)
+    } else {
+        let cancel = shared.cancel.clone();
+        let known = async {
+            let (size, first) = match size {
+                Some(s) => (s, None),
+                None if range.is_none() => first_segment_and_size(&shared, file).await?,
+                None => (fetch::query_file_size(&shared, file).await?, None),
+            };
+            if let Some(first) = first {
+                return Ok((size, Some(first)));
+            }
+            // The first segment, asked for as `walk_segments` would ask for it.
+            let out = wanted_bytes(file, range, size)?;
+            let query = plan::segment_query(out.start, out.end, shared.opts.segment_bytes);
+            let first = fetch::query_reconstruction(&shared, file, query).await?;
+            Ok::<_, DownloadError>((size, Some(first)))
+        };
+        let (s, f) = tokio::select! {
+            r = known => r?,
+            _ = cancel.cancelled() => {
+                return Err(DownloadError::Interrupted { file, resumable: output.writer.is_none() });
+            }
+        };
+        (Some(s), f)
+    };
+    Ok(Prepared {
+        index,
+        file,
+        range,
+        output,
+        shown,
+        size,
+        first,
+        started,
+    })
+}
+
+/// Download a prepared request.
+pub(crate) async fn download_file(shared: Arc<Shared>, prepared: Prepared) -> Result<FileReport> {
+    let Prepared {
+        index,
+        file,
+        range,
+        output,
+        shown,
+        size,
+        first,
+        started,
+    } = prepared;
+    let Some(size) = size else {
         return download_empty(&shared, index, file, output, shown, started).await;
-    }
+    };
     // `_staging` keeps a writer's temporary directory until the file is done.
     let Output {
         path: final_path,
@@ -126,12 +210,6 @@ pub(crate) async fn download_file(
         staging: _staging,
     } = output;
     let resumable = writer.is_none();
-
-    let (size, first) = match size {
-        Some(s) => (s, None),
-        None if range.is_none() => first_segment_and_size(&shared, file).await?,
-        None => (fetch::query_file_size(&shared, file).await?, None),
-    };
     let out = wanted_bytes(file, range, size)?;
     let whole = out.start == 0 && out.end == size;
     let header = JournalHeader::new(&file, size, out.start, out.end);
@@ -312,7 +390,7 @@ const JOURNAL_MIN: u64 = 1 << 20;
 
 /// Parts at least this large are written with `O_DIRECT` where possible
 /// ([`fsio::DirectWriter`]).
-const DIRECT_MIN: u64 = 8 << 20;
+pub(crate) const DIRECT_MIN: u64 = 8 << 20;
 
 /// A part ready to be written.
 struct OpenedPart {
@@ -602,25 +680,20 @@ async fn run_group(ctx: Arc<FileCtx>, segment: ByteRange, group: Group) -> Resul
     // Memory: the whole serialized range at first (a store that hands it over in one
     // piece holds all of it); once the first piece shows that it streams, only what a
     // stream holds (`STREAM_MEMORY`).
-    let Some(mut mem) = ctx
-        .unless_stopped(shared.memory.reserve(planned.bytes.len()))
-        .await
-    else {
+    // Once the CAS is known to stream, that is what a fetch reserves from the start (a
+    // range handed over whole after all is held beyond the budget until written).
+    let reserve = if shared.streams.load(Ordering::Relaxed) {
+        planned.bytes.len().min(STREAM_MEMORY)
+    } else {
+        planned.bytes.len()
+    };
+    let Some(mut mem) = ctx.unless_stopped(shared.memory.reserve(reserve)).await else {
         return Ok(Vec::new());
     };
-    let slots = shared.fetch_slots.clone();
-    let Some(slot) = ctx
-        .unless_stopped(async {
-            slots
-                .acquire_owned()
-                .await
-                .expect("fetch semaphore is never closed")
-        })
-        .await
-    else {
+    let Some(mut slot) = ctx.unless_stopped(shared.fetches.acquire()).await else {
         return Ok(Vec::new());
     };
-    let done = stream_and_write(&ctx, segment, planned, needed, items, &mut mem).await?;
+    let done = stream_and_write(&ctx, segment, planned, needed, items, &mut mem, &mut slot).await?;
     drop(slot);
     drop(mem);
     ctx.stats.fetches.fetch_add(1, Ordering::Relaxed);
@@ -645,6 +718,7 @@ async fn stream_and_write(
     needed: ChunkRange,
     items: Vec<Item>,
     mem: &mut OwnedSemaphorePermit,
+    slot: &mut Slot,
 ) -> Result<Written> {
     let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(PIECES_QUEUED);
     let (c2, f2) = (ctx.clone(), fetch.clone());
@@ -656,7 +730,9 @@ async fn stream_and_write(
         ctx.stats
             .fetched
             .fetch_add(piece.len() as u64, Ordering::Relaxed);
+        slot.delivered(piece.len() as u64);
         if std::mem::take(&mut first) && (piece.len() as u64) < total {
+            shared.streams.store(true, Ordering::Relaxed);
             shared.memory.shrink(mem, STREAM_MEMORY);
         }
     })

@@ -148,8 +148,14 @@ pub struct DownloadOptions {
     pub segments_in_flight: usize,
     /// Most files downloaded at once.
     pub max_concurrent_files: usize,
-    /// Most xorb range fetches in flight, across all files.
-    pub max_concurrent_fetches: usize,
+    /// Most files of at least 8 MiB downloaded at once (within `max_concurrent_files`):
+    /// each has a writer thread and staging buffers of up to 32 MiB.
+    pub max_concurrent_large_files: usize,
+    /// Files whose first reconstruction is asked for ahead of their turn, while earlier
+    /// files are being fetched (so many small files cost no round trip each).
+    pub reconstructions_ahead: usize,
+    /// How many xorb range fetches are in flight at once, across all files.
+    pub fetch_concurrency: FetchConcurrency,
     /// Most bytes of fetched (serialized) xorb data held in memory at once, across all
     /// files: a range handed over whole counts whole, a streamed one what it can hold at
     /// once (its queue of pieces and one 8 MiB write batch). Decompressed chunks add at
@@ -188,8 +194,10 @@ impl Default for DownloadOptions {
         DownloadOptions {
             segment_bytes: 512 << 20,
             segments_in_flight: 2,
-            max_concurrent_files: 4,
-            max_concurrent_fetches: 16,
+            max_concurrent_files: 32,
+            max_concurrent_large_files: 4,
+            reconstructions_ahead: 32,
+            fetch_concurrency: FetchConcurrency::default(),
             memory_budget: 256 << 20,
             stall_timeout: Duration::from_secs(60),
             min_throughput: 512 << 10,
@@ -200,6 +208,33 @@ impl Default for DownloadOptions {
             cache: None,
             cancel: None,
             temp_dir: None,
+        }
+    }
+}
+
+/// How many xorb range fetches are in flight at once ([`DownloadOptions::fetch_concurrency`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchConcurrency {
+    /// Exactly this many at most: no adaptation.
+    Fixed(usize),
+    /// Start at `start` and adapt within `min..=max` to what is measured: more while
+    /// the throughput rises with it, less after failures, when more stopped helping,
+    /// or when each fetch would get less than [`DownloadOptions::min_throughput`]
+    /// (the method is in the crate docs).
+    Adaptive {
+        start: usize,
+        min: usize,
+        max: usize,
+    },
+}
+
+impl Default for FetchConcurrency {
+    /// Adaptive from 32, between 1 and 64.
+    fn default() -> Self {
+        FetchConcurrency::Adaptive {
+            start: 32,
+            min: 1,
+            max: 64,
         }
     }
 }

@@ -435,7 +435,7 @@ async fn interrupt_and_rerun(len: usize, seed: u64, xorb_len: u64, fail_after: u
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("f");
     let o = DownloadOptions {
-        max_concurrent_fetches: 1,
+        fetch_concurrency: FetchConcurrency::Fixed(1),
         ..opts()
     };
     let clean = get(
@@ -529,7 +529,7 @@ async fn larger_file_interrupted_and_resumed() {
     w.reset();
 
     let o = DownloadOptions {
-        max_concurrent_fetches: 1,
+        fetch_concurrency: FetchConcurrency::Fixed(1),
         ..opts()
     };
     w.set_fault(Fault::FailAfter(5));
@@ -558,7 +558,7 @@ async fn tampered_part_file_is_refetched_on_resume() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("f");
     let o = DownloadOptions {
-        max_concurrent_fetches: 1,
+        fetch_concurrency: FetchConcurrency::Fixed(1),
         ..opts()
     };
     w.set_fault(Fault::FailAfter(3));
@@ -589,7 +589,7 @@ async fn range_downloads_resume_too() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("f");
     let o = DownloadOptions {
-        max_concurrent_fetches: 1,
+        fetch_concurrency: FetchConcurrency::Fixed(1),
         ..opts()
     };
     let rq = || req(&c.files[0], &p).with_range(FileRange::new(123_456, Some(1_765_432)));
@@ -844,7 +844,7 @@ async fn retryable_errors_are_retried() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("f");
     let o = DownloadOptions {
-        max_concurrent_fetches: 1,
+        fetch_concurrency: FetchConcurrency::Fixed(1),
         ..opts()
     };
     get(w.clone(), vec![req(&c.files[0], &p)], o.clone())
@@ -880,7 +880,7 @@ async fn errors_of_a_cas_that_retries_itself_are_not_retried_again() {
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let dir = tempfile::tempdir().unwrap();
     let o = DownloadOptions {
-        max_concurrent_fetches: 1,
+        fetch_concurrency: FetchConcurrency::Fixed(1),
         max_retries: 3,
         ..opts()
     };
@@ -1006,7 +1006,7 @@ async fn fetch_concurrency_and_memory_are_bounded() {
     *w.delay.lock().unwrap() = Some(Duration::from_millis(20));
     let dir = tempfile::tempdir().unwrap();
     let o = DownloadOptions {
-        max_concurrent_fetches: 3,
+        fetch_concurrency: FetchConcurrency::Fixed(3),
         ..opts()
     };
     get(w.clone(), vec![req(&c.files[0], &dir.path().join("a"))], o)
@@ -1021,7 +1021,7 @@ async fn fetch_concurrency_and_memory_are_bounded() {
     *w.delay.lock().unwrap() = Some(Duration::from_millis(5));
     let o = DownloadOptions {
         memory_budget: 1,
-        max_concurrent_fetches: 8,
+        fetch_concurrency: FetchConcurrency::Fixed(8),
         ..opts()
     };
     get(w.clone(), vec![req(&c.files[0], &dir.path().join("b"))], o)
@@ -1076,7 +1076,7 @@ async fn several_files_at_once_share_the_limits() {
         .collect();
     let o = DownloadOptions {
         max_concurrent_files: 3,
-        max_concurrent_fetches: 2,
+        fetch_concurrency: FetchConcurrency::Fixed(2),
         ..opts()
     };
     let r = get(store, reqs, o).await.unwrap();
@@ -1088,58 +1088,6 @@ async fn several_files_at_once_share_the_limits() {
         );
         assert_eq!(r.files[i].hash, f.hash);
     }
-}
-
-/// `cargo test -p xet-download --release -- --ignored --nocapture throughput`
-#[tokio::test(flavor = "multi_thread")]
-#[ignore]
-async fn throughput_512_mib_from_the_memory_store() {
-    let size = 512usize << 20;
-    let mut data = xet_testdata::generate(xet_testdata::Kind::Float32, size / 2, 1);
-    data.extend(random(size / 2, 2));
-    let t = std::time::Instant::now();
-    let c = build(&[data], 1 << 26);
-    let (store, _) = store(&c).await;
-    eprintln!(
-        "built {} xorbs in {:.1}s",
-        c.xorbs.len(),
-        t.elapsed().as_secs_f64()
-    );
-    let dir = tempfile::tempdir().unwrap();
-    for round in 0..2 {
-        let p = dir.path().join(format!("f{round}"));
-        let t = std::time::Instant::now();
-        let r = get(store.clone(), vec![req(&c.files[0], &p)], opts())
-            .await
-            .unwrap();
-        let secs = t.elapsed().as_secs_f64();
-        eprintln!(
-            "round {round}: {} MiB in {secs:.2}s = {:.0} MB/s ({} fetches, {} MiB fetched)",
-            r.totals.bytes >> 20,
-            r.totals.bytes as f64 / secs / 1e6,
-            r.totals.fetches,
-            r.totals.bytes_fetched >> 20
-        );
-    }
-    let cache = tempfile::tempdir().unwrap();
-    let o = DownloadOptions {
-        cache: Some(CacheConfig::new(cache.path())),
-        ..opts()
-    };
-    for round in 0..2 {
-        let p = dir.path().join(format!("c{round}"));
-        let t = std::time::Instant::now();
-        let r = get(store.clone(), vec![req(&c.files[0], &p)], o.clone())
-            .await
-            .unwrap();
-        let secs = t.elapsed().as_secs_f64();
-        eprintln!(
-            "with cache, round {round}: {:.0} MB/s ({} MiB from cache)",
-            r.totals.bytes as f64 / secs / 1e6,
-            r.totals.bytes_from_cache >> 20
-        );
-    }
-    assert_eq!(std::fs::read(dir.path().join("f0")).unwrap().len(), size);
 }
 
 mod prop {

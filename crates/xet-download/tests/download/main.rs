@@ -5,3 +5,4 @@ mod common;
 
 mod download;
 mod fs_store;
+mod over_http;
