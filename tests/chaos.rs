@@ -134,7 +134,10 @@ fn downloader(
 /// Every stored object verifies with the CLI's checks.
 fn verify_store(store: &Path) -> usize {
     let mut n = 0;
-    for (sub, args) in [("xorbs", ["xorb", "verify"]), ("shards", ["shard", "verify"])] {
+    for (sub, args) in [
+        ("xorbs", ["xorb", "verify"]),
+        ("shards", ["shard", "verify"]),
+    ] {
         let Ok(entries) = std::fs::read_dir(store.join(sub)) else {
             continue;
         };
@@ -181,12 +184,24 @@ fn fifty_kills_lose_nothing_and_store_nothing_invalid() {
     let figures = Arc::new(Figures::default());
     let mut clients = Vec::new();
     for id in 0..2u64 {
-        let (u, d, s, f) = (url.clone(), tmp.path().to_path_buf(), stop.clone(), figures.clone());
+        let (u, d, s, f) = (
+            url.clone(),
+            tmp.path().to_path_buf(),
+            stop.clone(),
+            figures.clone(),
+        );
         let done2 = done.clone();
         clients.push(std::thread::spawn(move || uploader(id, u, d, s, done2, f)));
-        let (u, d, s, f) = (url.clone(), tmp.path().to_path_buf(), stop.clone(), figures.clone());
+        let (u, d, s, f) = (
+            url.clone(),
+            tmp.path().to_path_buf(),
+            stop.clone(),
+            figures.clone(),
+        );
         let done2 = done.clone();
-        clients.push(std::thread::spawn(move || downloader(id, u, d, s, done2, f)));
+        clients.push(std::thread::spawn(move || {
+            downloader(id, u, d, s, done2, f)
+        }));
     }
     // Kill at uneven moments: 100 to 500 ms of service between kills.
     let mut server = first;
@@ -231,7 +246,10 @@ fn fifty_kills_lose_nothing_and_store_nothing_invalid() {
         f.downloads.load(Ordering::SeqCst),
         uploaded.len()
     );
-    assert!(!uploaded.is_empty(), "no upload ever succeeded: the test proved nothing");
+    assert!(
+        !uploaded.is_empty(),
+        "no upload ever succeeded: the test proved nothing"
+    );
     assert!(
         leftovers.is_empty(),
         "temporary files survived a clean start: {leftovers:?}"
