@@ -138,8 +138,30 @@ pub struct ErrorBody {
     pub reason: String,
 }
 
-fn parse_hash(s: &str) -> Result<MerkleHash, String> {
-    MerkleHash::from_hex(s).map_err(|e| format!("bad hash {s:?}: {e}"))
+/// A reconstruction's wire form that does not make a [`Reconstruction`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("bad xorb hash {value:?}")]
+    Hash {
+        value: String,
+        #[source]
+        source: xet_hash::HashError,
+    },
+    #[error("chunk index {index} is too large")]
+    ChunkIndex { index: u64 },
+    #[error("chunk range {start}..{end} is reversed")]
+    ChunkRangeReversed { start: u32, end: u32 },
+    #[error("byte range {start}-{end} is reversed")]
+    ByteRangeReversed { start: u64, end: u64 },
+    #[error("byte range end {end} overflows")]
+    ByteRangeOverflow { end: u64 },
+}
+
+fn parse_hash(s: &str) -> Result<MerkleHash, WireError> {
+    MerkleHash::from_hex(s).map_err(|source| WireError::Hash {
+        value: s.to_string(),
+        source,
+    })
 }
 
 fn wire_term(t: &Term) -> WireTerm {
@@ -153,25 +175,31 @@ fn wire_term(t: &Term) -> WireTerm {
     }
 }
 
-fn chunk_range(r: &WireRange) -> Result<ChunkRange, String> {
-    let s = u32::try_from(r.start).map_err(|_| format!("chunk index {} too large", r.start))?;
-    let e = u32::try_from(r.end).map_err(|_| format!("chunk index {} too large", r.end))?;
-    if e < s {
-        return Err(format!("chunk range {s}..{e} is reversed"));
+fn chunk_range(r: &WireRange) -> Result<ChunkRange, WireError> {
+    let index = |i: u64| u32::try_from(i).map_err(|_| WireError::ChunkIndex { index: i });
+    let (start, end) = (index(r.start)?, index(r.end)?);
+    if end < start {
+        return Err(WireError::ChunkRangeReversed { start, end });
     }
-    Ok(ChunkRange::new(s, e))
+    Ok(ChunkRange::new(start, end))
 }
 
 /// Inclusive wire byte range → exclusive.
-fn byte_range_incl(r: &WireRange) -> Result<ByteRange, String> {
-    let end = r.end.checked_add(1).ok_or("byte range end overflows")?;
+fn byte_range_incl(r: &WireRange) -> Result<ByteRange, WireError> {
+    let end = r
+        .end
+        .checked_add(1)
+        .ok_or(WireError::ByteRangeOverflow { end: r.end })?;
     if end < r.start {
-        return Err(format!("byte range {}-{} is reversed", r.start, r.end));
+        return Err(WireError::ByteRangeReversed {
+            start: r.start,
+            end: r.end,
+        });
     }
     Ok(ByteRange::new(r.start, end))
 }
 
-fn terms_from_wire(terms: &[WireTerm]) -> Result<Vec<Term>, String> {
+fn terms_from_wire(terms: &[WireTerm]) -> Result<Vec<Term>, WireError> {
     terms
         .iter()
         .map(|t| {
@@ -225,7 +253,7 @@ impl Reconstruction {
         }
     }
 
-    pub fn from_v2(w: &ReconstructionV2) -> Result<Self, String> {
+    pub fn from_v2(w: &ReconstructionV2) -> Result<Self, WireError> {
         let mut fetches = Vec::new();
         for (h, list) in &w.xorbs {
             let xorb = parse_hash(h)?;
@@ -247,7 +275,7 @@ impl Reconstruction {
         })
     }
 
-    pub fn from_v1(w: &ReconstructionV1) -> Result<Self, String> {
+    pub fn from_v1(w: &ReconstructionV1) -> Result<Self, WireError> {
         let mut fetches = Vec::new();
         for (h, list) in &w.fetch_info {
             let xorb = parse_hash(h)?;
@@ -545,10 +573,44 @@ mod tests {
     fn bad_wire_values_are_errors() {
         let mut w = sample().to_v2(|_| "u".into());
         w.terms[0].range = WireRange { start: 5, end: 2 };
-        assert!(Reconstruction::from_v2(&w).is_err());
+        assert_eq!(
+            Reconstruction::from_v2(&w),
+            Err(WireError::ChunkRangeReversed { start: 5, end: 2 })
+        );
+        w.terms[0].range = WireRange {
+            start: 1 << 32,
+            end: 1 << 33,
+        };
+        assert_eq!(
+            Reconstruction::from_v2(&w),
+            Err(WireError::ChunkIndex { index: 1 << 32 })
+        );
         let mut w = sample().to_v2(|_| "u".into());
         w.terms[0].hash = "zz".into();
-        assert!(Reconstruction::from_v2(&w).is_err());
+        let e = Reconstruction::from_v2(&w).unwrap_err();
+        assert!(
+            matches!(&e, WireError::Hash { value, .. } if value == "zz"),
+            "{e:?}"
+        );
+        // The hash error is the cause, not repeated in the message.
+        let cause = std::error::Error::source(&e).expect("a cause").to_string();
+        assert!(cause.contains("64 hex digits") && !e.to_string().contains(&cause));
+        let mut v1 = sample().to_v1(|_| "u".into());
+        let fetch = v1.fetch_info.values_mut().next().unwrap();
+        fetch[0].url_range = WireRange {
+            start: 0,
+            end: u64::MAX,
+        };
+        assert_eq!(
+            Reconstruction::from_v1(&v1),
+            Err(WireError::ByteRangeOverflow { end: u64::MAX })
+        );
+        let fetch = v1.fetch_info.values_mut().next().unwrap();
+        fetch[0].url_range = WireRange { start: 10, end: 2 };
+        assert_eq!(
+            Reconstruction::from_v1(&v1),
+            Err(WireError::ByteRangeReversed { start: 10, end: 2 })
+        );
     }
 
     #[test]

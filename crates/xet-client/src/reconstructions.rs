@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use reqwest::Method;
 use reqwest::header::{CONTENT_RANGE, RANGE};
-use xet_cas::wire::{ReconstructionV1, ReconstructionV2};
+use xet_cas::wire::{ReconstructionV1, ReconstructionV2, WireError};
 use xet_cas::{ByteRange, Cas, CasError, ObjectKind, Reconstruction, Result, routes};
 use xet_hash::MerkleHash;
 
@@ -150,14 +150,19 @@ fn parse_reconstruction(
             message,
         })
     };
+    // `CasError::Corrupt` carries text: the wire error and its cause, once each.
+    let wire = |e: WireError| match std::error::Error::source(&e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    };
     let parsed = if v2 {
         serde_json::from_slice::<ReconstructionV2>(body)
             .map_err(|e| e.to_string())
-            .and_then(|w| Reconstruction::from_v2(&w))
+            .and_then(|w| Reconstruction::from_v2(&w).map_err(wire))
     } else {
         serde_json::from_slice::<ReconstructionV1>(body)
             .map_err(|e| e.to_string())
-            .and_then(|w| Reconstruction::from_v1(&w))
+            .and_then(|w| Reconstruction::from_v1(&w).map_err(wire))
     };
     let r = parsed.map_err(|e| corrupt(format!("bad reconstruction: {e}")))?;
     if let Some(t) = r.terms.iter().find(|t| r.fetch_for(t).is_none()) {
