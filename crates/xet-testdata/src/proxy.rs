@@ -256,6 +256,22 @@ impl Proxy {
             .filter(|s| on.hits(&s.method, &s.path))
             .collect()
     }
+
+    /// Requests of the log sent more than once (same method, path and query), each named
+    /// once, as `METHOD PATH[?QUERY]`: a retry shows here.
+    pub fn repeated(&self) -> Vec<String> {
+        let mut seen = std::collections::BTreeMap::<String, usize>::new();
+        for s in self.log() {
+            let query = s.query.map(|q| format!("?{q}")).unwrap_or_default();
+            *seen
+                .entry(format!("{} {}{query}", s.method, s.path))
+                .or_default() += 1;
+        }
+        seen.into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(r, _)| r)
+            .collect()
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -76,6 +76,12 @@ async fn persistent_503_gives_up_after_max_attempts_with_a_server_error() {
         .await
         .unwrap_err();
     assert_eq!(proxy.count("POST", GRANTS), 4, "max_attempts = 4");
+    // The retries are what `Proxy::repeated` names (the S3 tests rely on it).
+    let repeated = proxy.repeated();
+    assert!(
+        repeated.len() == 1 && repeated[0].starts_with(&format!("POST {GRANTS}")),
+        "{repeated:?}"
+    );
     match &e {
         CasError::Server {
             status: 503,
