@@ -18,8 +18,9 @@ mod bench_load;
 mod bench_wan;
 #[path = "wan.rs"]
 mod wan;
+use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub const USAGE: &str =
@@ -663,4 +664,50 @@ pub fn bench_interleaved(runs: usize, mut contenders: Vec<Contender<'_>>) -> Res
         .into_iter()
         .map(|o| o.expect("at least one run"))
         .collect())
+}
+
+/// A running `xet serve` (every bench group starts one the same way); killed when dropped.
+pub(crate) struct Served {
+    pub child: Child,
+    /// What it printed after "listening on ".
+    pub url: String,
+}
+
+impl Served {
+    /// Run `cmd`, an `xet serve` command line with its arguments, environment and stderr
+    /// set by the caller, and wait for the first line it prints, which names its URL.
+    pub(crate) fn spawn(mut cmd: Command, what: &str) -> Result<Served> {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {what}"))?;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
+        let Some(url) = line.trim().strip_prefix("listening on ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{what} did not start (it printed {line:?})");
+        };
+        Ok(Served {
+            url: url.to_string(),
+            child,
+        })
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An empty directory at `dir`.
+pub(crate) fn fresh(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)?;
+    Ok(())
 }

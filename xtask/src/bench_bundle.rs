@@ -11,62 +11,19 @@
 //! runs and this process's CPU time during that run; their "MB/s" is of the 32-byte keys.
 
 use crate::bench::{
-    BenchSample, Contender, CpuMeter, CpuRuns, Row, TransferOpts, bench_interleaved, proc_cpu_secs,
-    warm,
+    BenchSample, Contender, CpuMeter, CpuRuns, Row, Served, TransferOpts, bench_interleaved, fresh,
+    proc_cpu_secs, warm,
 };
 use anyhow::{Context, Result, bail};
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
-/// A release `xet serve --store STORE` on loopback; killed when dropped.
-struct Serve {
-    child: Child,
-    url: String,
-}
-
-impl Serve {
-    fn start(xet: &Path, store: &Path) -> Result<Serve> {
-        let mut child = xetc(xet, &["serve", "--listen", "127.0.0.1:0", "--store"], None)
-            .arg(store)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting xet serve")?;
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .with_context(|| {
-                format!(
-                    "xet serve --store {} did not print its URL",
-                    store.display()
-                )
-            })?
-            .to_string();
-        Ok(Serve { child, url })
-    }
-
-    fn pid(&self) -> Option<u32> {
-        Some(self.child.id())
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn fresh(dir: &Path) -> Result<()> {
-    if dir.exists() {
-        std::fs::remove_dir_all(dir)?;
-    }
-    std::fs::create_dir_all(dir)?;
-    Ok(())
+/// A release `xet serve --store STORE` on loopback.
+fn serve(xet: &Path, store: &Path) -> Result<Served> {
+    let mut c = xetc(xet, &["serve", "--listen", "127.0.0.1:0", "--store"], None);
+    c.arg(store).stderr(Stdio::null());
+    Served::spawn(c, &format!("xet serve --store {}", store.display()))
 }
 
 /// `xet ARGS` with its chunk cache in `cache` (or none) and no endpoint or store from the
@@ -213,8 +170,8 @@ fn downloads(
     let mib = size >> 20;
     let (bundle, store, out) = (p("b.swh"), p("store"), p("out.bin"));
     let outs = path_str(&out)?.to_string();
-    let from_bundle = Serve::start(xet, &bundle)?;
-    let from_store = Serve::start(xet, &store)?;
+    let from_bundle = serve(xet, &bundle)?;
+    let from_store = serve(xet, &store)?;
     let meter = CpuMeter::new(size);
     let cpu: [CpuRuns; 2] = Default::default();
     let cache = p("dl-cache");
@@ -238,7 +195,7 @@ fn downloads(
     let served = |i: usize| {
         let (server, source) = [(&from_bundle, &bundle), (&from_store, &store)][i];
         let (meter, before, cache, outs, runs) = (&meter, &before, &cache, &outs, &cpu[i]);
-        let (url, pid) = (server.url.clone(), server.pid());
+        let (url, pid) = (server.url.clone(), Some(server.child.id()));
         Contender::new(
             move || {
                 meter.start(pid)?;

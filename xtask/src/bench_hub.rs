@@ -8,13 +8,12 @@
 //! over the runs.
 
 use crate::bench::{
-    BenchSample, Contender, CpuMeter, CpuRuns, TransferOpts, bench_interleaved, warm,
+    BenchSample, Contender, CpuMeter, CpuRuns, Served, TransferOpts, bench_interleaved, fresh, warm,
 };
 use anyhow::{Context, Result, bail};
 use std::cell::RefCell;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// The user token of the bench server (write access); every client sends it.
 const TOKEN: &str = "hf_bench_write";
@@ -29,47 +28,15 @@ pub struct HubRow {
     pub server_cpu: String,
 }
 
-/// A release `xet serve` with a write token, on loopback; killed when dropped.
-struct HubServe {
-    child: Child,
-    url: String,
-}
-
-impl HubServe {
-    fn start(xet: &Path, store: &Path) -> Result<HubServe> {
-        let mut child = Command::new(xet)
-            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
-            .arg(store)
-            .args(["--token", &format!("write:{TOKEN}")])
-            .env_remove("XET_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting xet serve")?;
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .context("xet serve did not print its URL")?
-            .to_string();
-        Ok(HubServe { child, url })
-    }
-}
-
-impl Drop for HubServe {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn fresh(dir: &Path) -> Result<()> {
-    if dir.exists() {
-        std::fs::remove_dir_all(dir)?;
-    }
-    std::fs::create_dir_all(dir)?;
-    Ok(())
+/// A release `xet serve` with a write token, on loopback.
+fn serve(xet: &Path, store: &Path) -> Result<Served> {
+    let mut c = Command::new(xet);
+    c.args(["serve", "--listen", "127.0.0.1:0", "--store"])
+        .arg(store)
+        .args(["--token", &format!("write:{TOKEN}")])
+        .env_remove("XET_TOKEN")
+        .stderr(Stdio::null());
+    Served::spawn(c, "xet serve")
 }
 
 /// `xet` against the Hub at `url`, with the bench token, caches and HF homes of its own.
@@ -130,7 +97,7 @@ pub fn run(
         .context("input file name")?
         .to_string();
     let mib = size >> 20;
-    let server: RefCell<Option<HubServe>> = RefCell::new(None);
+    let server: RefCell<Option<Served>> = RefCell::new(None);
     let url = || {
         server
             .borrow()
@@ -143,7 +110,7 @@ pub fn run(
 
     // Downloads: one server whose store holds org/bench, uploaded once before timing.
     fresh(&p("store"))?;
-    *server.borrow_mut() = Some(HubServe::start(xet, &p("store"))?);
+    *server.borrow_mut() = Some(serve(xet, &p("store"))?);
     fresh(&p("prep"))?;
     let st = xet_cmd(xet, &url(), &["upload", inp, "hf://org/bench"], &p("prep"))
         .stdout(Stdio::null())
@@ -239,7 +206,7 @@ pub fn run(
         *server.borrow_mut() = None;
         fresh(&p("store"))?;
         fresh(&p(client_dir))?;
-        *server.borrow_mut() = Some(HubServe::start(xet, &p("store"))?);
+        *server.borrow_mut() = Some(serve(xet, &p("store"))?);
         Ok(())
     };
     let repo = format!("org/bench{mib}");

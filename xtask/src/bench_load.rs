@@ -10,7 +10,7 @@
 //! log (`ms=`: until the answer was sent in full). Every phase starts a fresh server on
 //! the store, so each peak is that phase's.
 
-use super::{Row, RssBound, Sample, measure_all, proc_cpu_secs, status_kib, warm};
+use super::{Row, RssBound, Sample, fresh, measure_all, proc_cpu_secs, status_kib, warm};
 use anyhow::{Context, Result, bail};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -137,14 +137,6 @@ fn inputs(xet: &Path, size: u64) -> Result<Inputs> {
         hashes,
         each,
     })
-}
-
-fn fresh(dir: &Path) -> Result<()> {
-    if dir.exists() {
-        std::fs::remove_dir_all(dir)?;
-    }
-    std::fs::create_dir_all(dir)?;
-    Ok(())
 }
 
 /// What one phase measured.

@@ -3,12 +3,12 @@
 //! caches unless it measures a re-upload.
 
 use crate::bench::{
-    BenchSample, Contender, CpuMeter, CpuRuns, Row, TransferOpts, bench_interleaved, warm,
+    BenchSample, Contender, CpuMeter, CpuRuns, Row, Served, TransferOpts, bench_interleaved, fresh,
+    warm,
 };
 use anyhow::{Context, Result, bail};
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// Takes each row, with the peak RSS bound (MiB) `xet` is held to in it, if any.
 type RowFn<'a> = dyn FnMut(Row, Option<u64>) + 'a;
@@ -39,44 +39,13 @@ fn plain(
     }
 }
 
-struct Serve {
-    child: Child,
-    url: String,
-}
-
-impl Serve {
-    fn start(xet: &Path, store: &Path) -> Result<Serve> {
-        let mut child = Command::new(xet)
-            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
-            .arg(store)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting xet serve")?;
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .context("xet serve did not print its URL")?
-            .to_string();
-        Ok(Serve { child, url })
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn fresh(dir: &Path) -> Result<()> {
-    if dir.exists() {
-        std::fs::remove_dir_all(dir)?;
-    }
-    std::fs::create_dir_all(dir)?;
-    Ok(())
+/// `xet serve --store STORE` on loopback.
+fn serve(xet: &Path, store: &Path) -> Result<Served> {
+    let mut c = Command::new(xet);
+    c.args(["serve", "--listen", "127.0.0.1:0", "--store"])
+        .arg(store)
+        .stderr(Stdio::null());
+    Served::spawn(c, "xet serve")
 }
 
 const REF_UPLOAD: &str = "import sys, warnings, hf_xet; warnings.filterwarnings('ignore'); \
@@ -294,12 +263,12 @@ pub fn run(
         );
 
         // Both clients against xet serve, a fresh server and store per run.
-        let server: std::cell::RefCell<Option<Serve>> = std::cell::RefCell::new(None);
+        let server: std::cell::RefCell<Option<Served>> = std::cell::RefCell::new(None);
         let restart = |cache: &str| -> Result<()> {
             *server.borrow_mut() = None;
             fresh(&p("srv"))?;
             fresh(&p(cache))?;
-            *server.borrow_mut() = Some(Serve::start(xet, &p("srv"))?);
+            *server.borrow_mut() = Some(serve(xet, &p("srv"))?);
             Ok(())
         };
         let url = || {
@@ -507,7 +476,7 @@ pub fn run(
             None,
         );
 
-        let server = Serve::start(xet, &p("ds"))?;
+        let server = serve(xet, &p("ds"))?;
         let pid = || Some(server.child.id());
         let meter = CpuMeter::new(size);
         let cpu: [CpuRuns; 5] = Default::default();

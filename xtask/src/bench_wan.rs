@@ -11,6 +11,7 @@
 //! (its `/proc/<pid>/stat` read when it has exited, before it is reaped) and the
 //! server's over the same run.
 
+use super::fresh;
 use super::wan::{Check, Event, Link, Profile, SERVE_ADDR, helper_exe, proc_cpu};
 use anyhow::{Context, Result, bail};
 use std::cell::RefCell;
@@ -280,14 +281,6 @@ impl Ctx<'_> {
             .env("HF_XET_TELEMETRY_ENABLED", "false");
         c
     }
-}
-
-fn fresh(dir: &Path) -> Result<()> {
-    if dir.exists() {
-        std::fs::remove_dir_all(dir)?;
-    }
-    std::fs::create_dir_all(dir)?;
-    Ok(())
 }
 
 /// One line of the table.
