@@ -1,6 +1,6 @@
 //! Against the shard hf_xet 1.8.0 wrote for the artifact corpus (`tests/vectors/ref`).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::Arc;

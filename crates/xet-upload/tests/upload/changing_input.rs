@@ -8,7 +8,7 @@
 //! pipeline's queues to a few blocks ahead) is far from its end. So the change always
 //! lands in the middle of the read.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

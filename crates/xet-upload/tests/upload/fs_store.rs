@@ -1,6 +1,6 @@
 //! The upload pipeline against the filesystem store (the embedded default).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Uploads of many small files do not wait for every global dedup answer before sending
 //! bytes (issue #26): the first xorb is stored while answers are still outstanding.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Arc;

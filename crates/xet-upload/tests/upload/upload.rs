@@ -1,6 +1,6 @@
 //! The upload pipeline against the real in-memory store.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::Arc;
