@@ -170,14 +170,18 @@ pub async fn open_store(dir: &Path) -> CliResult<Arc<dyn Cas>> {
     if xet_bundle::is_bundle(dir) {
         return Ok(Arc::new(open_bundle(dir).await?));
     }
+    Ok(Arc::new(open_dir(dir).await?))
+}
+
+/// A store directory, created if needed.
+pub async fn open_dir(dir: &Path) -> CliResult<xet_store::StoreCas<xet_store::FsBackend>> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create the store directory {}", dir.display()))
         .map_err(Failure::input)?;
-    let store = xet_store::open_store(dir)
+    xet_store::open_store(dir)
         .await
         .with_context(|| format!("cannot open the store at {}", dir.display()))
-        .map_err(|e| Failure::new(Code::Failure, e))?;
-    Ok(Arc::new(store))
+        .map_err(|e| Failure::new(Code::Failure, e))
 }
 
 /// Open `target`; `r` gives the credentials and timeouts of an HTTP one.

@@ -629,13 +629,7 @@ fn refresh_every<B: xet_store::ObjectBackend>(store: &Arc<xet_store::StoreCas<B>
 }
 
 async fn open_dir_store(dir: &Path, refresh_secs: u64) -> CliResult<Served> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create the store directory {}", dir.display()))
-        .map_err(Failure::input)?;
-    let store = xet_store::open_store(dir)
-        .await
-        .with_context(|| format!("cannot open the store at {}", dir.display()))
-        .map_err(|e| Failure::new(Code::Failure, e))?;
+    let store = crate::remote::open_dir(dir).await?;
     let (served, store) = Served::new(store);
     refresh_every(&store, refresh_secs);
     Ok(served)

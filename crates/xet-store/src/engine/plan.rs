@@ -248,6 +248,17 @@ mod tests {
         (entry, metas, xh, yh)
     }
 
+    /// The plan for bytes `start..end` of the 145-byte file of [`setup`].
+    fn plan_range(
+        entry: &FileEntry,
+        metas: &HashMap<MerkleHash, Arc<XorbMeta>>,
+        start: u64,
+        end: u64,
+    ) -> Reconstruction {
+        let w = window(&MerkleHash::ZERO, 145, Some(ByteRange::new(start, end))).unwrap();
+        plan(entry, w, metas).unwrap()
+    }
+
     #[test]
     fn whole_file_merges_fetches_per_xorb() {
         let (entry, metas, x, y) = setup();
@@ -303,14 +314,7 @@ mod tests {
     fn ranges_trim_to_chunks() {
         let (entry, metas, x, y) = setup();
         let f = MerkleHash::ZERO;
-        let q = |s, e| {
-            plan(
-                &entry,
-                window(&f, 145, Some(ByteRange::new(s, e))).unwrap(),
-                &metas,
-            )
-            .unwrap()
-        };
+        let q = |s, e| plan_range(&entry, &metas, s, e);
         // Inside chunk 1 of the first term (bytes 10..30): keep chunk 1 only, skip 5.
         let r = q(15, 20);
         assert_eq!(
@@ -375,15 +379,7 @@ mod tests {
     #[test]
     fn trimming_is_exact_at_chunk_boundaries() {
         let (entry, metas, x, _) = setup();
-        let f = MerkleHash::ZERO;
-        let q = |s, e| {
-            plan(
-                &entry,
-                window(&f, 145, Some(ByteRange::new(s, e))).unwrap(),
-                &metas,
-            )
-            .unwrap()
-        };
+        let q = |s, e| plan_range(&entry, &metas, s, e);
         let r = q(0, 10);
         assert_eq!(
             r.terms,
@@ -420,10 +416,9 @@ mod tests {
                 file.extend(chunk_bytes(&metas[&t.xorb], i));
             }
         }
-        let f = MerkleHash::ZERO;
         for s in 0..145u64 {
             for e in s + 1..=150 {
-                let w = window(&f, 145, Some(ByteRange::new(s, e))).unwrap();
+                let w = window(&MerkleHash::ZERO, 145, Some(ByteRange::new(s, e))).unwrap();
                 let r = plan(&entry, w, &metas).unwrap();
                 let mut got = Vec::new();
                 for t in &r.terms {
