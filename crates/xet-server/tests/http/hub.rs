@@ -1,5 +1,5 @@
 //! The Hub API over HTTP against an in-memory store: the routes and rules the real
-//! clients' tests (tests/hub_serve.rs) do not reach: paging, paths-info in both body
+//! clients' tests (tests/cli/hub_serve.rs) do not reach: paging, paths-info in both body
 //! forms, regular files by path, ranges, branches, whoami, the LFS batch answer, private
 //! repositories, minted CAS tokens, and commits that must change nothing.
 

@@ -2,7 +2,7 @@
 //! (pinned in the test virtualenv, `xet_testdata::hub`), and by raw HTTP where a test
 //! needs to see the wire (a `curl` of a resolve URL, hostile commits).
 
-mod common;
+use crate::common;
 
 use common::Served;
 use std::path::{Path, PathBuf};

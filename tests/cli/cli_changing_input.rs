@@ -10,7 +10,7 @@
 //! changed. The client's reader runs at most a few blocks ahead of the dedup stage, which
 //! waits for that answer, so the change always lands in the middle of the read.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};

@@ -7,7 +7,7 @@
 //! Without SeaweedFS the tests print SKIP and pass, unless `XET_REQUIRE_REFERENCE=1`
 //! (`cargo xtask test`), which makes them fail.
 
-mod common;
+use crate::common;
 
 use common::Served;
 use std::path::Path;

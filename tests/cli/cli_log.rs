@@ -1,7 +1,7 @@
 //! Diagnostics on stderr: `XET_LOG`, the default warnings of the client commands, and
 //! `xet serve`'s request log; stdout stays what scripts parse, and tokens never appear.
 
-mod common;
+use crate::common;
 
 use common::Served;
 use std::path::Path;

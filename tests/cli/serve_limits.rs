@@ -3,7 +3,7 @@
 //! closing the longest idle ones, so `/health` and a real upload and download through it
 //! keep working, and it never runs out of descriptors.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -3,7 +3,7 @@
 //! CLI (huggingface_hub 2.4.0 + hf_xet 1.8.0), and the cache `xet` writes read back by
 //! `huggingface_hub` offline.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

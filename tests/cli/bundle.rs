@@ -2,7 +2,7 @@
 //! trips into empty stores, selections, read-only serving to the reference client, and
 //! damaged bundles.
 
-mod common;
+use crate::common;
 
 use common::Served;
 use serde_json::Value;

@@ -1,7 +1,7 @@
 //! Black-box upload/download through the real binary on the embedded store (and, for
 //! `--token-url`, through `xet serve`).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -6,7 +6,7 @@
 //! must finish with the right bytes and send or fetch only what the first run did not
 //! complete.
 
-mod common;
+use crate::common;
 
 use common::Served;
 use std::collections::BTreeMap;

@@ -5,7 +5,7 @@
 //! store verifies, and no temporary file survives the next start. The figures (attempts,
 //! failures, kills) are printed.
 
-mod common;
+use crate::common;
 
 use common::Served;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! The `xet` binary and the reference client (`hf_xet`) through one `xet serve` on
 //! loopback: each downloads what the other uploaded, byte for byte.
 
-mod common;
+use crate::common;
 
 use common::Served;
 use std::process::{Command, Stdio};

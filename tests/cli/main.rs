@@ -1,0 +1,19 @@
+//! The `xet` binary as users run it (child processes, real servers, the reference clients), and the tidy checks of the workspace.
+//! One test binary for the crate (one build, one link); a module per former file.
+
+mod common;
+
+mod bundle;
+mod chaos;
+mod cli_changing_input;
+mod cli_formats;
+mod cli_hub;
+mod cli_log;
+mod cli_resume;
+mod cli_transfer;
+mod cli_usage;
+mod hub_serve;
+mod interop_cli;
+mod s3_serve;
+mod serve_limits;
+mod tidy;
