@@ -2,70 +2,36 @@
 //! same virtualenv as the reference client.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 /// The `huggingface_hub` version the Hub interop tests use (its `hf` CLI included).
 pub const HUGGINGFACE_HUB_VERSION: &str = "2.4.0";
 
-fn has_hub(python: &std::path::Path) -> bool {
-    std::process::Command::new(python)
-        .args([
-            "-c",
-            &format!(
-                "import importlib.metadata as m, sys; \
-                 sys.exit(m.version('huggingface-hub') != '{HUGGINGFACE_HUB_VERSION}' \
-                 or m.version('hf-xet') != '{}')",
-                crate::HF_XET_VERSION
-            ),
-        ])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+/// The test virtualenv's interpreter with both pins, and its scripts directory.
+fn hub() -> Result<crate::venv::Python, String> {
+    static PYTHON: OnceLock<Result<crate::venv::Python, String>> = OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            crate::venv::python_with(&crate::venv::Pins {
+                packages: &[
+                    ("huggingface-hub", HUGGINGFACE_HUB_VERSION),
+                    ("hf-xet", crate::HF_XET_VERSION),
+                ],
+                imports: &[],
+            })
+        })
+        .clone()
 }
 
-/// A Python interpreter with `huggingface_hub` and `hf_xet` at the pinned versions (the
-/// reference virtualenv, installed into on first use). Its `bin/` holds the `hf` CLI.
+/// A Python interpreter with `huggingface_hub` and `hf_xet` at the pinned versions, from
+/// the test virtualenv as for [`crate::reference_python`]. Its scripts hold the `hf` CLI.
 pub fn hub_python() -> Result<PathBuf, String> {
-    let python = crate::reference_python()?;
-    if has_hub(&python) {
-        return Ok(python);
-    }
-    let out = std::process::Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            &format!("huggingface_hub=={HUGGINGFACE_HUB_VERSION}"),
-            &format!("hf-xet=={}", crate::HF_XET_VERSION),
-        ])
-        .output()
-        .map_err(|e| format!("running pip: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "pip install huggingface_hub=={HUGGINGFACE_HUB_VERSION} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    if has_hub(&python) {
-        Ok(python)
-    } else {
-        Err(format!(
-            "{} still lacks huggingface_hub {HUGGINGFACE_HUB_VERSION} after pip install",
-            python.display()
-        ))
-    }
+    hub().map(|found| found.python)
 }
 
-/// The `hf` CLI next to [`hub_python`].
+/// The `hf` CLI of [`hub_python`].
 pub fn hf_cli() -> Result<PathBuf, String> {
-    let python = hub_python()?;
-    let hf = python.with_file_name("hf");
-    if hf.exists() {
-        Ok(hf)
-    } else {
-        Err(format!("{} has no `hf` beside it", python.display()))
-    }
+    hub()?.script("hf")
 }
 
 /// The `@huggingface/hub` version the JavaScript interop test uses (from npm).

@@ -4,11 +4,13 @@
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 pub mod hub;
 pub mod proxy;
 mod s3;
 pub mod swh;
+mod venv;
 pub use s3::{
     S3_REGION, S3Server, SEAWEEDFS_VERSION, private_s3, seaweedfs_requirement, shared_s3,
     weed_binary,
@@ -286,63 +288,26 @@ pub fn reference_artifacts(sub: &str) -> Vec<PathBuf> {
 /// The reference client version the interop tests and vectors use.
 pub const HF_XET_VERSION: &str = "1.8.0";
 
-fn has_hf_xet(python: &std::path::Path) -> bool {
-    std::process::Command::new(python)
-        .args(["-c", &format!("import importlib.metadata as m, sys; sys.exit(m.version('hf-xet') != '{HF_XET_VERSION}')")])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
-/// A Python interpreter with the reference client: `$XET_REF_PYTHON`, else
-/// `target/refvenv/bin/python`, created with `python3 -m venv` + pip if missing (so a
-/// plain `cargo test` on a fresh machine works, given python3 and the package registry).
+/// A Python interpreter with the reference client `hf-xet` [`HF_XET_VERSION`]:
+/// `$XET_REF_PYTHON` if it has it, else `target/refvenv/bin/python`, the test virtualenv,
+/// created with `python3 -m venv` and given the package with pip if missing (also when
+/// `$XET_REF_PYTHON` names that interpreter, as `cargo xtask test` sets it; any other
+/// `$XET_REF_PYTHON` without the package is an error, nothing is installed into it). Every
+/// Python peer of the tests ([`hub::hub_python`], [`swh::swh_python`], [`weed_binary`])
+/// comes from the same virtualenv the same way. Found (or installed) once per process; an
+/// install holds `target/refvenv.lock`, so test processes running at once do not run pip
+/// together.
 pub fn reference_python() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("XET_REF_PYTHON") {
-        let p = PathBuf::from(p);
-        return if has_hf_xet(&p) {
-            Ok(p)
-        } else {
-            Err(format!("{} has no hf-xet=={HF_XET_VERSION}", p.display()))
-        };
-    }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/refvenv");
-    let python = venv.join("bin/python");
-    if has_hf_xet(&python) {
-        return Ok(python);
-    }
-    let run = |cmd: &mut std::process::Command| -> Result<(), String> {
-        let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{cmd:?} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
-    };
-    if !python.exists() {
-        run(std::process::Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv))?;
-    }
-    run(std::process::Command::new(&python).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        &format!("hf-xet=={HF_XET_VERSION}"),
-    ]))?;
-    if has_hf_xet(&python) {
-        Ok(python)
-    } else {
-        Err(format!(
-            "{} still lacks hf-xet after pip install",
-            python.display()
-        ))
-    }
+    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            venv::python_with(&venv::Pins {
+                packages: &[("hf-xet", HF_XET_VERSION)],
+                imports: &[],
+            })
+            .map(|found| found.python)
+        })
+        .clone()
 }
 
 /// An `io::Write` into memory that tests can clone, hand out (as a download's writer,

