@@ -48,12 +48,6 @@ pub(crate) fn read_exact_at(f: &File, mut buf: &mut [u8], mut offset: u64) -> io
     Ok(())
 }
 
-/// Make a rename or file creation in `dir` durable, where directories can be synced
-/// ([`xet_mmap::durable::sync_dir`]).
-pub(crate) fn sync_dir(dir: &Path) {
-    let _ = xet_mmap::durable::sync_dir(dir);
-}
-
 /// Remove a file, ignoring "not found".
 pub(crate) fn remove_if_exists(p: &Path) -> io::Result<()> {
     match std::fs::remove_file(p) {

@@ -110,11 +110,12 @@ pub(crate) fn open_part(
     Ok((f, journal, done))
 }
 
-/// Rename the (fsynced) part to `dest`, fsync the directory, and delete the journal,
-/// which has nothing left to resume. Blocking.
+/// Rename the (fsynced) part to `dest` durably (`xet_mmap::durable::rename_durably`: the
+/// directory is fsynced after), and delete the journal, which has nothing left to resume.
+/// Blocking.
 pub(crate) fn rename_into_place(part: &Path, dest: &Path, journal: Option<&Path>) -> Result<()> {
-    std::fs::rename(part, dest).map_err(|e| DownloadError::io("renaming into place", dest, e))?;
-    fsio::sync_dir(dest.parent().unwrap_or(Path::new(".")));
+    xet_mmap::durable::rename_durably(part, dest)
+        .map_err(|e| DownloadError::io("renaming into place", dest, e))?;
     if let Some(j) = journal {
         let _ = fsio::remove_if_exists(j);
     }

@@ -15,7 +15,6 @@
 //! Blobs appear under their final name only once verified (they are written elsewhere
 //! and renamed), refs are replaced atomically, so a reader never sees half of either.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use xet_hub::{CommitId, RepoPath, RepoRef};
@@ -173,30 +172,12 @@ impl RepoCache {
     }
 }
 
-/// Write `bytes` to a temporary file beside `path` and rename it over `path`.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Replace `path` with `bytes` by the one atomic replace (`xet_mmap::durable`: temporary
+/// file, fsync, rename, folder fsync), creating its folder first.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let parent = path.parent().expect("a file has a folder");
     std::fs::create_dir_all(parent).map_err(|e| io_err("cannot create", parent, e))?;
-    let tmp = temp_name(path);
-    let result = std::fs::File::create(&tmp)
-        .and_then(|mut f| f.write_all(bytes))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(|e| io_err("cannot write", path, e))
-}
-
-/// A name beside `path` no other process uses: `<name>.<pid>.<n>.tmp`.
-pub(crate) fn temp_name(path: &Path) -> PathBuf {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id()))
+    xet_mmap::durable::write_replace(path, bytes).map_err(|e| io_err("cannot write", path, e))
 }
 
 #[cfg(unix)]

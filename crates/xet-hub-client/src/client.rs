@@ -137,170 +137,25 @@ impl HubClient {
         }
     }
 
-    /// Send, retrying what may succeed later: connection failures, 429, 502-504.
-    async fn send(
-        &self,
-        build: impl Fn() -> RequestBuilder,
-        action: &'static str,
-        subject: &Subject,
-        u: &str,
-    ) -> Result<Response> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let retry_after = match build().send().await {
-                Ok(r) if !is_retryable(r.status()) || attempt >= ATTEMPTS => return Ok(r),
-                Ok(r) => retry_after(r.headers()),
-                Err(e) if attempt >= ATTEMPTS || !(e.is_connect() || e.is_timeout()) => {
-                    return Err(HubError::Network {
-                        action,
-                        subject: subject.clone(),
-                        url: u.to_string(),
-                        source: e,
-                    });
-                }
-                Err(_) => None,
-            };
-            let backoff = Duration::from_millis(500 << (attempt - 1));
-            tracing::warn!("{action} {subject}: retrying {u} (attempt {attempt} failed)");
-            tokio::time::sleep(retry_after.unwrap_or(backoff).min(Duration::from_secs(30))).await;
-        }
-    }
-
-    /// Send and turn any non-success answer into its [`HubError`].
-    async fn call(
-        &self,
-        build: impl Fn() -> RequestBuilder,
-        action: &'static str,
-        subject: &Subject,
-        u: &str,
-    ) -> Result<Response> {
-        let r = self.send(build, action, subject, u).await?;
-        if r.status().is_success() {
-            Ok(r)
-        } else {
-            Err(self.failure(r, action, subject, u).await)
-        }
-    }
-
-    /// The error an unsuccessful answer means: `X-Error-Code` first (as
-    /// `huggingface_hub` reads it), then the status.
-    async fn failure(
-        &self,
-        r: Response,
-        action: &'static str,
-        subject: &Subject,
-        u: &str,
-    ) -> HubError {
-        let status = r.status().as_u16();
-        let code = header_str(r.headers(), api::header::ERROR_CODE);
-        let header_msg = header_str(r.headers(), header::ERROR_MESSAGE);
-        let body = read_capped(r, MAX_ERROR_BYTES).await.unwrap_or_default();
-        let message = header_msg
-            .or_else(|| error_text(&body))
-            .unwrap_or_else(|| format!("HTTP {status}"));
-        let subject = subject.clone();
-        match code.as_deref() {
-            // The Hub hides repositories from anonymous callers behind a 401 saying
-            // "not found": without a token, the token is what is missing.
-            Some(error_code::REPO_NOT_FOUND) if status == 401 && self.token.is_none() => {
-                HubError::NoToken {
-                    action,
-                    subject,
-                    message,
-                }
-            }
-            Some(error_code::REPO_NOT_FOUND) => HubError::RepoNotFound {
-                subject,
-                endpoint: self.endpoint.clone(),
-                authenticated: self.token.is_some(),
-            },
-            Some(error_code::REVISION_NOT_FOUND) => HubError::RevisionNotFound { subject },
-            Some(error_code::ENTRY_NOT_FOUND) => HubError::EntryNotFound { subject },
-            Some(error_code::GATED_REPO) => HubError::Gated { subject, message },
-            _ => match (status, &self.token) {
-                (401 | 403, None) => HubError::NoToken {
-                    action,
-                    subject,
-                    message,
-                },
-                (401, Some(t)) => HubError::BadToken {
-                    action,
-                    subject,
-                    origin: t.origin.clone(),
-                    message,
-                },
-                (403, Some(t)) => HubError::Forbidden {
-                    action,
-                    subject,
-                    origin: t.origin.clone(),
-                    message,
-                },
-                _ => HubError::Status {
-                    action,
-                    subject,
-                    url: u.to_string(),
-                    status,
-                    message,
-                },
-            },
-        }
-    }
-
-    async fn json<T: DeserializeOwned>(
-        &self,
-        r: Response,
-        action: &'static str,
-        subject: &Subject,
-        u: &str,
-    ) -> Result<T> {
-        let bad = |why: String| HubError::BadAnswer {
+    /// One request to `u`: `action` on `subject` is what its messages say.
+    fn call(&self, method: Method, u: String, action: &'static str, subject: Subject) -> Call<'_> {
+        Call {
+            hub: self,
+            client: &self.http,
+            method,
+            url: u,
             action,
-            subject: subject.clone(),
-            url: u.to_string(),
-            why,
-        };
-        let body = read_capped(r, MAX_JSON_BYTES).await.map_err(&bad)?;
-        serde_json::from_slice(&body).map_err(|e| bad(e.to_string()))
-    }
-
-    fn bad(
-        &self,
-        action: &'static str,
-        subject: &Subject,
-        u: &str,
-        why: impl Into<String>,
-    ) -> HubError {
-        HubError::BadAnswer {
-            action,
-            subject: subject.clone(),
-            url: u.to_string(),
-            why: why.into(),
+            subject,
         }
     }
 
     /// `GET /api/{type}s/{repo}/revision/{rev}`: the commit `rev` names, and the info.
     pub async fn repo_info(&self, repo: &RepoRef, rev: &str) -> Result<(CommitId, api::RepoInfo)> {
-        let subject = Subject::repo(repo).at(rev);
         let u = url::api_repo_rev(&self.endpoint, repo, "revision", rev);
-        let action = "reading";
-        let r = self
-            .call(
-                || self.request(&self.http, Method::GET, &u),
-                action,
-                &subject,
-                &u,
-            )
-            .await?;
-        let info: api::RepoInfo = self.json(r, action, &subject, &u).await?;
-        let commit = CommitId::parse(&info.sha).ok_or_else(|| {
-            self.bad(
-                action,
-                &subject,
-                &u,
-                format!("sha {:?} is not a commit id", info.sha),
-            )
-        })?;
+        let call = self.call(Method::GET, u, "reading", Subject::repo(repo).at(rev));
+        let info: api::RepoInfo = call.json(|rb| rb).await?;
+        let commit = CommitId::parse(&info.sha)
+            .ok_or_else(|| call.bad(format!("sha {:?} is not a commit id", info.sha)))?;
         Ok((commit, info))
     }
 
@@ -319,26 +174,20 @@ impl HubClient {
             u = format!("{u}/{}", api::quote_path(p.as_str()));
         }
         u.push_str(&format!("?recursive={recursive}&expand=false"));
-        let action = "listing";
+        let mut call = self.call(Method::GET, u, "listing", subject);
         let mut out = Vec::new();
-        let mut next = Some(u);
-        let mut pages = 0;
-        while let Some(u) = next.take() {
-            pages += 1;
-            if pages > MAX_PAGES {
-                return Err(self.bad(action, &subject, &u, "the listing does not end"));
+        for page in 1.. {
+            if page > MAX_PAGES {
+                return Err(call.bad("the listing does not end"));
             }
-            let r = self
-                .call(
-                    || self.request(&self.http, Method::GET, &u),
-                    action,
-                    &subject,
-                    &u,
-                )
-                .await?;
-            next = next_link(r.headers());
-            let page: Vec<api::TreeEntry> = self.json(r, action, &subject, &u).await?;
-            out.extend(page);
+            let r = call.ok(|rb| rb).await?;
+            let next = next_link(r.headers());
+            let entries: Vec<api::TreeEntry> = call.read_json(r).await?;
+            out.extend(entries);
+            match next {
+                Some(u) => call.url = u,
+                None => break,
+            }
         }
         Ok(out)
     }
@@ -359,21 +208,13 @@ impl HubClient {
             paths: paths.iter().map(|p| p.to_string()).collect(),
             expand: false,
         };
-        let action = "reading";
-        let r = self
-            .call(
-                || self.request(&self.http, Method::POST, &u).json(&body),
-                action,
-                &subject,
-                &u,
-            )
-            .await?;
-        self.json(r, action, &subject, &u).await
+        self.call(Method::POST, u, "reading", subject)
+            .json(|rb| rb.json(&body))
+            .await
     }
 
     /// `POST /api/repos/create`; `Ok(false)` when it exists already (409).
     pub async fn create_repo(&self, repo: &RepoRef, private: bool) -> Result<bool> {
-        let subject = Subject::repo(repo);
         let u = format!("{}/api/repos/create", self.endpoint);
         let body = api::CreateRepoRequest {
             name: repo.id.name().to_string(),
@@ -383,40 +224,26 @@ impl HubClient {
             sdk: (repo.kind == RepoType::Space).then(|| "gradio".to_string()),
             ..Default::default()
         };
-        let action = "creating";
-        let r = self
-            .send(
-                || self.request(&self.http, Method::POST, &u).json(&body),
-                action,
-                &subject,
-                &u,
-            )
-            .await?;
+        let call = self.call(Method::POST, u, "creating", Subject::repo(repo));
+        let r = call.send(|rb| rb.json(&body)).await?;
         match r.status() {
             s if s.is_success() => Ok(true),
             StatusCode::CONFLICT => Ok(false),
-            _ => Err(self.failure(r, action, &subject, &u).await),
+            _ => Err(call.failure(r).await),
         }
     }
 
     /// `POST .../branch/{branch}` from the default branch's head; an existing branch (409)
     /// is fine.
     pub async fn create_branch(&self, repo: &RepoRef, branch: &str) -> Result<()> {
-        let subject = Subject::repo(repo).at(branch);
         let u = url::api_repo_rev(&self.endpoint, repo, "branch", branch);
-        let action = "creating a branch in";
+        let subject = Subject::repo(repo).at(branch);
+        let call = self.call(Method::POST, u, "creating a branch in", subject);
         let body = api::CreateBranchRequest::default();
-        let r = self
-            .send(
-                || self.request(&self.http, Method::POST, &u).json(&body),
-                action,
-                &subject,
-                &u,
-            )
-            .await?;
+        let r = call.send(|rb| rb.json(&body)).await?;
         match r.status() {
             s if s.is_success() || s == StatusCode::CONFLICT => Ok(()),
-            _ => Err(self.failure(r, action, &subject, &u).await),
+            _ => Err(call.failure(r).await),
         }
     }
 
@@ -428,33 +255,25 @@ impl HubClient {
         rev: &str,
         files: &[api::PreuploadFile],
     ) -> Result<Vec<api::PreuploadAnswer>> {
-        let subject = Subject::repo(repo).at(rev);
         let u = url::api_repo_rev(&self.endpoint, repo, "preupload", rev);
-        let action = "preparing the upload to";
+        let subject = Subject::repo(repo).at(rev);
+        let call = self.call(Method::POST, u, "preparing the upload to", subject);
         let mut out = Vec::with_capacity(files.len());
         for batch in files.chunks(PREUPLOAD_BATCH) {
             let body = api::PreuploadRequest {
                 files: batch.to_vec(),
                 ..Default::default()
             };
-            let r = self
-                .call(
-                    || self.request(&self.http, Method::POST, &u).json(&body),
-                    action,
-                    &subject,
-                    &u,
-                )
-                .await?;
-            let answer: api::PreuploadResponse = self.json(r, action, &subject, &u).await?;
+            let answer: api::PreuploadResponse = call.json(|rb| rb.json(&body)).await?;
             let mut by_path: std::collections::HashMap<String, api::PreuploadAnswer> = answer
                 .files
                 .into_iter()
                 .map(|a| (a.path.clone(), a))
                 .collect();
             for f in batch {
-                let a = by_path.remove(&f.path).ok_or_else(|| {
-                    self.bad(action, &subject, &u, format!("no answer for {}", f.path))
-                })?;
+                let a = by_path
+                    .remove(&f.path)
+                    .ok_or_else(|| call.bad(format!("no answer for {}", f.path)))?;
                 out.push(a);
             }
         }
@@ -468,35 +287,30 @@ impl HubClient {
         rev: &str,
         lines: &[api::CommitLine],
     ) -> Result<(CommitId, api::CommitResponse)> {
-        let subject = Subject::repo(repo).at(rev);
         let u = url::api_repo_rev(&self.endpoint, repo, "commit", rev);
+        let call = self.call(
+            Method::POST,
+            u,
+            "committing to",
+            Subject::repo(repo).at(rev),
+        );
         let mut body = Vec::new();
         for l in lines {
             serde_json::to_writer(&mut body, l).map_err(|e| HubError::Usage(e.to_string()))?;
             body.push(b'\n');
         }
         let body = bytes::Bytes::from(body);
-        let action = "committing to";
-        let r = self
-            .call(
-                || {
-                    self.request(&self.http, Method::POST, &u)
-                        .header(reqwest::header::CONTENT_TYPE, "application/x-ndjson")
-                        .body(body.clone())
-                },
-                action,
-                &subject,
-                &u,
-            )
+        let answer: api::CommitResponse = call
+            .json(|rb| {
+                rb.header(reqwest::header::CONTENT_TYPE, "application/x-ndjson")
+                    .body(body.clone())
+            })
             .await?;
-        let answer: api::CommitResponse = self.json(r, action, &subject, &u).await?;
         let id = CommitId::parse(&answer.commit_oid).ok_or_else(|| {
-            self.bad(
-                action,
-                &subject,
-                &u,
-                format!("commitOid {:?} is not a commit id", answer.commit_oid),
-            )
+            call.bad(format!(
+                "commitOid {:?} is not a commit id",
+                answer.commit_oid
+            ))
         })?;
         Ok((id, answer))
     }
@@ -531,6 +345,24 @@ impl HubClient {
         })
     }
 
+    /// A request to `.../resolve/{rev}/{path}`.
+    fn resolve(
+        &self,
+        method: Method,
+        action: &'static str,
+        repo: &RepoRef,
+        rev: &str,
+        path: &RepoPath,
+    ) -> Call<'_> {
+        let u = url::resolve(&self.endpoint, repo, rev, path);
+        self.call(
+            method,
+            u,
+            action,
+            Subject::repo(repo).at(rev).path(path.as_str()),
+        )
+    }
+
     /// `HEAD .../resolve/{rev}/{path}`, redirects not followed (the facts are on the
     /// first answer).
     pub async fn resolve_head(
@@ -539,19 +371,13 @@ impl HubClient {
         rev: &str,
         path: &RepoPath,
     ) -> Result<ResolvedFile> {
-        let subject = Subject::repo(repo).at(rev).path(path.as_str());
-        let u = url::resolve(&self.endpoint, repo, rev, path);
-        let action = "reading";
-        let r = self
-            .send(
-                || self.request(&self.no_redirect, Method::HEAD, &u),
-                action,
-                &subject,
-                &u,
-            )
-            .await?;
+        let call = Call {
+            client: &self.no_redirect,
+            ..self.resolve(Method::HEAD, "reading", repo, rev, path)
+        };
+        let r = call.send(|rb| rb).await?;
         if !(r.status().is_success() || r.status().is_redirection()) {
-            return Err(self.failure(r, action, &subject, &u).await);
+            return Err(call.failure(r).await);
         }
         let h = r.headers();
         let number = |name: &str| header_str(h, name).and_then(|v| v.parse::<u64>().ok());
@@ -579,15 +405,147 @@ impl HubClient {
         rev: &str,
         path: &RepoPath,
     ) -> Result<Response> {
-        let subject = Subject::repo(repo).at(rev).path(path.as_str());
-        let u = url::resolve(&self.endpoint, repo, rev, path);
-        self.call(
-            || self.request(&self.http, Method::GET, &u),
-            "downloading",
-            &subject,
-            &u,
-        )
-        .await
+        self.resolve(Method::GET, "downloading", repo, rev, path)
+            .ok(|rb| rb)
+            .await
+    }
+}
+
+/// One Hub API request: `method` at `url` through `client`; `action` on `subject` is what
+/// its messages say. A route says only these and its body; sending, retrying and the
+/// meaning of a failed answer are here, the same for every route.
+struct Call<'h> {
+    hub: &'h HubClient,
+    /// The redirect policy: `resolve_head` reads the first answer itself.
+    client: &'h reqwest::Client,
+    method: Method,
+    url: String,
+    action: &'static str,
+    subject: Subject,
+}
+
+impl Call<'_> {
+    /// Send, `body` adding what each attempt carries, and retry what may succeed later:
+    /// connection failures, 429, 502-504.
+    async fn send(&self, body: impl Fn(RequestBuilder) -> RequestBuilder) -> Result<Response> {
+        let (action, subject, u) = (self.action, &self.subject, &self.url);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let request = body(self.hub.request(self.client, self.method.clone(), u));
+            let retry_after = match request.send().await {
+                Ok(r) if !is_retryable(r.status()) || attempt >= ATTEMPTS => return Ok(r),
+                Ok(r) => retry_after(r.headers()),
+                Err(e) if attempt >= ATTEMPTS || !(e.is_connect() || e.is_timeout()) => {
+                    return Err(HubError::Network {
+                        action,
+                        subject: subject.clone(),
+                        url: u.clone(),
+                        source: e,
+                    });
+                }
+                Err(_) => None,
+            };
+            let backoff = Duration::from_millis(500 << (attempt - 1));
+            tracing::warn!("{action} {subject}: retrying {u} (attempt {attempt} failed)");
+            tokio::time::sleep(retry_after.unwrap_or(backoff).min(Duration::from_secs(30))).await;
+        }
+    }
+
+    /// [`Call::send`], any non-success answer turned into its [`HubError`].
+    async fn ok(&self, body: impl Fn(RequestBuilder) -> RequestBuilder) -> Result<Response> {
+        let r = self.send(body).await?;
+        if r.status().is_success() {
+            Ok(r)
+        } else {
+            Err(self.failure(r).await)
+        }
+    }
+
+    /// [`Call::ok`], and the answer's JSON.
+    async fn json<T: DeserializeOwned>(
+        &self,
+        body: impl Fn(RequestBuilder) -> RequestBuilder,
+    ) -> Result<T> {
+        let r = self.ok(body).await?;
+        self.read_json(r).await
+    }
+
+    /// The JSON of answer `r`, read within [`MAX_JSON_BYTES`].
+    async fn read_json<T: DeserializeOwned>(&self, r: Response) -> Result<T> {
+        let body = read_capped(r, MAX_JSON_BYTES)
+            .await
+            .map_err(|why| self.bad(why))?;
+        serde_json::from_slice(&body).map_err(|e| self.bad(e.to_string()))
+    }
+
+    /// An answer that makes no sense, and why.
+    fn bad(&self, why: impl Into<String>) -> HubError {
+        HubError::BadAnswer {
+            action: self.action,
+            subject: self.subject.clone(),
+            url: self.url.clone(),
+            why: why.into(),
+        }
+    }
+
+    /// The error an unsuccessful answer means: `X-Error-Code` first (as
+    /// `huggingface_hub` reads it), then the status.
+    async fn failure(&self, r: Response) -> HubError {
+        let (action, hub) = (self.action, self.hub);
+        let status = r.status().as_u16();
+        let code = header_str(r.headers(), api::header::ERROR_CODE);
+        let header_msg = header_str(r.headers(), header::ERROR_MESSAGE);
+        let body = read_capped(r, MAX_ERROR_BYTES).await.unwrap_or_default();
+        let message = header_msg
+            .or_else(|| error_text(&body))
+            .unwrap_or_else(|| format!("HTTP {status}"));
+        let subject = self.subject.clone();
+        match code.as_deref() {
+            // The Hub hides repositories from anonymous callers behind a 401 saying
+            // "not found": without a token, the token is what is missing.
+            Some(error_code::REPO_NOT_FOUND) if status == 401 && hub.token.is_none() => {
+                HubError::NoToken {
+                    action,
+                    subject,
+                    message,
+                }
+            }
+            Some(error_code::REPO_NOT_FOUND) => HubError::RepoNotFound {
+                subject,
+                endpoint: hub.endpoint.clone(),
+                authenticated: hub.token.is_some(),
+            },
+            Some(error_code::REVISION_NOT_FOUND) => HubError::RevisionNotFound { subject },
+            Some(error_code::ENTRY_NOT_FOUND) => HubError::EntryNotFound { subject },
+            Some(error_code::GATED_REPO) => HubError::Gated { subject, message },
+            _ => match (status, &hub.token) {
+                (401 | 403, None) => HubError::NoToken {
+                    action,
+                    subject,
+                    message,
+                },
+                (401, Some(t)) => HubError::BadToken {
+                    action,
+                    subject,
+                    origin: t.origin.clone(),
+                    message,
+                },
+                (403, Some(t)) => HubError::Forbidden {
+                    action,
+                    subject,
+                    origin: t.origin.clone(),
+                    message,
+                },
+                _ => HubError::Status {
+                    action,
+                    subject,
+                    url: self.url.clone(),
+                    status,
+                    message,
+                },
+            },
+        }
     }
 }
 
