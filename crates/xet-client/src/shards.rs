@@ -5,13 +5,13 @@
 use std::sync::atomic::Ordering;
 
 use bytes::{Bytes, BytesMut};
-use reqwest::header::CONTENT_LENGTH;
 use reqwest::{Method, Response};
 use xet_cas::wire::ShardResultV1;
 use xet_cas::{CasError, Result, routes};
 use xet_hash::MerkleHash;
 
 use crate::transport::{Fail, Progress, Rejection, network, progress_body};
+use crate::xorbs::{DirectRoute, Posted};
 use crate::{HttpCas, util};
 
 impl HttpCas {
@@ -41,21 +41,17 @@ impl HttpCas {
         self.t
             .retrying(&what, || async {
                 let p = Progress::new();
-                let rb = self
-                    .t
-                    .cas(Method::POST, routes::SHARDS_V2)
-                    .await?
-                    .header(CONTENT_LENGTH, shard.len())
-                    .body(progress_body(shard.clone(), p.clone()));
-                let resp = self.t.send(rb, &what, &p).await?;
-                if !resp.status().is_success() {
-                    let rej = self.t.rejection(resp, &p).await;
-                    return match rej.status {
-                        404 | 501 => Ok(None),
-                        _ => Err(shard_rejection(rej, &what)),
-                    };
+                let body = progress_body(shard.clone(), p.clone());
+                let posted = self
+                    .post_upload(routes::SHARDS_V2, &what, shard.len() as u64, body, &p)
+                    .await?;
+                match posted {
+                    Posted::Accepted(resp) => {
+                        self.read_shard_frames(resp, &what, &p).await.map(Some)
+                    }
+                    Posted::Refused(rej) if matches!(rej.status, 404 | 501) => Ok(None),
+                    Posted::Refused(rej) => Err(shard_rejection(rej, &what)),
                 }
-                self.read_shard_frames(resp, &what, &p).await.map(Some)
             })
             .await
     }
@@ -94,28 +90,19 @@ impl HttpCas {
     }
 
     async fn put_shard_v1(&self, shard: &Bytes) -> Result<bool> {
-        let what = format!("POST {}", routes::SHARDS_V1);
-        self.t
-            .retrying(&what, || async {
-                let p = Progress::new();
-                let rb = self
-                    .t
-                    .cas(Method::POST, routes::SHARDS_V1)
-                    .await?
-                    .header(CONTENT_LENGTH, shard.len())
-                    .body(progress_body(shard.clone(), p.clone()));
-                let resp = self.t.send(rb, &what, &p).await?;
-                if resp.status().is_success() {
-                    let b = self.t.read_body(resp, &what, &p).await?;
-                    return v1_inserted(&b, &what);
-                }
-                let rej = self.t.rejection(resp, &p).await;
-                if rej.status == 404 {
-                    return Err(no_shard_route(rej, &what));
-                }
-                Err(shard_rejection(rej, &what))
-            })
-            .await
+        let route = DirectRoute {
+            path: routes::SHARDS_V1,
+            shape: r#"{"result": 0|1}"#,
+            lacks: "has neither /v2/shards nor /v1/shards",
+        };
+        self.post_direct(
+            &route,
+            shard.len() as u64,
+            |p| progress_body(shard.clone(), p),
+            shard_rejection,
+            |b| serde_json::from_slice::<ShardResultV1>(b).map(|r| r.result == 1),
+        )
+        .await
     }
 
     /// The shard holding `chunk`, for global dedup. As the reference: one try, and any
@@ -153,30 +140,6 @@ impl HttpCas {
             s => miss(format!("status {s}")),
         }
     }
-}
-
-/// The `{"result": 0|1}` answer of `/v1/shards`.
-fn v1_inserted(body: &[u8], what: &str) -> std::result::Result<bool, Fail> {
-    serde_json::from_slice::<ShardResultV1>(body)
-        .map(|r| r.result == 1)
-        .map_err(|e| {
-            Fail::Fatal(CasError::Corrupt {
-                what: what.to_string(),
-                message: format!("expected {{\"result\": 0|1}}: {e}"),
-            })
-        })
-}
-
-/// A 404 from `/v1/shards`, tried last: the endpoint is not a CAS that takes shards.
-fn no_shard_route(rej: Rejection, what: &str) -> Fail {
-    Fail::Fatal(CasError::Server {
-        status: 404,
-        what: what.to_string(),
-        message: format!(
-            "{}; the server has neither /v2/shards nor /v1/shards: check the endpoint URL",
-            rej.reason()
-        ),
-    })
 }
 
 /// A refused shard: missing xorbs are told apart from other validation failures.

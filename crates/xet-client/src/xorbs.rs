@@ -2,6 +2,8 @@
 //! commit), or with `POST /v1/xorbs` on servers that hand out no grants, and for a xorb
 //! whose grant (or grant upload) the server refuses for capacity (`503 grant_capacity`).
 
+use std::sync::Arc;
+
 use reqwest::Method;
 use reqwest::header::{CONTENT_LENGTH, HeaderName, HeaderValue};
 use xet_cas::wire::{Checksum, Grant, GrantRequest, WasInserted};
@@ -229,29 +231,106 @@ impl HttpCas {
 
     async fn put_xorb_direct(&self, hash: &MerkleHash, body: XorbPieces) -> Result<bool> {
         let path = routes::xorb(hash);
-        let what = format!("POST {path}");
+        let route = DirectRoute {
+            path: &path,
+            shape: r#"{"was_inserted": bool}"#,
+            lacks: "accepts neither upload grants nor direct xorb uploads",
+        };
+        self.post_direct(
+            &route,
+            body.len(),
+            |p| progress_pieces(body.pieces().to_vec(), p),
+            |rej, what| xorb_rejection(hash, rej, what),
+            |b| serde_json::from_slice::<WasInserted>(b).map(|w| w.was_inserted),
+        )
+        .await
+    }
+
+    /// One attempt of an upload: `POST path` with a `len`-byte `body` (counting its
+    /// progress in `p`), and the answer: a success, its body not read yet, or the refusal.
+    pub(crate) async fn post_upload(
+        &self,
+        path: &str,
+        what: &str,
+        len: u64,
+        body: reqwest::Body,
+        p: &Progress,
+    ) -> std::result::Result<Posted, Fail> {
+        let rb = self
+            .t
+            .cas(Method::POST, path)
+            .await?
+            .header(CONTENT_LENGTH, len)
+            .body(body);
+        let resp = self.t.send(rb, what, p).await?;
+        if resp.status().is_success() {
+            Ok(Posted::Accepted(resp))
+        } else {
+            Ok(Posted::Refused(self.t.rejection(resp, p).await))
+        }
+    }
+
+    /// A direct upload to `route` (the last route tried), retried: a `len`-byte body that
+    /// `body` makes for each attempt, and what `answer` reads from the success's JSON. A
+    /// 404 means the server takes this upload by no route at all; other refusals go to
+    /// `refused`.
+    pub(crate) async fn post_direct<T>(
+        &self,
+        route: &DirectRoute<'_>,
+        len: u64,
+        body: impl Fn(Arc<Progress>) -> reqwest::Body,
+        refused: impl Fn(Rejection, &str) -> Fail,
+        answer: impl Fn(&[u8]) -> serde_json::Result<T>,
+    ) -> Result<T> {
+        let what = format!("POST {}", route.path);
         self.t
             .retrying(&what, || async {
                 let p = Progress::new();
-                let rb = self
-                    .t
-                    .cas(Method::POST, &path)
-                    .await?
-                    .header(CONTENT_LENGTH, body.len())
-                    .body(progress_pieces(body.pieces().to_vec(), p.clone()));
-                let resp = self.t.send(rb, &what, &p).await?;
-                if resp.status().is_success() {
-                    let b = self.t.read_body(resp, &what, &p).await?;
-                    return direct_inserted(&b, &what);
+                let posted = self
+                    .post_upload(route.path, &what, len, body(p.clone()), &p)
+                    .await?;
+                match posted {
+                    Posted::Accepted(resp) => {
+                        let b = self.t.read_body(resp, &what, &p).await?;
+                        answer(&b).map_err(|e| {
+                            Fail::Fatal(CasError::Corrupt {
+                                what: what.clone(),
+                                message: format!("expected {}: {e}", route.shape),
+                            })
+                        })
+                    }
+                    Posted::Refused(rej) if rej.status == 404 => {
+                        Err(Fail::Fatal(CasError::Server {
+                            status: 404,
+                            what: what.clone(),
+                            message: format!(
+                                "{}; the server {}: check the endpoint URL",
+                                rej.reason(),
+                                route.lacks
+                            ),
+                        }))
+                    }
+                    Posted::Refused(rej) => Err(refused(rej, &what)),
                 }
-                let rej = self.t.rejection(resp, &p).await;
-                if rej.status == 404 {
-                    return Err(no_upload_route(rej, &what));
-                }
-                Err(xorb_rejection(hash, rej, &what))
             })
             .await
     }
+}
+
+/// What an upload `POST` was answered with.
+pub(crate) enum Posted {
+    /// A success, its body not read yet.
+    Accepted(reqwest::Response),
+    Refused(Rejection),
+}
+
+/// A direct upload route (`/v1/xorbs/{hash}`, `/v1/shards`) and how to read its answers.
+pub(crate) struct DirectRoute<'a> {
+    pub path: &'a str,
+    /// The JSON a success answers with (named when it answers something else).
+    pub shape: &'static str,
+    /// What the server lacks when it answers 404 here.
+    pub lacks: &'static str,
 }
 
 /// A 2xx answer to a grant request: 200 means the xorb is stored already.
@@ -305,31 +384,6 @@ fn capacity_refusal(rej: &Rejection) -> Option<String> {
     (rej.status == 503 && rej.kind().as_deref() == Some(GRANT_CAPACITY)).then(|| rej.reason())
 }
 
-/// The `{"was_inserted"}` answer of `POST /v1/xorbs`.
-fn direct_inserted(body: &[u8], what: &str) -> std::result::Result<bool, Fail> {
-    serde_json::from_slice::<WasInserted>(body)
-        .map(|w| w.was_inserted)
-        .map_err(|e| {
-            Fail::Fatal(CasError::Corrupt {
-                what: what.to_string(),
-                message: format!("expected {{\"was_inserted\": bool}}: {e}"),
-            })
-        })
-}
-
-/// A 404 from `POST /v1/xorbs`, tried last: the endpoint is not a CAS that takes xorbs.
-fn no_upload_route(rej: Rejection, what: &str) -> Fail {
-    Fail::Fatal(CasError::Server {
-        status: 404,
-        what: what.to_string(),
-        message: format!(
-            "{}; the server accepts neither upload grants nor direct xorb uploads: \
-             check the endpoint URL",
-            rej.reason()
-        ),
-    })
-}
-
 /// A refused xorb upload: 400/409/413/422 mean the xorb itself was refused.
 fn xorb_rejection(hash: &MerkleHash, rej: Rejection, what: &str) -> Fail {
     match rej.status {
@@ -347,5 +401,103 @@ fn xorb_rejection(hash: &MerkleHash, rej: Rejection, what: &str) -> Fail {
             })
         }
         _ => rej.into_fail(what),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use xet_cas::Cas;
+    use xet_testdata::proxy::{Fault, Match, Proxy};
+
+    /// An endpoint that answers every request itself: nothing is forwarded upstream.
+    fn endpoint(rules: &[(&str, Fault)]) -> (Proxy, HttpCas) {
+        let proxy = Proxy::start("http://127.0.0.1:9");
+        for (prefix, fault) in rules {
+            proxy.inject(Match::prefix(prefix), fault.clone(), 1000);
+        }
+        proxy.inject(Match::prefix("/"), Fault::Status(404), 1000);
+        let cas = HttpCas::new(crate::ClientConfig::new(&proxy.url)).expect("client");
+        (proxy, cas)
+    }
+
+    fn server_error(e: CasError) -> (u16, String, String) {
+        match e {
+            CasError::Server {
+                status,
+                what,
+                message,
+            } => (status, what, message),
+            e => panic!("a server error expected, not {e:?}"),
+        }
+    }
+
+    /// The direct uploads are the last routes tried: a 404 there says what the server
+    /// lacks, and a success that is not the route's JSON is corrupt, naming the shape.
+    #[tokio::test]
+    async fn direct_uploads_name_a_missing_route_and_a_wrong_answer() {
+        let hash = xet_hash::chunk_hash(b"x");
+        let xorb_route = routes::xorb(&hash);
+        let (proxy, cas) = endpoint(&[]);
+        let e = cas.put_xorb(&hash, Bytes::from_static(b"xorb").into());
+        let (status, what, message) = server_error(e.await.unwrap_err());
+        assert_eq!(
+            (status, what.as_str()),
+            (404, &*format!("POST {xorb_route}"))
+        );
+        assert!(
+            message.ends_with(
+                "; the server accepts neither upload grants nor direct xorb uploads: \
+                 check the endpoint URL"
+            ),
+            "{message}"
+        );
+        let e = cas
+            .put_shard(Bytes::from_static(b"shard"))
+            .await
+            .unwrap_err();
+        let (status, what, message) = server_error(e);
+        assert_eq!((status, what.as_str()), (404, "POST /v1/shards"));
+        assert!(
+            message.ends_with(
+                "; the server has neither /v2/shards nor /v1/shards: check the endpoint URL"
+            ),
+            "{message}"
+        );
+        assert_eq!(proxy.count("POST", &xorb_route), 1, "a 404 is not retried");
+        assert_eq!(proxy.count("POST", routes::SHARDS_V1), 1);
+
+        let wrong = Fault::Respond {
+            status: 200,
+            content_type: "application/json".into(),
+            body: r#"{"stored": true}"#.into(),
+        };
+        let (_proxy, cas) = endpoint(&[(&xorb_route, wrong.clone()), (routes::SHARDS_V1, wrong)]);
+        let e = cas.put_xorb(&hash, Bytes::from_static(b"xorb").into());
+        match e.await.unwrap_err() {
+            CasError::Corrupt { what, message } => {
+                assert_eq!(what, format!("POST {xorb_route}"));
+                assert!(
+                    message.starts_with(r#"expected {"was_inserted": bool}: "#),
+                    "{message}"
+                );
+            }
+            e => panic!("corrupt expected, not {e:?}"),
+        }
+        match cas
+            .put_shard(Bytes::from_static(b"shard"))
+            .await
+            .unwrap_err()
+        {
+            CasError::Corrupt { what, message } => {
+                assert_eq!(what, "POST /v1/shards");
+                assert!(
+                    message.starts_with(r#"expected {"result": 0|1}: "#),
+                    "{message}"
+                );
+            }
+            e => panic!("corrupt expected, not {e:?}"),
+        }
     }
 }
