@@ -243,6 +243,50 @@ fn architecture_dependency_rules_hold() {
 
 /// The workspace's `rust-version` is at least every locked dependency's, so the README's
 /// stated toolchain builds it.
+/// The names of `package`'s integration-test binaries (cargo's `test` targets).
+fn test_binaries(package: &serde_json::Value) -> Vec<String> {
+    package["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["kind"].as_array().unwrap().iter().any(|k| k == "test"))
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Each test binary is a build and a link of its own, minutes on two cores: a crate's
+/// integration tests are modules of one binary (`tests/<name>/main.rs`).
+#[test]
+fn each_crate_has_at_most_one_test_binary() {
+    let meta = metadata();
+    let members: Vec<&str> = meta["workspace_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    let mut seen = 0;
+    for package in meta["packages"].as_array().unwrap() {
+        if !members.contains(&package["id"].as_str().unwrap()) {
+            continue;
+        }
+        seen += 1;
+        let tests = test_binaries(package);
+        assert!(
+            tests.len() <= 1,
+            "{} has {} integration-test binaries ({}): make them modules of one \
+             (tests/<name>/main.rs with a `mod` per file)",
+            package["name"],
+            tests.len(),
+            tests.join(", ")
+        );
+    }
+    assert!(
+        seen > 10,
+        "only {seen} workspace packages in cargo metadata"
+    );
+}
+
 #[test]
 fn rust_version_covers_every_dependency() {
     let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
