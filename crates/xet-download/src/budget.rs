@@ -28,6 +28,11 @@ impl MemoryBudget {
             .await
             .expect("memory semaphore is never closed")
     }
+    /// Reserve `bytes` if that much is free now (at most the whole budget).
+    pub fn try_reserve(&self, bytes: u64) -> Option<OwnedSemaphorePermit> {
+        let units = bytes.div_ceil(1024).clamp(1, u64::from(self.units)) as u32;
+        self.sem.clone().try_acquire_many_owned(units).ok()
+    }
     /// Give back all of `permit` above `bytes`.
     pub fn shrink(&self, permit: &mut OwnedSemaphorePermit, bytes: u64) {
         let keep = bytes.div_ceil(1024).clamp(1, u64::from(self.units)) as usize;

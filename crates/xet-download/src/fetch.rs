@@ -130,16 +130,39 @@ enum Broke {
     Cas(CasError),
 }
 
+/// Where [`pump_range`] hands the pieces it receives.
+pub(crate) enum Pieces<'a> {
+    /// The decoder's bounded queue: the transfer waits while the decoder is behind.
+    Decoder(&'a tokio::sync::mpsc::Sender<Bytes>),
+    /// A part fetched ahead of its turn ([`crate::split`]): unbounded in count, bounded
+    /// in bytes by the part's length, which `pump_range` never exceeds, and reserved
+    /// from the memory budget by the caller.
+    Buffer(&'a tokio::sync::mpsc::UnboundedSender<Bytes>),
+}
+
+impl Pieces<'_> {
+    /// Hand `piece` on; false once the receiver is gone.
+    async fn send(&self, piece: Bytes) -> bool {
+        match self {
+            Pieces::Decoder(tx) => tx.send(piece).await.is_ok(),
+            Pieces::Buffer(tx) => tx.send(piece).is_ok(),
+        }
+    }
+}
+
 /// How [`pump_range`] ended without an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pumped {
     /// Every byte of the range went to the decoder.
     Complete,
-    /// The decoder stopped taking pieces (it failed; its error says why).
+    /// The receiver stopped taking pieces (the decoder failed; its error says why).
     DecoderGone,
 }
 
 /// Stream the serialized chunks of `fetch` into `tx`, piece by piece, as they arrive.
+/// `fetch.bytes` may be a part of the range the reconstruction listed (its chunks
+/// are then those of the whole range: they only name it in messages and find it again
+/// after a URL refresh).
 ///
 /// A transfer that breaks, or is not complete by its deadline (`stall_timeout +
 /// remaining / min_throughput`), is retried with backoff for the bytes not yet
@@ -153,7 +176,7 @@ pub(crate) async fn pump_range(
     segment: ByteRange,
     mut fetch: XorbFetch,
     needed: ChunkRange,
-    tx: &tokio::sync::mpsc::Sender<Bytes>,
+    tx: Pieces<'_>,
     mut on_piece: impl FnMut(&Bytes),
 ) -> Result<Pumped, DownloadError> {
     let opts = &shared.opts;
@@ -205,7 +228,7 @@ pub(crate) async fn pump_range(
                     Ok(Ok(Some(piece))) => {
                         sent += piece.len() as u64;
                         on_piece(&piece);
-                        if tx.send(piece).await.is_err() {
+                        if !tx.send(piece).await {
                             return Ok(Pumped::DecoderGone);
                         }
                     }

@@ -41,6 +41,14 @@
 //!    it streams, keeps only what a stream holds (its queue of pieces and one write
 //!    batch); once one range of the call has streamed, later fetches reserve only that
 //!    from the start. A single fetch larger than the budget still runs, alone.
+//!    Once the CAS is known to stream, a range of more than 16 MiB is asked for in
+//!    **parts** of at most 8 MiB (one request moves one TCP window per round trip, so
+//!    a long fat link needs several at once, and the last range of a file must not
+//!    finish alone): the fetch takes its parts in order, and while a fetch slot and
+//!    memory for a whole part are free, up to seven later parts are fetched ahead into
+//!    buffers of their own. The decoder gets the parts' bytes concatenated in order,
+//!    the same range a single request gives; each part is retried and resumed on its
+//!    own, holds a slot of the fetch limit and counts in its throughput.
 //! 4. A transfer that delivers nothing for `stall_timeout`, or has not completed
 //!    within `stall_timeout + remaining / min_throughput`, is cancelled and retried;
 //!    retryable errors ([`xet_cas::CasError::is_retryable`], short bodies) are retried
@@ -163,7 +171,8 @@
 //! [`DownloadOptions::min_throughput`] for two windows in a row (a slow link split
 //! too many ways, where transfers would overrun their deadlines), the limit drops to
 //! what the link carries at that rate per fetch. Fetches in flight are bounded by the
-//! limit in count and by the memory budget in bytes.
+//! limit in count and by the memory budget in bytes; each part of a range fetched
+//! ahead is a fetch here, and finding no slot free for one counts as having waited.
 //!
 //! # Cancellation
 //!
@@ -183,6 +192,7 @@ mod limit;
 mod part;
 mod pipeline;
 mod plan;
+mod split;
 mod types;
 mod verify;
 

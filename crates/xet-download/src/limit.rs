@@ -290,6 +290,23 @@ impl FetchLimit {
         }
     }
 
+    /// A slot if one is free now. None free counts as demand for more, as a fetch
+    /// that waits for one does.
+    pub fn try_acquire(self: &Arc<Self>) -> Option<Slot> {
+        match self.sem.clone().try_acquire_owned() {
+            Ok(permit) => Some(Slot {
+                permit: Some(permit),
+                limit: self.clone(),
+                started: Instant::now(),
+                first_byte_seen: false,
+            }),
+            Err(_) => {
+                self.observe(Event::Waited);
+                None
+            }
+        }
+    }
+
     /// A fetch failed or is being retried.
     pub fn failed(&self) {
         self.observe(Event::Failed);

@@ -26,6 +26,7 @@ use crate::journal::{DoneTerm, Journal, JournalHeader};
 use crate::limit::{FetchLimit, Slot};
 use crate::part::{self, Output};
 use crate::plan::{self, Group, Item};
+use crate::split;
 use crate::types::*;
 use crate::verify::{self, XorbCandidate};
 
@@ -708,9 +709,10 @@ const PIECES_QUEUED: usize = 16;
 /// its stored chunks are slices of).
 const STREAM_MEMORY: u64 = PIECES_QUEUED as u64 * (400 << 10) + WRITE_BATCH + (1 << 20);
 
-/// Fetch one range and decode, verify and write it as it arrives: the network side
-/// ([`fetch::pump_range`]) feeds pieces through a bounded queue to a decoder on a
-/// blocking thread ([`decode_and_write`]).
+/// Fetch one range (in parts where the CAS is known to stream, see [`split`]) and
+/// decode, verify and write it as it arrives: the network side ([`fetch::pump_range`])
+/// feeds pieces through a bounded queue to a decoder on a blocking thread
+/// ([`decode_and_write`]).
 async fn stream_and_write(
     ctx: &Arc<FileCtx>,
     segment: ByteRange,
@@ -724,19 +726,44 @@ async fn stream_and_write(
     let (c2, f2) = (ctx.clone(), fetch.clone());
     let decoder = tokio::task::spawn_blocking(move || decode_and_write(&c2, &f2, &items, rx));
     let shared = &ctx.shared;
-    let total = fetch.bytes.len();
-    let mut first = true;
-    let pumped = fetch::pump_range(shared, ctx.file, segment, fetch, needed, &tx, |piece| {
-        ctx.stats
-            .fetched
-            .fetch_add(piece.len() as u64, Ordering::Relaxed);
-        slot.delivered(piece.len() as u64);
-        if std::mem::take(&mut first) && (piece.len() as u64) < total {
-            shared.streams.store(true, Ordering::Relaxed);
-            shared.memory.shrink(mem, STREAM_MEMORY);
-        }
-    })
-    .await;
+    // A CAS known to stream (by now: the first ranges of a download wait for memory
+    // while others arrive) gets a large range asked for in parts, those ahead of their
+    // turn with memory of their own.
+    let parts = if shared.streams.load(Ordering::Relaxed) {
+        shared.memory.shrink(mem, STREAM_MEMORY);
+        split::parts(fetch.bytes, split::PART_BYTES)
+    } else {
+        vec![fetch.bytes]
+    };
+    let pumped = if parts.len() > 1 {
+        let c = ctx.clone();
+        let split = split::Split {
+            shared,
+            file: ctx.file,
+            segment,
+            fetch: &fetch,
+            needed,
+            counter: Arc::new(move |n| {
+                c.stats.fetched.fetch_add(n, Ordering::Relaxed);
+            }),
+        };
+        split.pump(&parts, &tx, slot).await
+    } else {
+        let total = fetch.bytes.len();
+        let mut first = true;
+        let pieces = fetch::Pieces::Decoder(&tx);
+        fetch::pump_range(shared, ctx.file, segment, fetch, needed, pieces, |piece| {
+            ctx.stats
+                .fetched
+                .fetch_add(piece.len() as u64, Ordering::Relaxed);
+            slot.delivered(piece.len() as u64);
+            if std::mem::take(&mut first) && (piece.len() as u64) < total {
+                shared.streams.store(true, Ordering::Relaxed);
+                shared.memory.shrink(mem, STREAM_MEMORY);
+            }
+        })
+        .await
+    };
     drop(tx);
     let decoded = decoder
         .await

@@ -291,7 +291,7 @@ pub struct FileReport {
     pub bytes_from_cache: u64,
     /// Output bytes already present from an earlier interrupted run.
     pub bytes_resumed: u64,
-    /// Xorb range fetches made for this file.
+    /// Xorb range fetches made for this file (a range asked for in parts counts once).
     pub fetches: u64,
     pub verification: Verification,
     /// Seconds.

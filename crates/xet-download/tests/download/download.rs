@@ -1321,3 +1321,58 @@ async fn a_fetch_serving_several_terms_across_write_batches() {
         );
     }
 }
+
+/// A range asked for in parts whose streams break: each part is resumed on its own for
+/// the bytes it has not delivered, the file is identical, and no byte is fetched twice.
+/// (A small file first: ranges are asked for whole until one has arrived in pieces.)
+#[tokio::test]
+async fn parts_of_a_large_range_resume_where_they_broke() {
+    let files = [random(2_000_000, 81), random(30_000_000, 82)];
+    let c = build(&files, 64 << 20);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    // Four streams break after 3 MiB each: the small file's (its only stream, which the
+    // retry finishes) and the first parts of the large one.
+    w.stream_in(64 << 10, Some((MidStream::Break, 3 << 20, 4)));
+    let dir = tempfile::tempdir().unwrap();
+    let reqs = vec![
+        req(&c.files[0], &dir.path().join("a")),
+        req(&c.files[1], &dir.path().join("b")),
+    ];
+    let o = DownloadOptions {
+        max_concurrent_files: 1,
+        ..opts()
+    };
+    let report = get(w.clone(), reqs, o).await.unwrap();
+    assert!(std::fs::read(dir.path().join("a")).unwrap() == files[0]);
+    assert!(std::fs::read(dir.path().join("b")).unwrap() == files[1]);
+    let large = serialized_len(&*w, &c.files[1]).await;
+    assert_eq!(report.files[1].bytes_fetched, large);
+    // The large file's requests: its parts (at most 8 MiB, tiling its range) and, for
+    // each break, the rest of the part from where it broke (3 MiB further on).
+    let asked = w.streamed_ranges.lock().unwrap().clone();
+    let small_end = asked[0].1.end;
+    let mut seen: Vec<xet_cas::ByteRange> = Vec::new();
+    let (mut parts, mut rests) = (Vec::new(), 0);
+    for (_, r) in asked.iter().filter(|(_, r)| r.start >= small_end) {
+        match seen.iter().rev().find(|p| p.end == r.end) {
+            Some(p) => {
+                assert_eq!(r.start, p.start + (3 << 20), "{asked:?}");
+                rests += 1;
+            }
+            None => parts.push(*r),
+        }
+        seen.push(*r);
+    }
+    // The small file's stream took one of the four breaks (it is shorter than 3 MiB).
+    assert_eq!(rests, 3, "{asked:?}");
+    parts.sort_by_key(|r| r.start);
+    assert_eq!(parts.len() as u64, large.div_ceil(8 << 20), "{asked:?}");
+    assert!(parts.iter().all(|r| r.len() <= 8 << 20), "{asked:?}");
+    assert_eq!(parts[0].start, small_end);
+    assert_eq!(parts.last().unwrap().end, small_end + large);
+    assert!(
+        parts.windows(2).all(|w| w[0].end == w[1].start),
+        "{asked:?}"
+    );
+}

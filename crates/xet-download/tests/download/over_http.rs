@@ -1,6 +1,7 @@
 //! The pipeline against a real `xet_server` over loopback through the HTTP client:
 //! which requests a download makes before its first xorb byte, on how many connections,
-//! and how the reconstructions of many files overlap with the fetches of earlier ones.
+//! how the reconstructions of many files overlap with the fetches of earlier ones, and
+//! how a large range is fetched in parts.
 
 use crate::common::*;
 
@@ -48,12 +49,21 @@ fn http(url: &str) -> Arc<dyn Cas> {
 }
 
 /// A TCP relay in front of the server that passes every byte through unchanged and
-/// notes each connection it accepts and the request line of each request on it (the
-/// download sends no request bodies, so every request head ends at a blank line).
+/// notes each connection it accepts and each request on it: its connection and request
+/// line, and its `Range` header (the download sends no request bodies, so every request
+/// head ends at a blank line).
 struct Relay {
     url: String,
     connections: Arc<AtomicUsize>,
-    requests: Arc<Mutex<Vec<(usize, String)>>>,
+    requests: Arc<Mutex<Vec<Request>>>,
+}
+
+#[derive(Debug, Clone)]
+struct Request {
+    conn: usize,
+    line: String,
+    /// The `Range` header's value, if any.
+    range: Option<String>,
 }
 
 impl Relay {
@@ -78,17 +88,12 @@ impl Relay {
         }
     }
 
-    fn requests(&self) -> Vec<(usize, String)> {
+    fn requests(&self) -> Vec<Request> {
         self.requests.lock().unwrap().clone()
     }
 }
 
-async fn relay(
-    id: usize,
-    client: TcpStream,
-    server: TcpStream,
-    log: Arc<Mutex<Vec<(usize, String)>>>,
-) {
+async fn relay(id: usize, client: TcpStream, server: TcpStream, log: Arc<Mutex<Vec<Request>>>) {
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
     let up = async move {
@@ -102,7 +107,16 @@ async fn relay(
             while let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
                 let text = String::from_utf8_lossy(&head[..end]).into_owned();
                 let line = text.lines().next().unwrap_or_default().to_string();
-                log.lock().unwrap().push((id, line));
+                let range = text.lines().find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("range")
+                        .then(|| value.trim().to_string())
+                });
+                log.lock().unwrap().push(Request {
+                    conn: id,
+                    line,
+                    range,
+                });
                 head.drain(..end + 4);
             }
             if sw.write_all(&buf[..n]).await.is_err() {
@@ -139,7 +153,7 @@ async fn the_first_xorb_byte_takes_three_round_trips_on_one_connection() {
     assert_eq!(r.totals.fetches, 1);
     assert_eq!(std::fs::read(&p).unwrap(), c.files[0].data);
     let seen = relay.requests();
-    let lines: Vec<&str> = seen.iter().map(|(_, l)| l.as_str()).collect();
+    let lines: Vec<&str> = seen.iter().map(|r| r.line.as_str()).collect();
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(
         lines[0].starts_with(&format!("GET /v2/reconstructions/{} ", c.files[0].hash)),
@@ -353,4 +367,73 @@ async fn fetches_in_flight_stay_within_the_adaptive_maximum() {
     assert_eq!(std::fs::read(&p).unwrap(), c.files[0].data);
     let m = w.max_in_flight.load(Ordering::SeqCst);
     assert!((2..=3).contains(&m), "max in flight {m}");
+}
+
+/// `bytes=S-E` (inclusive end) as the end-exclusive `(S, E + 1)`.
+fn parse_range(v: &str) -> (u64, u64) {
+    let (s, e) = v.trim_start_matches("bytes=").split_once('-').unwrap();
+    (s.parse().unwrap(), e.parse::<u64>().unwrap() + 1)
+}
+
+/// A range of more than two parts (8 MiB each) is fetched as several sub-range
+/// requests whose byte ranges tile it, on more than one connection, and the file is
+/// byte for byte the original. Whether the CAS streams is not known before a first
+/// range has arrived in pieces, and until then ranges are asked for whole: so a small
+/// file comes first, then the large one (one file at a time), both in one xorb.
+#[tokio::test]
+async fn a_large_range_is_fetched_as_several_sub_range_requests() {
+    let files = [random(2_000_000, 25), random(30_000_000, 26)];
+    let c = build(&files, 64 << 20);
+    assert_eq!(c.xorbs.len(), 1);
+    let server = serve(&c).await;
+    let relay = Relay::start(&server.url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let reqs = (0..2)
+        .map(|i| DownloadRequest::to_path(c.files[i].hash, dir.path().join(format!("{i}"))))
+        .collect();
+    let o = DownloadOptions {
+        max_concurrent_files: 1,
+        ..DownloadOptions::default()
+    };
+    let r = download(http(&relay.url), reqs, o, None).await.unwrap();
+    for (i, f) in files.iter().enumerate() {
+        let got = std::fs::read(dir.path().join(format!("{i}"))).unwrap();
+        assert!(got == *f, "file {i} differs");
+    }
+    let body = c.xorbs[0].info().body_len();
+    assert_eq!(r.totals.bytes_fetched, body);
+    let seen = relay.requests();
+    let hash = c.xorbs[0].hash().to_string();
+    let gets: Vec<&Request> = seen
+        .iter()
+        .filter(|r| r.line.starts_with("GET ") && r.line.contains(&hash))
+        .collect();
+    let mut ranges: Vec<(u64, u64)> = gets
+        .iter()
+        .map(|r| parse_range(r.range.as_deref().expect("a xorb GET has a Range")))
+        .collect();
+    ranges.sort();
+    // The small file's range, then the large one's parts.
+    let (small_end, large) = (ranges[0].1, body - ranges[0].1);
+    assert_eq!(
+        ranges.len() as u64,
+        1 + large.div_ceil(8 << 20),
+        "{ranges:?}"
+    );
+    assert!(
+        ranges[1..].iter().all(|r| r.1 - r.0 <= 8 << 20),
+        "{ranges:?}"
+    );
+    assert_eq!((ranges[0].0, ranges[1].0), (0, small_end), "{ranges:?}");
+    assert_eq!(ranges.last().unwrap().1, body, "{ranges:?}");
+    assert!(
+        ranges.windows(2).all(|w| w[0].1 == w[1].0),
+        "the requests do not tile the xorb: {ranges:?}"
+    );
+    // Parts fetched ahead of their turn go on connections of their own.
+    let conns: std::collections::HashSet<usize> = gets.iter().map(|r| r.conn).collect();
+    assert!(
+        conns.len() > 1,
+        "the parts were fetched one after another: {gets:?}"
+    );
 }
