@@ -1,11 +1,13 @@
 //! `cargo xtask bench --wan`: `xet` and the reference client side by side over an
-//! emulated wide-area link (see `wan.rs` for the emulation), for RTT 20 ms / 1 Gbit,
-//! 80 ms / 200 Mbit and 200 ms / 100 Mbit.
+//! emulated wide-area link (see `wan.rs` for the emulation, a 4 MiB TCP window per
+//! connection included), for RTT 20 ms / 1 Gbit, 80 ms / 200 Mbit, 200 ms / 100 Mbit and
+//! 200 ms / 1 Gbit.
 //!
 //! Rows per profile, the two clients' runs taken in turn (the order rotating each
 //! round), best time of `--runs`: a big-file upload and download (MB/s and fraction of
-//! the link rate), an upload of 2,000 files of 1-64 KiB next to the time their bytes
-//! need on the link, and the time to the first xorb byte of the download. Every client
+//! the link rate; 1 GiB on 200 ms / 1 Gbit), an upload of 2,000 files of 1-64 KiB next
+//! to the time their bytes need on the link (not on 200 ms / 1 Gbit unless asked for),
+//! and the time to the first xorb byte of the download. Every client
 //! talks to a release `xet serve` (directory store) in the server namespace through the
 //! link and the delay proxy. CPU seconds per GiB are the client's user + system time
 //! (its `/proc/<pid>/stat` read when it has exited, before it is reaped) and the
@@ -22,12 +24,16 @@ use std::time::{Duration, Instant};
 
 pub const USAGE: &str =
     "usage: cargo xtask bench --wan [--size-mib N] [--runs N] [--only PATTERN] [--no-write]
-  --size-mib N     big-file size (default 256)
+  --size-mib N     big-file size (default 256, and 1024 on 200ms/1g)
   --runs N         runs per contender, best taken (default 2)
-  --only PATTERN   rows whose key contains PATTERN: keys are PROFILE/CASE, PROFILE one of
-                   20ms, 80ms, 200ms and CASE one of upload, download, small, hub
-                   (e.g. --only 80ms/small; the download rows give the first-byte row;
-                   hub runs on 80ms only unless PATTERN names it)
+  --only PATTERN   rows whose key contains PATTERN: keys are RTT/RATE/CASE or RTT/CASE,
+                   RTT/RATE one of 20ms/1g, 80ms/200m, 200ms/100m, 200ms/1g and CASE one
+                   of upload, download, small, hub (e.g. --only 80ms/small, --only
+                   200ms/1g; 200ms names both 200 ms profiles; the download rows give
+                   the first-byte row; hub runs on 80ms only and small not on 200ms/1g
+                   unless PATTERN names them)
+  --window-kib N   bytes in flight per connection and direction (default 4096: the
+                   emulated TCP window, see wan.rs)
   --no-write       do not update docs/BENCHMARKS.md (also not with --only)
   --xet PATH       measure this xet binary instead of building target/release/xet
                    (e.g. a copy of a baseline build, for a before/after)
@@ -45,7 +51,9 @@ pub fn dispatch(args: &[String]) -> Option<Result<()>> {
 }
 
 struct Opts {
-    size_mib: u64,
+    /// `None`: the default, 256 MiB, or the profile's own size.
+    size_mib: Option<u64>,
+    window: usize,
     runs: usize,
     only: Option<String>,
     write: bool,
@@ -55,7 +63,8 @@ struct Opts {
 
 fn parse(args: &[String]) -> Result<Opts> {
     let mut o = Opts {
-        size_mib: 256,
+        size_mib: None,
+        window: super::wan::WINDOW,
         runs: 2,
         only: None,
         write: true,
@@ -70,7 +79,8 @@ fn parse(args: &[String]) -> Result<Opts> {
                 .with_context(|| format!("{a} needs a value"))
         };
         match a.as_str() {
-            "--size-mib" => o.size_mib = val()?.parse()?,
+            "--size-mib" => o.size_mib = Some(val()?.parse()?),
+            "--window-kib" => o.window = val()?.parse::<usize>()? << 10,
             "--runs" => o.runs = val()?.parse()?,
             "--only" => o.only = Some(val()?),
             "--no-write" => o.write = false,
@@ -744,18 +754,24 @@ fn clock_ticks() -> f64 {
 }
 
 /// The check line printed above each profile's rows.
-fn check_line(p: &Profile, c: &Check) -> String {
+fn check_line(link: &Link, c: &Check) -> String {
+    let p = &link.profile;
     format!(
         "{}: echo RTT min {:.1} ms, median {:.1} ms; new connection + first echo {:.1} ms; \
-TCP bulk down {:.0} Mbit/s ({:.0}%), up {:.0} Mbit/s ({:.0}%)",
+TCP bulk over {} connections down {:.0} Mbit/s ({:.0}%), up {:.0} Mbit/s ({:.0}%); \
+one connection down {:.0} Mbit/s (window {} KiB / RTT = {:.0} Mbit/s)",
         p.label(),
         c.rtt_min_ms,
         c.rtt_median_ms,
         c.new_conn_ms,
+        link.check_connections(),
         c.down_mbit,
         100.0 * c.down_mbit / p.rate_mbit as f64,
         c.up_mbit,
-        100.0 * c.up_mbit / p.rate_mbit as f64
+        100.0 * c.up_mbit / p.rate_mbit as f64,
+        c.one_conn_mbit,
+        link.window >> 10,
+        p.window_mbit(link.window)
     )
 }
 
@@ -770,17 +786,6 @@ pub fn run(args: &[String]) -> Result<()> {
         Some(x) => std::path::absolute(x)?,
         None => super::build_release(&root)?,
     };
-    let size = o.size_mib << 20;
-    let input = root.join(format!("target/bench-data/random-{}m.bin", o.size_mib));
-    super::ensure_file(&input, size)?;
-    let hash = {
-        let out = Command::new(&built)
-            .arg("hash")
-            .arg("-q")
-            .arg(&input)
-            .output()?;
-        String::from_utf8(out.stdout)?.trim().to_string()
-    };
     // Per process, so two runs at once (each with its own namespaces) do not collide.
     let work = root.join(format!("target/bench-wan/{}", std::process::id()));
     fresh(&work)?;
@@ -789,28 +794,26 @@ pub fn run(args: &[String]) -> Result<()> {
     // the same binary.
     let xet = work.join("xet");
     std::fs::copy(&built, &xet).with_context(|| format!("copying {}", built.display()))?;
-    let want = |key: &str| o.only.as_deref().is_none_or(|w| key.contains(w));
     let tick = clock_ticks();
     let (tree, list, small_bytes) = small_files(&work)?;
 
     let mut rows = Vec::new();
     let mut checks = Vec::new();
     for p in Profile::ALL {
-        let k = p.key();
-        // The Hub row runs on the 80 ms profile (the issue's), unless asked for by name.
-        let cases = ["upload", "download", "small", "hub"].map(|c| {
-            let key = format!("{k}/{c}");
-            want(&key)
-                && (c != "hub"
-                    || p.rtt_ms == 80
-                    || o.only.as_deref().is_some_and(|w| w.contains("hub")))
-        });
+        let cases = ["upload", "download", "small", "hub"].map(|c| wanted(&o, &p, c));
         if !cases.iter().any(|&c| c) {
             continue;
         }
+        let size_mib = o.size_mib.or(p.big_mib).unwrap_or(256);
+        let size = size_mib << 20;
+        let (input, hash) = if cases[0] || cases[1] {
+            big_input(&root, &xet, size_mib)?
+        } else {
+            Default::default()
+        };
         eprintln!("== {}: building the link", p.label());
-        let link = Link::up(p, &exe)?;
-        let check = check_line(&p, &Check::parse(&link.check(&exe)?)?);
+        let link = Link::up(p, o.window, &exe)?;
+        let check = check_line(&link, &Check::parse(&link.check(&exe)?)?);
         eprintln!("{check}");
         checks.push(check);
         let ctx = Ctx {
@@ -850,17 +853,50 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Whether case `case` of profile `p` runs: those `--only` selects (all without it),
+/// except that the Hub row runs on the 80 ms profile only (the issue's) and the small
+/// files not on 200 ms / 1 Gbit (the big file is that profile's point), unless the
+/// pattern names them.
+fn wanted(o: &Opts, p: &Profile, case: &str) -> bool {
+    let named = o.only.as_deref().is_some_and(|w| w.contains(case));
+    let by_default = match case {
+        "hub" => p.rtt_ms == 80,
+        "small" => p.big_mib.is_none(),
+        _ => true,
+    };
+    o.only.as_deref().is_none_or(|w| p.selects(w, case)) && (by_default || named)
+}
+
+/// The big-file rows' input of `size_mib` MiB (made once, kept in target/bench-data)
+/// and its file hash.
+fn big_input(root: &Path, xet: &Path, size_mib: u64) -> Result<(PathBuf, String)> {
+    let input = root.join(format!("target/bench-data/random-{size_mib}m.bin"));
+    super::ensure_file(&input, size_mib << 20)?;
+    let out = Command::new(xet)
+        .arg("hash")
+        .arg("-q")
+        .arg(&input)
+        .output()?;
+    if !out.status.success() {
+        bail!("xet hash {} failed", input.display());
+    }
+    Ok((input, String::from_utf8(out.stdout)?.trim().to_string()))
+}
+
 /// `--check`: each profile's link check, nothing else.
 fn check_only(root: &Path, o: &Opts) -> Result<()> {
     let work = root.join(format!("target/bench-wan/{}", std::process::id()));
     fresh(&work)?;
     let exe = helper_exe(&work)?;
     for p in Profile::ALL {
-        if o.only.as_deref().is_some_and(|w| !p.key().contains(w)) {
+        if o.only
+            .as_deref()
+            .is_some_and(|w| !p.key().contains(w) && !format!("{}ms", p.rtt_ms).contains(w))
+        {
             continue;
         }
-        let link = Link::up(p, &exe)?;
-        println!("{}", check_line(&p, &Check::parse(&link.check(&exe)?)?));
+        let link = Link::up(p, o.window, &exe)?;
+        println!("{}", check_line(&link, &Check::parse(&link.check(&exe)?)?));
     }
     std::fs::remove_dir_all(&work).ok();
     Ok(())
@@ -901,9 +937,15 @@ fn write_doc(root: &Path, o: &Opts, table: &str) -> Result<()> {
     let path = root.join("docs/BENCHMARKS.md");
     let doc = std::fs::read_to_string(&path).unwrap_or_default();
     let block = format!(
-        "{BEGIN}\nProduced by `cargo xtask bench --wan --size-mib {} --runs {}`{} on {} with the reference `hf_xet {}` \
+        "{BEGIN}\nProduced by `cargo xtask bench --wan{}{} --runs {}`{} on {} with the reference `hf_xet {}` \
 (the Hub row: `hf` of huggingface_hub {}); best of {} runs per client, the clients taken in turn.\n\n{}\n{END}",
-        o.size_mib,
+        o.size_mib
+            .map_or(String::new(), |m| format!(" --size-mib {m}")),
+        if o.window == super::wan::WINDOW {
+            String::new()
+        } else {
+            format!(" --window-kib {}", o.window >> 10)
+        },
         o.runs,
         if o.xet.is_some() {
             " (with `--xet`: a given xet binary)"
@@ -929,13 +971,15 @@ fn method() -> String {
     let mut tbf = String::new();
     for p in Profile::ALL {
         tbf.push_str(&format!(
-            "| {} | {} ms | {}mbit | {} bytes | {} ms | {} bytes |\n",
+            "| {} | {} ms | {}mbit | {} bytes | {} ms | {} bytes | {} KiB ({:.0} Mbit/s per connection) |\n",
             p.label(),
             p.rtt_ms / 2,
             p.rate_mbit,
             p.tbf_burst(),
             Profile::TBF_LATENCY_MS,
-            p.line_bytes()
+            p.line_bytes(),
+            super::wan::WINDOW >> 10,
+            p.window_mbit(super::wan::WINDOW)
         ));
     }
     format!(
@@ -953,13 +997,24 @@ request and its answer take one RTT (tokio's timer fires on the next whole milli
 direction's hold; the link check shows what is left). It is a delay line: it keeps reading while earlier pieces wait, within twice the one-way \
 bandwidth-delay product plus 256 KiB per connection and direction; half-closes are passed on after the same delay. \
 The client's connect completes against the proxy at once, so the proxy holds a new connection's first bytes until one \
-RTT after the accept, the cost of the handshake. Not emulated: the clients' TCP sees the veth's round trip, so slow start \
-and loss recovery run at LAN speed.\n\
+RTT after the accept, the cost of the handshake.\n\
+- **Window.** The clients' TCP sees the veth's round trip, so without more one connection would carry the whole link at \
+any RTT. The proxy caps each connection's bytes in flight per direction as a TCP window does: a byte it reads counts until \
+its acknowledgement would be back (one RTT after it was read, or half an RTT after it was written on if that was later) and \
+the proxy stops reading from that side while 4 MiB are in flight, so one connection carries at most 4 MiB per RTT \
+(168 Mbit/s at 200 ms) and a client fills a long fat link only with parallel requests. 4 MiB is the machine's Linux \
+default send buffer maximum (`net.ipv4.tcp_wmem` = 4096 16384 4194304), which holds a sender's unacknowledged bytes; \
+the receive side allows more (`tcp_rmem` max 32 MiB, half advertised), so the sender's buffer is the bound, for the \
+client's uploads and the server's answers alike (`--window-kib` changes it). Not emulated: slow start and loss recovery \
+run at LAN speed (the window is reached at once).\n\
 - **Link check.** Before each profile's rows, a probe client times a one-byte echo through a second proxy with the same \
-delay (min and median of 20, and a new connection's first echo, which should be two RTTs) and a bulk TCP transfer each way \
-(two seconds of the rate, timed from the first byte to the last).\n\
-- **Rows.** Big-file upload and download (`--size-mib`, default 256; MB/s and the fraction of the link rate), fresh store, \
-server and caches for every upload run; an upload of 2,000 files of 1-64 KiB (pseudo-random sizes and bytes, fixed seed; \
+delay and window (min and median of 20, and a new connection's first echo, which should be two RTTs), a bulk TCP transfer \
+each way over twice as many connections as it takes for their windows to cover the bandwidth-delay product (two seconds \
+of the rate, timed from the first byte to the last), and one connection's download of eight windows, timed once its \
+first window is in (its ceiling is the window per RTT).\n\
+- **Rows.** Big-file upload and download (`--size-mib`, default 256, and 1 GiB on 200 ms / 1 Gbit, the issue's target; \
+MB/s and the fraction of the link rate), fresh store, server and caches for every upload run; except on 200 ms / 1 Gbit, \
+an upload of 2,000 files of 1-64 KiB (pseudo-random sizes and bytes, fixed seed; \
 `xet upload DIR`, the reference's `upload_files` with the list), next to the time their bytes alone need at the link rate; \
 on the 80 ms profile, `xet download hf://` next to `hf download` of a repository of 1,000 of those files (the server in \
 Hub mode with a token, the repository uploaded from inside the server namespace), fresh HF homes each run; \
@@ -968,8 +1023,8 @@ to its first `GET /_xorb...` as the proxy delivered it, with the requests and co
 the client's user + system time (`/proc/<pid>/stat` once it has exited, before it is reaped; for the reference that \
 includes starting Python) and `xet serve`'s over the same run. The reference's download is not followed by `sync`. Proxy \
 and server share the machine's two cores with the client.\n\n\
-| profile | delay per direction | tbf rate | tbf burst | tbf latency | proxy buffer per connection and direction |\n\
-|---|---:|---:|---:|---:|---:|\n{tbf}",
+| profile | delay per direction | tbf rate | tbf burst | tbf latency | proxy buffer per connection and direction | window per connection and direction |\n\
+|---|---:|---:|---:|---:|---:|---:|\n{tbf}",
         Profile::TBF_LATENCY_MS
     )
 }

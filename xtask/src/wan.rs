@@ -5,7 +5,7 @@
 //!  namespace xwc<pid> (clients)            namespace xws<pid> (server side)
 //!  xet / hf_xet ──→ veth0 10.77.0.1 ══════ veth1 10.77.0.2 ──→ delay proxy :80 ──→ xet serve 127.0.0.1:8080
 //!                   tbf (upload rate)       tbf (download rate)   RTT/2 each way     probe server 127.0.0.1:8081
-//!                                                                 (proxy :81)
+//!                                                                 window W per conn  (proxy :81)
 //! ```
 //!
 //! Two namespaces rather than one next to the host's: nothing on the host's network
@@ -22,9 +22,23 @@
 //! link: the client's connect completes against the proxy at once, so the proxy holds
 //! the first client bytes until one RTT after the accept.
 //!
-//! What a relay does not emulate: the clients' TCP sees the short veth round trip, so
-//! slow start and loss recovery happen at LAN speed; only the request/response round
-//! trips and the link's rate are those of the profile.
+//! **The window.** The clients' TCP sees the short veth round trip, so without more one
+//! connection would carry the whole link at any RTT. The proxy therefore caps the bytes
+//! in flight per connection and direction as a TCP window would: a byte it reads counts
+//! as in flight until its acknowledgement would be back, one RTT after it was read (or
+//! half an RTT after it was written on, if writing it took longer), and the proxy stops
+//! reading from that side while [`WINDOW`] bytes are in flight. One connection then
+//! carries at most `WINDOW / RTT`, and a client needs parallel connections to fill a
+//! link whose bandwidth-delay product is larger. [`WINDOW`] is 4 MiB, this machine's
+//! Linux default send buffer maximum (`net.ipv4.tcp_wmem` = 4096 16384 4194304): a
+//! sender's unacknowledged bytes live in its send buffer, so that is the most one
+//! connection has in flight. The receive side allows more (`net.ipv4.tcp_rmem` max 32
+//! MiB, half of it advertised with `tcp_adv_win_scale` 1), so the send buffer binds,
+//! both for the client's uploads and for the server's answers.
+//!
+//! What a relay does not emulate: slow start and loss recovery happen at LAN speed
+//! (the window is reached at once and kept); only the request/response round trips,
+//! the per-connection window and the link's rate are those of the profile.
 
 use anyhow::{Context, Result, bail};
 use std::io::{BufRead, Read, Write};
@@ -49,32 +63,65 @@ const SERVE_PROXY_PORT: u16 = 80;
 const PROBE_ADDR: &str = "127.0.0.1:8081";
 const PROBE_PROXY_PORT: u16 = 81;
 
+/// Bytes in flight per connection and direction (the emulated TCP window): Linux's
+/// default send buffer maximum (`net.ipv4.tcp_wmem`'s third field, 4 MiB), which bounds
+/// what a sender has unacknowledged. See the module docs.
+pub const WINDOW: usize = 4 << 20;
+
 /// One emulated link.
 #[derive(Clone, Copy, Debug)]
 pub struct Profile {
     pub rtt_ms: u64,
     pub rate_mbit: u64,
+    /// The big-file rows' size on this profile unless `--size-mib` is given.
+    pub big_mib: Option<u64>,
 }
 
 impl Profile {
-    pub const ALL: [Profile; 3] = [
+    pub const ALL: [Profile; 4] = [
         Profile {
             rtt_ms: 20,
             rate_mbit: 1000,
+            big_mib: None,
         },
         Profile {
             rtt_ms: 80,
             rate_mbit: 200,
+            big_mib: None,
         },
         Profile {
             rtt_ms: 200,
             rate_mbit: 100,
+            big_mib: None,
+        },
+        // Issue #26's long fat link: 1 GiB at 90% of it needs several windows at once.
+        Profile {
+            rtt_ms: 200,
+            rate_mbit: 1000,
+            big_mib: Some(1024),
         },
     ];
 
-    /// `20ms`, the name `--only` matches.
+    /// `200ms/1g`, `80ms/200m`: what `--only` matches (with the RTT alone, `200ms`,
+    /// naming every profile of that RTT).
     pub fn key(&self) -> String {
-        format!("{}ms", self.rtt_ms)
+        if self.rate_mbit >= 1000 && self.rate_mbit.is_multiple_of(1000) {
+            format!("{}ms/{}g", self.rtt_ms, self.rate_mbit / 1000)
+        } else {
+            format!("{}ms/{}m", self.rtt_ms, self.rate_mbit)
+        }
+    }
+
+    /// Whether `--only PATTERN` selects case `case` of this profile: PATTERN is part of
+    /// `RTT/RATE/CASE` (`200ms/1g/download`) or of `RTT/CASE` (`80ms/small`).
+    pub fn selects(&self, pattern: &str, case: &str) -> bool {
+        format!("{}/{case}", self.key()).contains(pattern)
+            || format!("{}ms/{case}", self.rtt_ms).contains(pattern)
+    }
+
+    /// The most one connection carries: the window per round trip, in Mbit/s.
+    pub fn window_mbit(&self, window: usize) -> f64 {
+        window as f64 * 8.0 / (self.rtt_ms as f64 / 1000.0) / 1e6
     }
 
     pub fn label(&self) -> String {
@@ -132,6 +179,8 @@ fn ip(args: &[&str]) -> Result<()> {
 /// probe server and deletes the namespaces.
 pub struct Link {
     pub profile: Profile,
+    /// Bytes in flight per connection and direction ([`WINDOW`] unless overridden).
+    pub window: usize,
     pub client_ns: String,
     pub server_ns: String,
     children: Vec<Child>,
@@ -139,11 +188,13 @@ pub struct Link {
 }
 
 impl Link {
-    /// Builds the emulation for `p`. `exe` is the xtask binary that runs the proxies.
-    pub fn up(p: Profile, exe: &Path) -> Result<Link> {
+    /// Builds the emulation for `p` with `window` bytes in flight per connection and
+    /// direction. `exe` is the xtask binary that runs the proxies.
+    pub fn up(p: Profile, window: usize, exe: &Path) -> Result<Link> {
         let id = std::process::id();
         let mut link = Link {
             profile: p,
+            window,
             client_ns: format!("xwc{id}"),
             server_ns: format!("xws{id}"),
             children: Vec::new(),
@@ -226,6 +277,7 @@ impl Link {
             .arg(target)
             .arg(self.profile.rtt_ms.to_string())
             .arg(self.profile.line_bytes().to_string())
+            .arg(self.window.to_string())
             .stdout(Stdio::piped());
         let (child, lines) = spawn_ready(c, "delay proxy")?;
         self.children.push(child);
@@ -242,8 +294,16 @@ impl Link {
         Ok(())
     }
 
+    /// Connections the link check's bulk transfers use: twice as many as it takes for
+    /// their windows to cover the bandwidth-delay product.
+    pub fn check_connections(&self) -> usize {
+        let bdp = self.profile.bytes_per_sec() * self.profile.rtt_ms as f64 / 1000.0;
+        2 * (bdp / self.window.max(1) as f64).ceil().max(1.0) as usize
+    }
+
     /// Round trip and raw throughput through the link, measured by the probe client in
-    /// the client namespace against the probe server behind its own proxy.
+    /// the client namespace against the probe server behind its own proxy: bulk over
+    /// [`Link::check_connections`] connections, and one connection's download.
     pub fn check(&self, exe: &Path) -> Result<String> {
         let bytes = (self.profile.bytes_per_sec() * 2.0) as u64;
         let out = self
@@ -251,6 +311,8 @@ impl Link {
             .args(["bench", "--wan-helper", "probe"])
             .arg(format!("{SERVER_IP}:{PROBE_PROXY_PORT}"))
             .arg(bytes.to_string())
+            .arg(self.check_connections().to_string())
+            .arg(self.window.to_string())
             .output()?;
         if !out.status.success() {
             bail!(
@@ -354,11 +416,20 @@ pub fn helper(args: &[String]) -> Result<()> {
             let listen: SocketAddr = a(1)?.parse()?;
             let target: SocketAddr = a(2)?.parse()?;
             let rtt = Duration::from_millis(a(3)?.parse()?);
-            let line_bytes: usize = a(4)?.parse()?;
-            rt.block_on(proxy::serve(listen, target, rtt, line_bytes))
+            let shape = proxy::Shape {
+                rtt,
+                line_bytes: a(4)?.parse()?,
+                window: a(5)?.parse()?,
+            };
+            rt.block_on(proxy::serve(listen, target, shape))
         }
         "probe-server" => rt.block_on(probe::server(a(1)?.parse()?)),
-        "probe" => rt.block_on(probe::client(a(1)?.parse()?, a(2)?.parse()?)),
+        "probe" => rt.block_on(probe::client(
+            a(1)?.parse()?,
+            a(2)?.parse()?,
+            a(3)?.parse()?,
+            a(4)?.parse()?,
+        )),
         other => bail!("unknown --wan-helper {other}"),
     }
 }
@@ -373,22 +444,33 @@ pub mod proxy {
     /// The most one read takes from a socket.
     const PIECE: usize = 64 << 10;
 
+    /// What the proxy does to each connection.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Shape {
+        /// The round trip it adds (half each way).
+        pub rtt: Duration,
+        /// Bytes held per direction while they wait (the delay line's buffer).
+        pub line_bytes: usize,
+        /// Bytes in flight per direction until their acknowledgement would be back (the
+        /// emulated TCP window); 0: no window.
+        pub window: usize,
+    }
+
     /// A piece of data on its way, with when it may be written on; `None` data is the
-    /// sender's half-close. The permit is its share of the line's byte budget.
+    /// sender's half-close. `_line` is its share of the line's byte budget; `window`
+    /// its share of the window, given back at `acked` at the earliest.
     struct Piece {
         due: tokio::time::Instant,
+        acked: tokio::time::Instant,
         data: Option<Vec<u8>>,
-        _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        _line: Option<tokio::sync::OwnedSemaphorePermit>,
+        window: Option<tokio::sync::OwnedSemaphorePermit>,
     }
 
     /// Accepts connections on `listen` and relays each to `target`, each direction
-    /// delayed by `rtt / 2`. Prints `ready`, then one line per event (see [`Event`]).
-    pub async fn serve(
-        listen: SocketAddr,
-        target: SocketAddr,
-        rtt: Duration,
-        line_bytes: usize,
-    ) -> Result<()> {
+    /// delayed by `rtt / 2` and held to the window. Prints `ready`, then one line per
+    /// event (see [`Event`]).
+    pub async fn serve(listen: SocketAddr, target: SocketAddr, shape: Shape) -> Result<()> {
         let l = TcpListener::bind(listen)
             .await
             .with_context(|| format!("binding the delay proxy to {listen}"))?;
@@ -406,15 +488,14 @@ pub mod proxy {
         });
         println!("ready");
         std::io::stdout().flush()?;
-        accept_loop(l, target, rtt, line_bytes, ev_tx).await
+        accept_loop(l, target, shape, ev_tx).await
     }
 
     /// Relays every connection `l` accepts; events (one line each) go to `ev_tx`.
     pub async fn accept_loop(
         l: TcpListener,
         target: SocketAddr,
-        rtt: Duration,
-        line_bytes: usize,
+        shape: Shape,
         ev_tx: mpsc::Sender<String>,
     ) -> Result<()> {
         let next_id = AtomicU64::new(0);
@@ -425,7 +506,7 @@ pub mod proxy {
             let ev = ev_tx.clone();
             let _ = ev.send(format!("conn {id} {}\n", unix_ns())).await;
             tokio::spawn(async move {
-                if let Err(e) = relay(client, target, accepted, rtt, line_bytes, id, ev).await {
+                if let Err(e) = relay(client, target, accepted, shape, id, ev).await {
                     eprintln!("delay proxy: connection {id}: {e:#}");
                 }
             });
@@ -436,8 +517,7 @@ pub mod proxy {
         client: TcpStream,
         target: SocketAddr,
         accepted: tokio::time::Instant,
-        rtt: Duration,
-        line_bytes: usize,
+        shape: Shape,
         id: u64,
         ev: mpsc::Sender<String>,
     ) -> Result<()> {
@@ -450,7 +530,7 @@ pub mod proxy {
         let (sr, sw) = server.into_split();
         // tokio's timer fires on the first whole millisecond after a deadline: about
         // one millisecond late per direction (measured by the link check), taken off.
-        let oneway = (rtt / 2).saturating_sub(TIMER_LATE);
+        let oneway = (shape.rtt / 2).saturating_sub(TIMER_LATE);
         // Whether the client's next bytes start a request (HTTP/1.1, one request at a
         // time per connection): true at first and again once an answer is delivered.
         let tap = Arc::new(Tap {
@@ -465,12 +545,12 @@ pub mod proxy {
             cr,
             sw,
             oneway,
-            accepted + rtt,
-            line_bytes,
+            accepted + shape.rtt,
+            shape,
             tap.clone(),
             Dir::Up,
         );
-        let down = delay_line(sr, cw, oneway, accepted, line_bytes, tap, Dir::Down);
+        let down = delay_line(sr, cw, oneway, accepted, shape, tap, Dir::Down);
         let (u, d) = tokio::join!(up, down);
         u.and(d)
     }
@@ -517,55 +597,64 @@ pub mod proxy {
     }
 
     /// Reads `from` and writes each piece to `to` once `oneway` has passed since it was
-    /// read (and not before `not_before + oneway`), keeping at most `line_bytes` in
-    /// flight. The reader and the writer are separate tasks, so reading goes on while
-    /// earlier pieces wait.
+    /// read (and not before `not_before + oneway`), keeping at most `shape.line_bytes`
+    /// waiting and `shape.window` in flight ([`Window`]). The reader, the writer and
+    /// the acknowledgements are separate tasks, so reading goes on while earlier pieces
+    /// wait.
     async fn delay_line(
         mut from: tokio::net::tcp::OwnedReadHalf,
         mut to: tokio::net::tcp::OwnedWriteHalf,
         oneway: Duration,
         not_before: tokio::time::Instant,
-        line_bytes: usize,
+        shape: Shape,
         tap: Arc<Tap>,
         dir: Dir,
     ) -> Result<()> {
-        let budget = Arc::new(Semaphore::new(line_bytes.max(2 * PIECE)));
+        let line = Arc::new(Semaphore::new(shape.line_bytes.max(2 * PIECE)));
+        let window = Window::new(shape.window);
         // Pieces are bounded by the byte budget; the count bound only caps the queue's
         // bookkeeping if reads come back small.
         let (tx, mut rx) = mpsc::channel::<Piece>(16384);
+        let (ack_tx, mut ack_rx) =
+            mpsc::channel::<(tokio::time::Instant, tokio::sync::OwnedSemaphorePermit)>(16384);
         let read_tap = tap.clone();
         let reader = async move {
             loop {
-                let mut permit = budget.clone().acquire_many_owned(PIECE as u32).await?;
+                let mut line_permit = line.clone().acquire_many_owned(PIECE as u32).await?;
+                let mut window_permit = window.take(PIECE).await?;
                 let mut buf = vec![0u8; PIECE];
                 // A reset ends this direction as a close would.
                 let n = from.read(&mut buf).await.unwrap_or(0);
                 let due = tokio::time::Instant::now().max(not_before) + oneway;
+                let acked = due + oneway;
                 if n == 0 {
                     let _ = tx
                         .send(Piece {
                             due,
+                            acked,
                             data: None,
-                            _permit: None,
+                            _line: None,
+                            window: None,
                         })
                         .await;
                     return anyhow::Ok(());
                 }
                 buf.truncate(n);
-                let kept = permit.split(n);
-                drop(permit);
+                let kept_line = line_permit.split(n);
+                drop(line_permit);
+                let kept_window = window_permit.as_mut().and_then(|p| p.split(n));
+                drop(window_permit);
                 if dir == Dir::Up {
                     read_tap.read_up(&buf).await;
                 }
-                if tx
-                    .send(Piece {
-                        due,
-                        data: Some(buf),
-                        _permit: kept,
-                    })
-                    .await
-                    .is_err()
-                {
+                let piece = Piece {
+                    due,
+                    acked,
+                    data: Some(buf),
+                    _line: kept_line,
+                    window: kept_window,
+                };
+                if tx.send(piece).await.is_err() {
                     return Ok(());
                 }
             }
@@ -581,6 +670,12 @@ pub mod proxy {
                         if dir == Dir::Down {
                             tap.wrote_down().await;
                         }
+                        if let Some(w) = p.window {
+                            let at = Window::acked_at(p.acked, tokio::time::Instant::now(), oneway);
+                            if ack_tx.send((at, w)).await.is_err() {
+                                break;
+                            }
+                        }
                     }
                     None => {
                         let _ = to.shutdown().await;
@@ -591,8 +686,49 @@ pub mod proxy {
             // Dropping `rx` stops the reader at its next piece.
             anyhow::Ok(())
         };
-        let (r, w) = tokio::join!(reader, writer);
+        // Acknowledgements come back in order: each gives its bytes back to the window.
+        let acks = async move {
+            while let Some((at, permit)) = ack_rx.recv().await {
+                tokio::time::sleep_until(at).await;
+                drop(permit);
+            }
+        };
+        let (r, w, ()) = tokio::join!(reader, writer, acks);
         r.and(w)
+    }
+
+    /// The emulated TCP window of one direction: bytes read count against it until
+    /// their acknowledgement would be back.
+    pub(super) struct Window(Option<Arc<Semaphore>>);
+
+    impl Window {
+        /// A window of `bytes` (0: none; at least one piece, so reading never stops).
+        pub(super) fn new(bytes: usize) -> Window {
+            Window((bytes > 0).then(|| Arc::new(Semaphore::new(bytes.max(PIECE)))))
+        }
+
+        /// Room for a read of up to `n` bytes (`None` without a window).
+        pub(super) async fn take(
+            &self,
+            n: usize,
+        ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>> {
+            match &self.0 {
+                Some(s) => Ok(Some(s.clone().acquire_many_owned(n as u32).await?)),
+                None => Ok(None),
+            }
+        }
+
+        /// When a byte read so that it is written on at `due`, and written at
+        /// `written`, is acknowledged: a round trip after it was read (`acked`, which is
+        /// `due + oneway`), or half one after it was written if the receiver took it
+        /// later (a full link or a slow reader: the sender's window waits on them too).
+        pub(super) fn acked_at(
+            acked: tokio::time::Instant,
+            written: tokio::time::Instant,
+            oneway: Duration,
+        ) -> tokio::time::Instant {
+            acked.max(written + oneway)
+        }
     }
 }
 
@@ -660,8 +796,9 @@ pub mod probe {
     }
 
     /// Prints one line: the echo round trip (min and median of 20 on one connection),
-    /// a new connection's first echo, and the bulk rates each way over `bytes`.
-    pub async fn client(addr: SocketAddr, bytes: u64) -> Result<()> {
+    /// a new connection's first echo, the bulk rates each way over `bytes` spread over
+    /// `conns` connections, and one connection's download rate past its first window.
+    pub async fn client(addr: SocketAddr, bytes: u64, conns: usize, window: u64) -> Result<()> {
         let t0 = Instant::now();
         let mut s = TcpStream::connect(addr).await?;
         s.set_nodelay(true)?;
@@ -680,59 +817,99 @@ pub mod probe {
         let (min, med) = (rtts[0], rtts[rtts.len() / 2]);
         drop(s);
 
-        // Download: timed from the first byte to the last, so the round trips before
-        // the first byte do not count against the rate.
-        let mut s = TcpStream::connect(addr).await?;
-        let mut cmd = vec![DOWN];
-        cmd.extend_from_slice(&bytes.to_le_bytes());
-        s.write_all(&cmd).await?;
-        let mut buf = vec![0u8; 256 << 10];
-        let mut got = s.read(&mut buf).await? as u64;
-        let t_first = Instant::now();
-        let first_n = got;
-        loop {
-            let n = s.read(&mut buf).await?;
-            if n == 0 {
-                break;
-            }
-            got += n as u64;
-        }
-        if got != bytes {
-            bail!("probe download: {got} bytes of {bytes}");
-        }
-        let down = (got - first_n) as f64 * 8.0 / t_first.elapsed().as_secs_f64() / 1e6;
-
-        // Upload: from the connect to the server's count, less one round trip (the
-        // last byte's way there and the count's way back; the emulated handshake is
-        // hidden, as the client keeps sending into the line meanwhile).
-        let t = Instant::now();
-        let mut s = TcpStream::connect(addr).await?;
-        s.write_all(&[UP]).await?;
-        let chunk = vec![0u8; 256 << 10];
-        let mut left = bytes;
-        while left > 0 {
-            let k = left.min(chunk.len() as u64) as usize;
-            s.write_all(&chunk[..k]).await?;
-            left -= k as u64;
-        }
-        s.shutdown().await?;
-        let mut n = [0u8; 8];
-        s.read_exact(&mut n).await?;
-        if u64::from_le_bytes(n) != bytes {
-            bail!(
-                "probe upload: the server counted {} bytes of {bytes}",
-                u64::from_le_bytes(n)
-            );
-        }
-        let secs = t.elapsed().as_secs_f64() - min.as_secs_f64();
-        let up = bytes as f64 * 8.0 / secs / 1e6;
+        let conns = conns.max(1);
+        let each = bytes.div_ceil(conns as u64);
+        let down = bulk_down(addr, each, conns, 0).await?;
+        let up = bulk_up(addr, each, conns, min).await?;
+        // One connection, timed once its first window is in: what the window lets
+        // through per round trip (the first window arrives in one burst).
+        let one = bulk_down(addr, 8 * window.max(1), 1, window).await?;
         println!(
-            "{:.1} {:.1} {:.1} {down:.0} {up:.0}",
+            "{:.1} {:.1} {:.1} {down:.0} {up:.0} {one:.0}",
             min.as_secs_f64() * 1e3,
             med.as_secs_f64() * 1e3,
             first.as_secs_f64() * 1e3
         );
         Ok(())
+    }
+
+    /// Downloads `each` bytes on each of `conns` connections at once; Mbit/s from the
+    /// moment `skip` bytes (all connections together) are in to the last byte, so the
+    /// round trips before the first byte do not count against the rate.
+    async fn bulk_down(addr: SocketAddr, each: u64, conns: usize, skip: u64) -> Result<f64> {
+        let got = Arc::new(AtomicU64::new(0));
+        let started: Arc<Mutex<Option<(Instant, u64)>>> = Arc::default();
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..conns {
+            let (got, started) = (got.clone(), started.clone());
+            tasks.spawn(async move {
+                let mut s = TcpStream::connect(addr).await?;
+                let mut cmd = vec![DOWN];
+                cmd.extend_from_slice(&each.to_le_bytes());
+                s.write_all(&cmd).await?;
+                let mut buf = vec![0u8; 256 << 10];
+                let mut mine = 0u64;
+                loop {
+                    let n = s.read(&mut buf).await?;
+                    if n == 0 {
+                        break;
+                    }
+                    mine += n as u64;
+                    let total = got.fetch_add(n as u64, Ordering::AcqRel) + n as u64;
+                    let mut st = started.lock().expect("start");
+                    if st.is_none() && total >= skip.max(1) {
+                        *st = Some((Instant::now(), total));
+                    }
+                }
+                if mine != each {
+                    bail!("probe download: {mine} bytes of {each}");
+                }
+                anyhow::Ok(())
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r??;
+        }
+        let (t, at) = started.lock().expect("start").context("no byte arrived")?;
+        let moved = got.load(Ordering::Acquire) - at;
+        Ok(moved as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e6)
+    }
+
+    /// Uploads `each` bytes on each of `conns` connections at once; Mbit/s from the
+    /// first connect to the last count from the server, less one round trip (`rtt`:
+    /// the last byte's way there and the count's way back; the emulated handshake is
+    /// hidden, as the client keeps sending into the line meanwhile).
+    async fn bulk_up(addr: SocketAddr, each: u64, conns: usize, rtt: Duration) -> Result<f64> {
+        let t = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..conns {
+            tasks.spawn(async move {
+                let mut s = TcpStream::connect(addr).await?;
+                s.write_all(&[UP]).await?;
+                let chunk = vec![0u8; 256 << 10];
+                let mut left = each;
+                while left > 0 {
+                    let k = left.min(chunk.len() as u64) as usize;
+                    s.write_all(&chunk[..k]).await?;
+                    left -= k as u64;
+                }
+                s.shutdown().await?;
+                let mut n = [0u8; 8];
+                s.read_exact(&mut n).await?;
+                if u64::from_le_bytes(n) != each {
+                    bail!(
+                        "probe upload: the server counted {} bytes of {each}",
+                        u64::from_le_bytes(n)
+                    );
+                }
+                anyhow::Ok(())
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r??;
+        }
+        let secs = t.elapsed().as_secs_f64() - rtt.as_secs_f64();
+        Ok((each * conns as u64) as f64 * 8.0 / secs / 1e6)
     }
 }
 
@@ -743,6 +920,8 @@ pub struct Check {
     pub new_conn_ms: f64,
     pub down_mbit: f64,
     pub up_mbit: f64,
+    /// One connection's download, past its first window.
+    pub one_conn_mbit: f64,
 }
 
 impl Check {
@@ -752,7 +931,15 @@ impl Check {
             .map(str::parse)
             .collect::<Result<_, _>>()
             .with_context(|| format!("the link check printed {s:?}"))?;
-        let [rtt_min_ms, rtt_median_ms, new_conn_ms, down_mbit, up_mbit] = v[..] else {
+        let [
+            rtt_min_ms,
+            rtt_median_ms,
+            new_conn_ms,
+            down_mbit,
+            up_mbit,
+            one_conn_mbit,
+        ] = v[..]
+        else {
             bail!("the link check printed {s:?}");
         };
         Ok(Check {
@@ -761,6 +948,7 @@ impl Check {
             new_conn_ms,
             down_mbit,
             up_mbit,
+            one_conn_mbit,
         })
     }
 }
@@ -797,9 +985,9 @@ pub fn proc_cpu(pid: u32, tick: f64) -> Result<(f64, bool)> {
 mod tests {
     use super::*;
 
-    /// A proxy with `rtt` and `line_bytes` in front of an echo-like upstream that reads
-    /// the whole request up to the client's half-close, then answers with its bytes
-    /// reversed and closes; returns the proxy's address and its events.
+    /// A proxy with `rtt` and `line_bytes` (no window) in front of an echo-like upstream
+    /// that reads the whole request up to the client's half-close, then answers with
+    /// its bytes reversed and closes; returns the proxy's address and its events.
     async fn proxy_to_reverser(
         rtt: Duration,
         line_bytes: usize,
@@ -821,7 +1009,12 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(proxy::accept_loop(l, target, rtt, line_bytes, tx));
+        let shape = proxy::Shape {
+            rtt,
+            line_bytes,
+            window: 0,
+        };
+        tokio::spawn(proxy::accept_loop(l, target, shape, tx));
         (addr, rx)
     }
 
@@ -879,5 +1072,60 @@ mod tests {
             }
         }
         assert_eq!(kinds, ["conn", "req GET /_xorb/abc HTTP/1.1", "first"]);
+    }
+
+    /// The window: of a client's bytes, at most one window reaches the upstream within
+    /// the round trip after the first of them, as the rest waits for acknowledgements;
+    /// and all arrive, in order. (A slow machine only delays the later bytes more, so
+    /// this bound holds however loaded the machine is; without the window the proxy's
+    /// large line lets everything through within that round trip.)
+    #[tokio::test]
+    async fn at_most_one_window_arrives_per_round_trip() {
+        const W: usize = 256 << 10;
+        let rtt = Duration::from_millis(400);
+        let up = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = up.local_addr().unwrap();
+        // The upstream notes, per read, when the bytes arrived.
+        let upstream = tokio::spawn(async move {
+            let (mut s, _) = up.accept().await.unwrap();
+            let mut all = Vec::new();
+            let mut arrivals = Vec::new();
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                let n = s.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                arrivals.push((Instant::now(), n));
+                all.extend_from_slice(&buf[..n]);
+            }
+            (all, arrivals)
+        });
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (tx, _rx) = mpsc::channel(64);
+        let shape = proxy::Shape {
+            rtt,
+            line_bytes: 64 << 20,
+            window: W,
+        };
+        tokio::spawn(proxy::accept_loop(l, target, shape, tx));
+        let mut data = vec![0u8; 4 * W];
+        xet_testdata::Rng::new(3).fill(&mut data);
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(&data).await.unwrap();
+        c.shutdown().await.unwrap();
+        let (got, arrivals) = upstream.await.unwrap();
+        assert!(got == data, "the upstream got other bytes than were sent");
+        let first = arrivals[0].0;
+        let early: usize = arrivals
+            .iter()
+            .filter(|(t, _)| *t < first + rtt / 2)
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            early <= W,
+            "{early} bytes arrived within half a round trip of the first, more than the {W}-byte window"
+        );
     }
 }
