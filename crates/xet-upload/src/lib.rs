@@ -49,7 +49,9 @@
 //! start, then what the throughput measured calls for, between 2 and `max_xorb_uploads`
 //! (16) (see *Upload slots* below). Memory therefore stays flat whatever the input size
 //! (≈ 128 MiB read-ahead + 5 × 64 MiB xorbs + the bodies being sent: under 1 GiB for a
-//! 10 GiB file on a link 8 uploads fill). CPU work never runs on the async executor:
+//! 10 GiB file on a link 8 uploads fill). A xorb's new chunks stay slices of the blocks
+//! they were read in where most of a block was new, and are copied out of it otherwise,
+//! so a xorb keeps at most a third more than its data alive, plus a block at either end. CPU work never runs on the async executor:
 //! reading, chunking, sha256 and dedup run on blocking threads, chunk hashes and
 //! compression on rayon. No lock is held across an `.await`.
 //!
@@ -195,7 +197,6 @@ mod progress;
 mod read;
 mod report;
 pub mod scan;
-mod sha;
 mod shards;
 mod unchanged;
 mod uploads;

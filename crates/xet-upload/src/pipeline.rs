@@ -172,6 +172,16 @@ async fn open_cache(opts: &UploadOptions) -> Result<OpenedCache> {
     })
 }
 
+/// Idle read blocks kept for reuse: as many as the read-ahead and the xorbs being
+/// filled, waiting or built hold (new chunks are slices of their blocks), so blocks freed
+/// when a xorb is done are read into again instead of faulting fresh pages in. Idle
+/// blocks never outnumber those in use at some earlier moment, so this adds nothing to
+/// the peak.
+fn read_pool_max(opts: &UploadOptions) -> usize {
+    let xorbs = (opts.max_xorbs_in_flight as u64 + 2) * opts.xorb_max_bytes;
+    ((opts.read_ahead_bytes + xorbs) / opts.block_size as u64) as usize + 4
+}
+
 impl Shared {
     fn new(
         cas: Arc<dyn Cas>,
@@ -182,10 +192,7 @@ impl Shared {
         journal: HashMap<MerkleHash, u64>,
     ) -> Shared {
         Shared {
-            read_pool: BufPool::new(
-                opts.block_size,
-                (opts.read_ahead_bytes / opts.block_size as u64) as usize + 4,
-            ),
+            read_pool: BufPool::new(opts.block_size, read_pool_max(&opts)),
             // The largest body: every chunk stored as it is (a compressed payload is kept
             // only when smaller), plus the headers.
             body_pool: BodyPool::new(
@@ -526,9 +533,10 @@ fn dedup_batch(
     }
     let mut bytes = 0u64;
     let mut prepared = batch.prepared.into_iter();
-    for (h, d) in batch.chunks {
+    for (i, (h, d)) in batch.chunks.into_iter().enumerate() {
         bytes += d.len() as u64;
-        session.push_prepared(f, h, d, prepared.next().flatten());
+        let block = batch.block.filter(|&(_, from)| i >= from).map(|(b, _)| b);
+        session.push_prepared(f, h, d, prepared.next().flatten(), block);
     }
     let new_before = f.new_bytes;
     session.process(f, false);

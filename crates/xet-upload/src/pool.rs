@@ -46,9 +46,12 @@ impl BufPool {
         }
     }
 
-    /// `v` as `Bytes` that return the buffer to the pool when the last reference drops.
-    pub fn to_bytes(&self, v: Vec<u8>) -> Bytes {
+    /// `v` as `Bytes` that return the buffer to the pool when the last reference drops;
+    /// a buffer of another size is cut to its length first, since a chunk kept as a
+    /// slice of it holds all of it (a 64 KiB buffer for a file of 100 bytes).
+    pub fn to_bytes(&self, mut v: Vec<u8>) -> Bytes {
         if v.capacity() != self.size {
+            v.shrink_to_fit();
             return Bytes::from(v);
         }
         Bytes::from_owner(Pooled {
@@ -202,5 +205,9 @@ mod tests {
         assert_eq!(v.as_ptr(), ptr);
         assert!(v.is_empty());
         assert_eq!(pool.get(10).capacity(), 10);
+        // Not the pool's size: cut to its length, not held whole by its slices.
+        let mut small = pool.get(4096);
+        small.extend_from_slice(&[1, 2, 3]);
+        assert_eq!(Vec::from(pool.to_bytes(small)).capacity(), 3);
     }
 }

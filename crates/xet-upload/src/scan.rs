@@ -81,7 +81,7 @@ impl<B: AsRef<[u8]> + Sync> HashJob<B> {
             out
         };
         match sha {
-            Some(sha) => rayon::join(|| crate::sha::update(sha, block), hash_all).1,
+            Some(sha) => rayon::join(|| sha.update(block), hash_all).1,
             None => hash_all(),
         }
     }

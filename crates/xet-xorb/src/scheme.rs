@@ -370,25 +370,31 @@ fn lz4_frame_compress_below(data: &[u8], out: &mut Vec<u8>, limit: usize) -> boo
     out.extend_from_slice(&[flg, bd, (XxHash32::oneshot(0, &[flg, bd]) >> 8) as u8]);
     for block in data.chunks(block_max) {
         let at = out.len();
-        out.resize(
-            at + 4 + lz4_flex::block::get_maximum_output_size(block.len()),
-            0,
-        );
-        // The output holds the worst case, so the block compressor cannot run out of room.
-        let n = TABLE
-            .with(|t| {
-                lz4_flex::block::compress_into_with_table(
-                    block,
-                    &mut out[at + 4..],
-                    &mut t.borrow_mut(),
-                )
-            })
-            .expect("LZ4 output sized by get_maximum_output_size");
-        if n < block.len() {
-            out.truncate(at + 4 + n);
-            out[at..at + 4].copy_from_slice(&(n as u32).to_le_bytes());
-        } else {
-            out.truncate(at);
+        let compressed = BLOCK_OUT.with(|b| {
+            let mut b = b.borrow_mut();
+            let worst = lz4_flex::block::get_maximum_output_size(block.len());
+            if b.len() < worst {
+                b.resize(worst, 0);
+            }
+            // Room for the worst case, so the block compressor cannot run out of it.
+            let n = TABLE
+                .with(|t| {
+                    lz4_flex::block::compress_into_with_table(
+                        block,
+                        &mut b[..],
+                        &mut t.borrow_mut(),
+                    )
+                })
+                .expect("LZ4 output sized by get_maximum_output_size");
+            if n < block.len() {
+                out.extend_from_slice(&(n as u32).to_le_bytes());
+                out.extend_from_slice(&b[..n]);
+                true
+            } else {
+                false
+            }
+        });
+        if !compressed {
             if at - start + 4 + block.len() + end_mark >= limit {
                 return false;
             }
@@ -404,6 +410,12 @@ fn lz4_frame_compress_below(data: &[u8], out: &mut Vec<u8>, limit: usize) -> boo
 }
 
 thread_local! {
+    /// Where each block is compressed before what came out is appended to the frame
+    /// (only if it is smaller): a buffer that is only ever grown, so its worst-case room
+    /// is zeroed once per thread, not for every block (most blocks of incompressible
+    /// data are then never copied at all).
+    static BLOCK_OUT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+
     /// The frame encoder's hash table kind (32-bit entries, 5-byte hash) at every input
     /// size: the block compressor's default switches to a 16-bit, 4-byte-hash table below
     /// 64 KiB, which finds different matches and so writes different (valid) bytes.
