@@ -30,18 +30,28 @@ pub mod wire;
 pub use body::{ReceivedXorb, XorbBody, XorbReceiver};
 pub use types::*;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use xet_hash::MerkleHash;
 
-/// Errors callers can branch on. Messages name the object and say what to do.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Errors callers can branch on. Messages name the object and say what to do; the error
+/// that made an operation fail (a format crate's, an `io::Error`, a transport's) is kept
+/// whole as the [`Cause`] that `source()` returns, never copied into the message, so a
+/// chain printer ([`error_chain`], the CLI's) shows it once. What a server answered is
+/// data, kept as text.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum CasError {
     #[error("{kind} {hash} not found")]
     NotFound { kind: ObjectKind, hash: MerkleHash },
-    #[error("xorb {hash} rejected: {reason}")]
-    InvalidXorb { hash: MerkleHash, reason: String },
-    #[error("shard rejected: {reason}")]
-    InvalidShard { reason: String },
+    /// The body is not the xorb `hash`: the cause is the format's verdict
+    /// (`xet_xorb::XorbError`), the store's limit, or what a server answered.
+    #[error("xorb {hash} rejected")]
+    InvalidXorb { hash: MerkleHash, source: Cause },
+    /// The shard does not parse or breaks a rule of the format (`xet_shard::ShardError`),
+    /// a limit of the store, or a server refused it.
+    #[error("shard rejected")]
+    InvalidShard { source: Cause },
     #[error("shard references xorb {hash}, which is not stored: upload the xorb before the shard")]
     MissingXorb { hash: MerkleHash },
     #[error("range starts at byte {start} but file {file} is {size} bytes")]
@@ -50,14 +60,19 @@ pub enum CasError {
         start: u64,
         size: u64,
     },
-    #[error("not authorized: {0} (check the token)")]
-    Unauthorized(String),
+    /// The credentials were refused; `source` is the transport's error where one says why.
+    #[error("not authorized: {message} (check the token)")]
+    Unauthorized {
+        message: String,
+        source: Option<Cause>,
+    },
     #[error("forbidden: {0}")]
     Forbidden(String),
     /// A presigned URL has expired; re-query the reconstruction for fresh ones.
     #[error("presigned URL expired for xorb {hash}")]
     UrlExpired { hash: MerkleHash },
-    /// The server answered with a status this client does not expect.
+    /// The server answered with a status this client does not expect; `message` is what
+    /// it said (data, not a cause).
     #[error("server answered {status} for {what}: {message}")]
     Server {
         status: u16,
@@ -65,14 +80,29 @@ pub enum CasError {
         message: String,
     },
     /// Connection, timeout, truncated body: the request may succeed if tried again.
+    /// `source` is the transport's error, where there is one.
     #[error("network error for {what}: {message}")]
-    Network { what: String, message: String },
-    /// Data arrived but is wrong (bad chunk, hash mismatch, short body).
+    Network {
+        what: String,
+        message: String,
+        source: Option<Cause>,
+    },
+    /// Data arrived but is wrong (bad chunk, hash mismatch, short body); `source` is the
+    /// parser's or verifier's error, where there is one.
     #[error("corrupt data from {what}: {message}")]
-    Corrupt { what: String, message: String },
-    /// The backing storage failed (disk full, permissions, S3 error).
-    #[error("storage error: {0}")]
-    Storage(String),
+    Corrupt {
+        what: String,
+        message: String,
+        source: Option<Cause>,
+    },
+    /// The backing storage failed (disk full, permissions, S3 error): `message` says
+    /// which operation on which object, `source` is the `io::Error` or the S3 client's
+    /// error where there is one.
+    #[error("storage error: {message}")]
+    Storage {
+        message: String,
+        source: Option<Cause>,
+    },
     /// The store takes no writes (a bundle served read-only, `xet-bundle`): nothing was
     /// stored. Servers answer `405`.
     #[error("read-only store: {0}")]
@@ -88,6 +118,115 @@ impl CasError {
             _ => false,
         }
     }
+
+    /// [`CasError::Storage`] with no cause beyond its message.
+    pub fn storage(message: impl Into<String>) -> Self {
+        CasError::Storage {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`CasError::Storage`] caused by `source` (an `io::Error`, the S3 client's error).
+    pub fn storage_with(
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        CasError::Storage {
+            message: message.into(),
+            source: Some(Cause::from_boxed(source.into())),
+        }
+    }
+
+    /// [`CasError::Corrupt`] with no cause beyond its message.
+    pub fn corrupt(what: impl Into<String>, message: impl Into<String>) -> Self {
+        CasError::Corrupt {
+            what: what.into(),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`CasError::Corrupt`] caused by `source` (the parser's or verifier's error).
+    pub fn corrupt_with(
+        what: impl Into<String>,
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        CasError::Corrupt {
+            what: what.into(),
+            message: message.into(),
+            source: Some(Cause::from_boxed(source.into())),
+        }
+    }
+
+    /// [`CasError::InvalidXorb`] caused by `source`.
+    pub fn invalid_xorb(
+        hash: MerkleHash,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        CasError::InvalidXorb {
+            hash,
+            source: Cause::from_boxed(source.into()),
+        }
+    }
+
+    /// [`CasError::InvalidShard`] caused by `source`.
+    pub fn invalid_shard(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        CasError::InvalidShard {
+            source: Cause::from_boxed(source.into()),
+        }
+    }
+}
+
+/// The error behind a [`CasError`], kept whole and shared (so `CasError` stays `Clone`).
+/// `source()` of the `CasError` is this error itself, so callers can downcast it:
+/// `e.source().and_then(|s| s.downcast_ref::<std::io::Error>())`.
+#[derive(Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync>);
+
+impl Cause {
+    pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Cause(Arc::new(e))
+    }
+
+    pub fn from_boxed(e: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        Cause(Arc::from(e))
+    }
+}
+
+// `Cause` is deliberately not an `Error` itself: thiserror's `source()` then reaches the
+// wrapped error through `Deref`, and a downcast finds the original type.
+impl std::ops::Deref for Cause {
+    type Target = dyn std::error::Error + Send + Sync;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::fmt::Debug for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+/// What a server answered when it refused something (its error text): the cause of a
+/// [`CasError::InvalidXorb`] or [`CasError::InvalidShard`] the HTTP client reports.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the server answered: {0}")]
+pub struct Refusal(pub String);
+
+/// `e` and each of its causes in order, joined by ": " on one line: for an HTTP error
+/// body, a log line or a report field, where a chain cannot be walked later.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

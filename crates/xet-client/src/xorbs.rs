@@ -5,7 +5,7 @@
 use reqwest::Method;
 use reqwest::header::{CONTENT_LENGTH, HeaderName, HeaderValue};
 use xet_cas::wire::{Checksum, Grant, GrantRequest, WasInserted};
-use xet_cas::{CasError, Result, XorbPieces, routes};
+use xet_cas::{CasError, Refusal, Result, XorbPieces, routes};
 use xet_hash::MerkleHash;
 
 use crate::transport::{Fail, Progress, Rejection, progress_pieces};
@@ -192,10 +192,10 @@ impl HttpCas {
                         status,
                         reason: rej.reason(),
                     }),
-                    400 | 413 | 422 => Err(Fail::Fatal(CasError::InvalidXorb {
-                        hash: *hash,
-                        reason: rej.reason(),
-                    })),
+                    400 | 413 | 422 => Err(Fail::Fatal(CasError::invalid_xorb(
+                        *hash,
+                        Refusal(rej.reason()),
+                    ))),
                     _ => Err(rej.into_fail(&what)),
                 }
             })
@@ -262,10 +262,11 @@ fn grant_answer(status: u16, body: &[u8], what: &str) -> std::result::Result<Gra
     match serde_json::from_slice::<Grant>(body) {
         Ok(g) => Ok(GrantAnswer::Grant(g)),
         Err(_) if status != 201 => Ok(GrantAnswer::Exists),
-        Err(e) => Err(Fail::Fatal(CasError::Corrupt {
-            what: what.to_string(),
-            message: format!("the grant is not {{\"id\",\"method\",\"url\",\"headers\"}}: {e}"),
-        })),
+        Err(e) => Err(Fail::Fatal(CasError::corrupt_with(
+            what,
+            "the grant is not {\"id\",\"method\",\"url\",\"headers\"}",
+            e,
+        ))),
     }
 }
 
@@ -273,10 +274,7 @@ fn grant_answer(status: u16, body: &[u8], what: &str) -> std::result::Result<Gra
 /// cannot be followed is corrupt, and retrying it would not help. `Content-Length` is
 /// left out (the body sets it) but must match the xorb's length.
 fn grant_request(grant: &Grant, len: u64, what: &str) -> Result<(Method, GrantHeaders)> {
-    let corrupt = |message: String| CasError::Corrupt {
-        what: what.to_string(),
-        message,
-    };
+    let corrupt = |message: String| CasError::corrupt(what, message);
     let method = Method::from_bytes(grant.method.as_bytes()).map_err(|_| {
         corrupt(format!(
             "the grant's method {:?} is not an HTTP method",
@@ -310,10 +308,11 @@ fn direct_inserted(body: &[u8], what: &str) -> std::result::Result<bool, Fail> {
     serde_json::from_slice::<WasInserted>(body)
         .map(|w| w.was_inserted)
         .map_err(|e| {
-            Fail::Fatal(CasError::Corrupt {
-                what: what.to_string(),
-                message: format!("expected {{\"was_inserted\": bool}}: {e}"),
-            })
+            Fail::Fatal(CasError::corrupt_with(
+                what,
+                "expected {\"was_inserted\": bool}",
+                e,
+            ))
         })
 }
 
@@ -341,10 +340,7 @@ fn xorb_rejection(hash: &MerkleHash, rej: Rejection, what: &str) -> Fail {
                 .strip_prefix(&prefix)
                 .map(str::to_string)
                 .unwrap_or(reason);
-            Fail::Fatal(CasError::InvalidXorb {
-                hash: *hash,
-                reason,
-            })
+            Fail::Fatal(CasError::invalid_xorb(*hash, Refusal(reason)))
         }
         _ => rej.into_fail(what),
     }
