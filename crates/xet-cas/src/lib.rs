@@ -130,11 +130,11 @@ impl CasError {
     /// [`CasError::Storage`] caused by `source` (an `io::Error`, the S3 client's error).
     pub fn storage_with(
         message: impl Into<String>,
-        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+        source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
         CasError::Storage {
             message: message.into(),
-            source: Some(Cause::from_boxed(source.into())),
+            source: Some(Cause::new(source)),
         }
     }
 
@@ -151,30 +151,30 @@ impl CasError {
     pub fn corrupt_with(
         what: impl Into<String>,
         message: impl Into<String>,
-        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+        source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
         CasError::Corrupt {
             what: what.into(),
             message: message.into(),
-            source: Some(Cause::from_boxed(source.into())),
+            source: Some(Cause::new(source)),
         }
     }
 
     /// [`CasError::InvalidXorb`] caused by `source`.
     pub fn invalid_xorb(
         hash: MerkleHash,
-        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+        source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
         CasError::InvalidXorb {
             hash,
-            source: Cause::from_boxed(source.into()),
+            source: Cause::new(source),
         }
     }
 
     /// [`CasError::InvalidShard`] caused by `source`.
-    pub fn invalid_shard(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+    pub fn invalid_shard(source: impl std::error::Error + Send + Sync + 'static) -> Self {
         CasError::InvalidShard {
-            source: Cause::from_boxed(source.into()),
+            source: Cause::new(source),
         }
     }
 }
@@ -359,5 +359,53 @@ struct WholeRange(Option<Bytes>);
 impl RangeStream for WholeRange {
     async fn next(&mut self) -> Result<Option<Bytes>> {
         Ok(self.0.take().filter(|b| !b.is_empty()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    fn enospc() -> CasError {
+        let io = std::io::Error::from_raw_os_error(28);
+        CasError::storage_with("writing xorbs/ab/cd", io)
+    }
+
+    #[test]
+    fn the_cause_is_the_source_and_downcasts_to_its_type() {
+        let e = enospc();
+        let io = e
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .expect("the io::Error is the source");
+        assert_eq!(io.kind(), std::io::ErrorKind::StorageFull);
+        // A clone shares the same cause.
+        let c = e.clone();
+        let kind = c
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .map(|io| io.kind());
+        assert_eq!(kind, Some(std::io::ErrorKind::StorageFull));
+    }
+
+    #[test]
+    fn the_message_and_the_chain_show_the_cause_once() {
+        let e = enospc();
+        let cause = std::io::Error::from_raw_os_error(28).to_string();
+        assert_eq!(e.to_string(), "storage error: writing xorbs/ab/cd");
+        let chain = error_chain(&e);
+        assert_eq!(chain, format!("storage error: writing xorbs/ab/cd: {cause}"));
+        assert_eq!(chain.matches(&cause).count(), 1, "{chain}");
+    }
+
+    #[test]
+    fn variants_without_a_cause_have_no_source() {
+        let e = CasError::storage("the dedup secret vanished");
+        assert!(e.source().is_none());
+        assert_eq!(error_chain(&e), e.to_string());
+        let r = CasError::invalid_xorb(MerkleHash::ZERO, Refusal("bad chunk 3".into()));
+        let refusal = r.source().and_then(|s| s.downcast_ref::<Refusal>());
+        assert_eq!(refusal.map(|r| r.0.as_str()), Some("bad chunk 3"));
     }
 }

@@ -155,8 +155,13 @@ fn parse_reconstruction(
             .map_err(Cause::from)
             .and_then(|w| Reconstruction::from_v1(&w).map_err(wire))
     };
-    let r = parsed
-        .map_err(|e| Fail::Fatal(CasError::corrupt_with(what, "bad reconstruction", e)))?;
+    let r = parsed.map_err(|e| {
+        Fail::Fatal(CasError::Corrupt {
+            what: what.to_string(),
+            message: "bad reconstruction".into(),
+            source: Some(xet_cas::Cause::from_boxed(e)),
+        })
+    })?;
     if let Some(t) = r.terms.iter().find(|t| r.fetch_for(t).is_none()) {
         let message = format!(
             "no fetch covers chunks {}..{} of xorb {}",

@@ -534,10 +534,9 @@ async fn a_wrong_secret_is_refused() {
             session_token: None,
         });
         proxy.clear_log();
-        let e = S3Backend::open(wrong.clone())
-            .await
-            .unwrap_err()
-            .to_string();
+        // The server's reason is the cause: the chain shows it.
+        let e = S3Backend::open(wrong.clone()).await.unwrap_err();
+        let e = xet_cas::error_chain(&e);
         assert!(
             e.contains(&format!("s3://{bucket}/p")) && e.contains(&proxy.url) && e.contains(reason),
             "{e}"
@@ -548,7 +547,7 @@ async fn a_wrong_secret_is_refused() {
             repeated.is_empty(),
             "a refused request was retried: {repeated:?}"
         );
-        let e = open_store(wrong).await.unwrap_err().to_string();
+        let e = xet_cas::error_chain(&open_store(wrong).await.unwrap_err());
         assert!(e.contains(reason), "{e}");
     }
     assert_eq!(raw_keys(s3, &bucket).await, Vec::<String>::new());

@@ -191,8 +191,9 @@ impl<B: ObjectBackend> StoreCas<B> {
         let Some(len) = self.backend.size(&key).await? else {
             return Ok(None);
         };
-        let corrupt = |e: format::FormatError| {
-            CasError::storage_with(format!("stored xorb {h} is unusable"), e.into_cause())
+        let corrupt = |e: format::FormatError| CasError::Storage {
+            message: format!("stored xorb {h} is unusable"),
+            source: Some(e.into_cause()),
         };
         if len < 4 {
             return Err(corrupt(format::FormatError::StoredXorbTooShort { len }));
@@ -340,7 +341,9 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
         }
         let upload = blocking(move || format::parse_upload_shard(&shard, max))
             .await?
-            .map_err(|e| CasError::invalid_shard(e.into_cause()))?;
+            .map_err(|e| CasError::InvalidShard {
+                source: e.into_cause(),
+            })?;
         let metas = self
             .metas(&validate::referenced_xorbs(&upload.content))
             .await?;
@@ -442,9 +445,9 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
             format::dedup_shard(&refs, key, now, expiry)
         })
         .await?
-        .map_err(|e| {
-            let what = format!("building the dedup answer for chunk {chunk}");
-            CasError::storage_with(what, e.into_cause())
+        .map_err(|e| CasError::Storage {
+            message: format!("building the dedup answer for chunk {chunk}"),
+            source: Some(e.into_cause()),
         })?;
         Ok(Some(bytes))
     }

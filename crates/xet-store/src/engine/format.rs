@@ -9,7 +9,7 @@ use xet_shard::{CasInfo, ParsedShard, Shard, ShardError, StoredOptions};
 use xet_xorb::{XorbError, XorbInfo};
 
 use super::meta::XorbMeta;
-use xet_cas::{ChunkRange, ReceivedXorb};
+use xet_cas::{Cause, ChunkRange, ReceivedXorb};
 
 /// Why the store refuses an upload or cannot use a stored object: the format crates'
 /// own errors as they are, or a rule of the store's.
@@ -40,11 +40,11 @@ pub enum FormatError {
 impl FormatError {
     /// The error to keep as a `CasError`'s cause: a format crate's own error unwrapped,
     /// so a caller can downcast the cause to `XorbError` or `ShardError`.
-    pub fn into_cause(self) -> Box<dyn std::error::Error + Send + Sync> {
+    pub fn into_cause(self) -> Cause {
         match self {
-            FormatError::Xorb(e) => Box::new(e),
-            FormatError::Shard(e) => Box::new(e),
-            e => Box::new(e),
+            FormatError::Xorb(e) => Cause::new(e),
+            FormatError::Shard(e) => Cause::new(e),
+            e => Cause::new(e),
         }
     }
 }
