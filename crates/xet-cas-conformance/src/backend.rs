@@ -30,7 +30,11 @@ pub async fn run_all(b: &dyn ObjectBackend) {
 pub async fn put_if_absent(b: &dyn ObjectBackend) {
     let key = ObjectKey::xorb(&key_hash("put", 0));
     assert_eq!(text_err(b.get(&key).await), Ok(None), "missing object");
-    assert_eq!(text_err(b.size(&key).await), Ok(None), "size of a missing object");
+    assert_eq!(
+        text_err(b.size(&key).await),
+        Ok(None),
+        "size of a missing object"
+    );
     assert_eq!(
         text_err(b.exists(&key).await),
         Ok(false),
@@ -65,7 +69,11 @@ pub async fn put_if_absent(b: &dyn ObjectBackend) {
         Ok(Some(Bytes::new())),
         "empty object content"
     );
-    assert_eq!(text_err(b.size(&empty).await), Ok(Some(0)), "empty object size");
+    assert_eq!(
+        text_err(b.size(&empty).await),
+        Ok(Some(0)),
+        "empty object size"
+    );
 }
 
 /// An object put in parts is their concatenation (empty parts included), and the parts
@@ -85,8 +93,10 @@ pub async fn put_parts(b: &dyn ObjectBackend) {
         "first put in parts"
     );
     assert_eq!(
-        text_err(b.put_parts_if_absent(&key, vec![Bytes::from_static(b"other")])
-            .await),
+        text_err(
+            b.put_parts_if_absent(&key, vec![Bytes::from_static(b"other")])
+                .await
+        ),
         Ok(false),
         "second put in parts"
     );
@@ -101,8 +111,15 @@ pub async fn put_parts(b: &dyn ObjectBackend) {
         "content of an object put in parts"
     );
     let none = ObjectKey::xorb(&key_hash("parts", 1));
-    assert_eq!(text_err(b.put_parts_if_absent(&none, Vec::new()).await), Ok(true));
-    assert_eq!(text_err(b.size(&none).await), Ok(Some(0)), "object of no parts");
+    assert_eq!(
+        text_err(b.put_parts_if_absent(&none, Vec::new()).await),
+        Ok(true)
+    );
+    assert_eq!(
+        text_err(b.size(&none).await),
+        Ok(Some(0)),
+        "object of no parts"
+    );
 }
 
 /// Ranged reads return exactly the bytes asked for; past the end is an error.
@@ -193,7 +210,11 @@ pub async fn listing(b: &dyn ObjectBackend) {
 /// Deletion (maintenance only).
 pub async fn deletion(b: &dyn ObjectBackend) {
     let key = ObjectKey::xorb(&key_hash("delete", 0));
-    assert_eq!(text_err(b.delete(&key).await), Ok(false), "deleting a missing object");
+    assert_eq!(
+        text_err(b.delete(&key).await),
+        Ok(false),
+        "deleting a missing object"
+    );
     b.put_if_absent(&key, Bytes::from_static(b"first"))
         .await
         .expect("put");
@@ -208,7 +229,10 @@ pub async fn deletion(b: &dyn ObjectBackend) {
         Ok(true),
         "put after delete"
     );
-    assert_eq!(text_err(b.get(&key).await), Ok(Some(Bytes::from_static(b"second"))));
+    assert_eq!(
+        text_err(b.get(&key).await),
+        Ok(Some(Bytes::from_static(b"second")))
+    );
 }
 
 /// Concurrent puts of one key: exactly one wins and its content is complete.

@@ -159,7 +159,12 @@ async fn upload_xorbs(cas: &dyn Cas, f: &Fixture) {
         let r = cas
             .put_xorb(&x.hash, Bytes::from(x.body.clone()).into())
             .await;
-        assert_eq!(text_err(r), Ok(true), "uploading fixture xorb {i} ({})", x.hash);
+        assert_eq!(
+            text_err(r),
+            Ok(true),
+            "uploading fixture xorb {i} ({})",
+            x.hash
+        );
     }
 }
 
@@ -431,20 +436,26 @@ pub async fn xorb_uploads(cas: &dyn Cas) {
     let f = fixture();
     let (x0, x1) = (&f.xorbs[0], &f.xorbs[1]);
     assert_eq!(
-        text_err(cas.put_xorb(&x0.hash, Bytes::from(x0.body.clone()).into())
-            .await),
+        text_err(
+            cas.put_xorb(&x0.hash, Bytes::from(x0.body.clone()).into())
+                .await
+        ),
         Ok(true),
         "first upload"
     );
     assert_eq!(
-        text_err(cas.put_xorb(&x0.hash, Bytes::from(x0.body.clone()).into())
-            .await),
+        text_err(
+            cas.put_xorb(&x0.hash, Bytes::from(x0.body.clone()).into())
+                .await
+        ),
         Ok(false),
         "second upload"
     );
     assert_eq!(
-        text_err(cas.put_xorb(&x0.hash, Bytes::from(x0.footered.clone()).into())
-            .await),
+        text_err(
+            cas.put_xorb(&x0.hash, Bytes::from(x0.footered.clone()).into())
+                .await
+        ),
         Ok(false),
         "footered re-upload"
     );
@@ -455,8 +466,10 @@ pub async fn xorb_uploads(cas: &dyn Cas) {
     );
     // A footered upload is accepted and sized by its chunk region.
     assert_eq!(
-        text_err(cas.put_xorb(&x1.hash, Bytes::from(x1.footered.clone()).into())
-            .await),
+        text_err(
+            cas.put_xorb(&x1.hash, Bytes::from(x1.footered.clone()).into())
+                .await
+        ),
         Ok(true),
         "footered upload"
     );
@@ -466,8 +479,10 @@ pub async fn xorb_uploads(cas: &dyn Cas) {
         "footered upload: xorb_size"
     );
     assert_eq!(
-        text_err(cas.put_xorb(&x1.hash, Bytes::from(x1.body.clone()).into())
-            .await),
+        text_err(
+            cas.put_xorb(&x1.hash, Bytes::from(x1.body.clone()).into())
+                .await
+        ),
         Ok(false),
         "body after footered"
     );
@@ -479,8 +494,10 @@ pub async fn xorb_uploads(cas: &dyn Cas) {
     // Ranges served from the footered upload are the chunk region's bytes.
     let x2 = &f.xorbs[2];
     assert_eq!(
-        text_err(cas.put_xorb(&x2.hash, Bytes::from(x2.body.clone()).into())
-            .await),
+        text_err(
+            cas.put_xorb(&x2.hash, Bytes::from(x2.body.clone()).into())
+                .await
+        ),
         Ok(true)
     );
     upload_shards(cas, f).await;
@@ -537,8 +554,10 @@ pub async fn xorb_pieces(cas: &dyn Cas) {
         .enumerate()
     {
         assert_eq!(
-            text_err(cas.put_xorb(&x0.hash, XorbBody::Pieces(pieces_of(&x0.body, &cuts)))
-                .await),
+            text_err(
+                cas.put_xorb(&x0.hash, XorbBody::Pieces(pieces_of(&x0.body, &cuts)))
+                    .await
+            ),
             Ok(i == 0),
             "xorb in {} pieces, upload {i}",
             cuts.len() + 1
@@ -548,8 +567,10 @@ pub async fn xorb_pieces(cas: &dyn Cas) {
     for x in &f.xorbs[1..] {
         let cuts: Vec<usize> = (7..x.body.len()).step_by(4099).collect();
         assert_eq!(
-            text_err(cas.put_xorb(&x.hash, XorbBody::Pieces(pieces_of(&x.body, &cuts)))
-                .await),
+            text_err(
+                cas.put_xorb(&x.hash, XorbBody::Pieces(pieces_of(&x.body, &cuts)))
+                    .await
+            ),
             Ok(true)
         );
     }
@@ -625,7 +646,10 @@ pub async fn received_xorbs(cas: &dyn Cas) {
             .collect();
         let r = received(&x.body, &cuts, &x.hash);
         assert!(r.is_verified());
-        assert_eq!(text_err(cas.put_xorb(&x.hash, XorbBody::Received(r)).await), Ok(true));
+        assert_eq!(
+            text_err(cas.put_xorb(&x.hash, XorbBody::Received(r)).await),
+            Ok(true)
+        );
     }
     upload_shards(cas, f).await;
     for file in &f.files {
@@ -783,8 +807,10 @@ pub async fn check_populated(cas: &dyn Cas) {
             "xorb_size"
         );
         assert_eq!(
-            text_err(cas.put_xorb(&x.hash, Bytes::from(x.body.clone()).into())
-                .await),
+            text_err(
+                cas.put_xorb(&x.hash, Bytes::from(x.body.clone()).into())
+                    .await
+            ),
             Ok(false),
             "xorb re-upload"
         );
@@ -1068,8 +1094,10 @@ async fn check_dedup(cas: &dyn Cas, f: &Fixture) {
         );
     }
     assert_eq!(
-        text_err(cas.dedup_shard(&xet_hash::chunk_hash(b"never stored"))
-            .await),
+        text_err(
+            cas.dedup_shard(&xet_hash::chunk_hash(b"never stored"))
+                .await
+        ),
         Ok(None),
         "dedup query for an unknown chunk"
     );
@@ -1255,5 +1283,9 @@ pub async fn xorb_limits(cas: &dyn Cas) {
     chunks.push(&one[..]);
     let (h, _, r) = put(cas, chunks).await;
     expect_err(r, "xorb of 64 MiB + 1 byte uncompressed", is_invalid_xorb);
-    assert_eq!(text_err(cas.xorb_size(&h).await), Ok(None), "rejected oversized xorb");
+    assert_eq!(
+        text_err(cas.xorb_size(&h).await),
+        Ok(None),
+        "rejected oversized xorb"
+    );
 }

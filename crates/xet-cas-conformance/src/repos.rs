@@ -218,7 +218,11 @@ fn file_names(c: &Commit) -> Vec<String> {
 pub async fn records(t: &Twins) {
     let r = repo(RepoType::Model, "org/records");
     for (who, s) in [("a", &t.a), ("b", &t.b)] {
-        assert_eq!(text_err(s.repo(&r).await), Ok(None), "records: {who} before creation");
+        assert_eq!(
+            text_err(s.repo(&r).await),
+            Ok(None),
+            "records: {who} before creation"
+        );
     }
     let rec = record(&r, "alice", true);
     assert_eq!(
@@ -312,7 +316,11 @@ pub async fn commits(t: &Twins) {
     }
     for (who, s) in [("a", &t.a), ("b", &t.b)] {
         let got = s.commit(&r, &id).await;
-        assert_eq!(text_err(got), Ok(Some(bytes.clone())), "commits: read through {who}");
+        assert_eq!(
+            text_err(got),
+            Ok(Some(bytes.clone())),
+            "commits: read through {who}"
+        );
     }
     let decoded = Commit::decode(&id, &bytes).expect("commits: decodes");
     assert_eq!(
@@ -350,7 +358,11 @@ pub async fn branches(t: &Twins) {
         ids.push(id);
     }
     let (c1, c2, c3) = (ids[0], ids[1], ids[2]);
-    assert_eq!(text_err(t.a.branch(&r, &main).await), Ok(None), "branches: none yet");
+    assert_eq!(
+        text_err(t.a.branch(&r, &main).await),
+        Ok(None),
+        "branches: none yet"
+    );
     assert_eq!(
         text_err(t.b.branches(&r).await),
         Ok(vec![]),

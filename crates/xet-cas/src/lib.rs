@@ -181,17 +181,18 @@ impl CasError {
 
 /// The error behind a [`CasError`], kept whole and shared (so `CasError` stays `Clone`).
 /// `source()` of the `CasError` is this error itself, so callers can downcast it:
-/// `e.source().and_then(|s| s.downcast_ref::<std::io::Error>())`.
+/// `e.source().and_then(|s| s.downcast_ref::<std::io::Error>())`. One pointer wide
+/// (the box inside the `Arc` holds the wide one), so errors carrying it stay small.
 #[derive(Clone)]
-pub struct Cause(Arc<dyn std::error::Error + Send + Sync>);
+pub struct Cause(Arc<Box<dyn std::error::Error + Send + Sync>>);
 
 impl Cause {
     pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Cause(Arc::new(e))
+        Cause(Arc::new(Box::new(e)))
     }
 
     pub fn from_boxed(e: Box<dyn std::error::Error + Send + Sync>) -> Self {
-        Cause(Arc::from(e))
+        Cause(Arc::new(e))
     }
 }
 
@@ -200,13 +201,13 @@ impl Cause {
 impl std::ops::Deref for Cause {
     type Target = dyn std::error::Error + Send + Sync;
     fn deref(&self) -> &Self::Target {
-        &*self.0
+        &**self.0
     }
 }
 
 impl std::fmt::Debug for Cause {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(&*self.0, f)
+        std::fmt::Debug::fmt(&**self.0, f)
     }
 }
 
@@ -395,7 +396,10 @@ mod tests {
         let cause = std::io::Error::from_raw_os_error(28).to_string();
         assert_eq!(e.to_string(), "storage error: writing xorbs/ab/cd");
         let chain = error_chain(&e);
-        assert_eq!(chain, format!("storage error: writing xorbs/ab/cd: {cause}"));
+        assert_eq!(
+            chain,
+            format!("storage error: writing xorbs/ab/cd: {cause}")
+        );
         assert_eq!(chain.matches(&cause).count(), 1, "{chain}");
     }
 

@@ -10,8 +10,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use xet_cas::{CasError, Cause};
 use xet_cas::routes::SESSION_ID_HEADER;
+use xet_cas::{CasError, Cause};
 
 /// How one attempt failed.
 #[derive(Debug)]
@@ -517,7 +517,7 @@ impl Transport {
                 return Err(self.gave_up(err, n, start.elapsed()));
             }
             tracing::warn!(
-                %what, attempt = n, delay_ms = delay.as_millis() as u64, error = %err,
+                %what, attempt = n, delay_ms = delay.as_millis() as u64, error = %xet_cas::error_chain(&err),
                 "retrying"
             );
             tokio::time::sleep(delay).await;

@@ -69,7 +69,9 @@ pub enum DownloadError {
     Network {
         file: MerkleHash,
         what: String,
-        host: Option<String>,
+        // Boxed: every `Result` of the crate (and of `xet-hub-client`, which wraps this
+        // error) carries this variant's size.
+        host: Option<Box<str>>,
         attempts: u32,
         message: String,
         source: Option<Cause>,
@@ -115,7 +117,7 @@ fn attempts_suffix(attempts: u32) -> String {
     }
 }
 
-fn host_suffix(host: &Option<String>) -> String {
+fn host_suffix(host: &Option<Box<str>>) -> String {
     match host {
         Some(h) => format!(" from {h}"),
         None => String::new(),

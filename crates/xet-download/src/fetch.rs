@@ -179,7 +179,7 @@ pub(crate) async fn pump_range(
                 fetch.xorb, fetch.chunks.start, fetch.chunks.end
             )
         };
-        let host = fetch.url.as_deref().map(url_host);
+        let host = fetch.url.as_deref().map(|u| url_host(u).into_boxed_str());
         // One deadline for the whole attempt, as for a fetch taken whole: a CAS that
         // watches for stalls itself (the HTTP client) resumes a stalled transfer within
         // it, and a per-piece limit of the same length would race with that.

@@ -468,7 +468,10 @@ impl S3Backend {
     }
 
     fn err(&self, op: &str, path: &Path, e: object_store::Error) -> CasError {
-        let what = format!("{op} s3://{}/{path} (endpoint {})", self.bucket, self.endpoint);
+        let what = format!(
+            "{op} s3://{}/{path} (endpoint {})",
+            self.bucket, self.endpoint
+        );
         CasError::storage_with(what, S3Error(e))
     }
 

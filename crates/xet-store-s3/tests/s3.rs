@@ -278,12 +278,18 @@ async fn conditional_put_refuses_an_existing_key() {
     assert!(b.conditional_puts());
     let key = ObjectKey::meta("dedup-secret");
     let first = Bytes::from_static(&[1; 32]);
-    assert_eq!(xet_cas_conformance::text_err(b.put_if_absent(&key, first.clone()).await), Ok(true));
+    assert_eq!(
+        xet_cas_conformance::text_err(b.put_if_absent(&key, first.clone()).await),
+        Ok(true)
+    );
     assert_eq!(
         xet_cas_conformance::text_err(b.put_if_absent(&key, Bytes::from_static(&[2; 32])).await),
         Ok(false)
     );
-    assert_eq!(xet_cas_conformance::text_err(b.get(&key).await), Ok(Some(first)));
+    assert_eq!(
+        xet_cas_conformance::text_err(b.get(&key).await),
+        Ok(Some(first))
+    );
     // The probe object of open() is gone and listing never shows foreign keys.
     assert_eq!(
         raw_keys(s3, &bucket).await,
@@ -381,7 +387,10 @@ async fn a_server_ignoring_conditional_writes_is_detected() {
         xet_cas_conformance::text_err(b.put_if_absent(&xorb, Bytes::from_static(b"b")).await),
         Ok(false)
     );
-    assert_eq!(xet_cas_conformance::text_err(b.get(&xorb).await), Ok(Some(Bytes::from_static(b"a"))));
+    assert_eq!(
+        xet_cas_conformance::text_err(b.get(&xorb).await),
+        Ok(Some(Bytes::from_static(b"a")))
+    );
     // ... but a metadata object is not created: a new store cannot be opened.
     let secret = ObjectKey::meta("dedup-secret");
     let e = b
@@ -393,7 +402,10 @@ async fn a_server_ignoring_conditional_writes_is_detected() {
         e.contains("conditional writes") && e.contains("s3-conditional-put off"),
         "{e}"
     );
-    assert_eq!(xet_cas_conformance::text_err(b.get(&secret).await), Ok(None));
+    assert_eq!(
+        xet_cas_conformance::text_err(b.get(&secret).await),
+        Ok(None)
+    );
     let e = open_store(cfg(ConditionalPut::Auto)).await.unwrap_err();
     assert!(e.to_string().contains("meta/dedup-secret"), "{e}");
     // Likewise repository records and branch versions (a branch would lose commits);
@@ -440,13 +452,19 @@ async fn a_server_ignoring_conditional_writes_is_detected() {
         xet_cas_conformance::text_err(b.put_if_absent(&secret, Bytes::from_static(&[9; 32])).await),
         Ok(false)
     );
-    assert_eq!(xet_cas_conformance::text_err(b.get(&secret).await), Ok(Some(created.clone())));
+    assert_eq!(
+        xet_cas_conformance::text_err(b.get(&secret).await),
+        Ok(Some(created.clone()))
+    );
     let store = xet_store_s3::open_store(cfg(ConditionalPut::Auto))
         .await
         .unwrap();
     conformance::populate(&store).await;
     conformance::check_populated(&store).await;
-    assert_eq!(xet_cas_conformance::text_err(store.backend().get(&secret).await), Ok(Some(created)));
+    assert_eq!(
+        xet_cas_conformance::text_err(store.backend().get(&secret).await),
+        Ok(Some(created))
+    );
 }
 
 /// Without conditional writes, racing writers of one content-addressed key may each
@@ -461,7 +479,10 @@ async fn unconditional_racing_writers_leave_one_whole_object() {
     let (r0, r1, r2, r3) = tokio::join!(put(), put(), put(), put());
     let wins = [r0, r1, r2, r3].map(|r| r.expect("put"));
     assert!(wins.iter().any(|w| *w), "{wins:?}");
-    assert_eq!(xet_cas_conformance::text_err(b.get(&key).await), Ok(Some(data)));
+    assert_eq!(
+        xet_cas_conformance::text_err(b.get(&key).await),
+        Ok(Some(data))
+    );
 }
 
 // ---------------------------------------------------------------------------------------

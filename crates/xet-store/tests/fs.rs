@@ -299,7 +299,10 @@ async fn a_rejected_upload_keeps_the_format_error_as_its_cause() {
     let hash = xet_hash::chunk_hash(b"not a xorb");
     let body = bytes::Bytes::from_static(b"these bytes are not a serialized chunk");
     let e = store.put_xorb(&hash, body.into()).await.unwrap_err();
-    assert!(matches!(e, xet_cas::CasError::InvalidXorb { hash: h, .. } if h == hash), "{e:?}");
+    assert!(
+        matches!(e, xet_cas::CasError::InvalidXorb { hash: h, .. } if h == hash),
+        "{e:?}"
+    );
     let xorb_err = e
         .source()
         .and_then(|s| s.downcast_ref::<xet_xorb::XorbError>())
@@ -311,7 +314,9 @@ async fn a_rejected_upload_keeps_the_format_error_as_its_cause() {
         .await
         .unwrap_err();
     assert!(matches!(e, xet_cas::CasError::InvalidShard { .. }), "{e:?}");
-    let shard_err = e.source().and_then(|s| s.downcast_ref::<xet_shard::ShardError>());
+    let shard_err = e
+        .source()
+        .and_then(|s| s.downcast_ref::<xet_shard::ShardError>());
     assert!(shard_err.is_some(), "the source is the ShardError: {e:?}");
 }
 

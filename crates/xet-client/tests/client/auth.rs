@@ -179,13 +179,19 @@ async fn seeded_token_is_used_until_it_expires() {
     r.initial = Some((Secret::new(WRITE), far));
     let cas = with(support::config(&proxy.url).with_token_source(TokenSource::Refresh(r.clone())));
     let h = xet_hash::chunk_hash(b"x");
-    assert_eq!(xet_cas_conformance::text_err(within(10, cas.file_size(&h)).await), Ok(None));
+    assert_eq!(
+        xet_cas_conformance::text_err(within(10, cas.file_size(&h)).await),
+        Ok(None)
+    );
     assert_eq!(proxy.count("GET", "/v1/token"), 0);
 
     // Expired seed: refreshed before the first request.
     r.initial = Some((Secret::new("stale"), 1));
     let cas = with(support::config(&proxy.url).with_token_source(TokenSource::Refresh(r)));
-    assert_eq!(xet_cas_conformance::text_err(within(10, cas.file_size(&h)).await), Ok(None));
+    assert_eq!(
+        xet_cas_conformance::text_err(within(10, cas.file_size(&h)).await),
+        Ok(None)
+    );
     assert_eq!(proxy.count("GET", "/v1/token"), 1);
 }
 

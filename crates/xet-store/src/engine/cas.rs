@@ -133,7 +133,9 @@ impl<B: ObjectBackend> StoreCas<B> {
             match self.index_stored_shard(h, &key).await {
                 Ok(true) => added += 1,
                 Ok(false) => {}
-                Err(e) => tracing::warn!(shard = %key, error = %xet_cas::error_chain(&e), "skipping stored shard"),
+                Err(e) => {
+                    tracing::warn!(shard = %key, error = %xet_cas::error_chain(&e), "skipping stored shard")
+                }
             }
         }
         Ok(added)
@@ -161,7 +163,9 @@ impl<B: ObjectBackend> StoreCas<B> {
                     Ok(n) => {
                         tracing::info!(shards = n, "indexed shards written by other processes")
                     }
-                    Err(e) => tracing::warn!(error = %xet_cas::error_chain(&e), "cannot refresh the store index"),
+                    Err(e) => {
+                        tracing::warn!(error = %xet_cas::error_chain(&e), "cannot refresh the store index")
+                    }
                 }
                 if let Err(e) = store.backend.remove_abandoned().await {
                     tracing::warn!(error = %xet_cas::error_chain(&e), "cannot remove abandoned temporary files");

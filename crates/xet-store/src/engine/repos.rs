@@ -238,7 +238,8 @@ impl<B: ObjectBackend> StoreCas<B> {
             return Ok(None);
         };
         serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            let what = format!("{key}, a branch of repository {repo}, is not a valid branch object");
+            let what =
+                format!("{key}, a branch of repository {repo}, is not a valid branch object");
             CasError::storage_with(what, e)
         })
     }
@@ -560,7 +561,10 @@ mod tests {
             store.files_claiming_sha256(&[2; 32]),
         )
         .await;
-        assert_eq!(xet_cas_conformance::text_err(next.expect("a later miss is answered")), Ok(vec![]));
+        assert_eq!(
+            xet_cas_conformance::text_err(next.expect("a later miss is answered")),
+            Ok(vec![])
+        );
     }
 
     #[test]
