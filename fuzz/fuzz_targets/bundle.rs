@@ -117,6 +117,12 @@ fn check_opened(b: &Bundle) {
     assert_eq!(b.object_bytes(), total);
 }
 
+/// `r` with its error as text, to compare with an expected `Ok` (`CasError` has no
+/// `PartialEq`) and still show the error.
+fn text_err<T>(r: xet_cas::Result<T>) -> Result<T, String> {
+    r.map_err(|e| xet_cas::error_chain(&e))
+}
+
 fn key(kind: Kind, h: &MerkleHash) -> ObjectKey {
     match kind {
         Kind::Xorb => ObjectKey::xorb(h),
@@ -162,7 +168,7 @@ async fn check_use(bundle: Arc<Bundle>) {
     assert!(imported.rejected.is_empty(), "{:?}", imported.rejected);
     for f in m.files.iter().filter(|f| !f.hash.is_zero()) {
         assert_eq!(
-            target.file_size(&f.hash).await,
+            text_err(target.file_size(&f.hash).await),
             Ok(Some(f.size)),
             "file {}",
             f.hash
@@ -213,20 +219,20 @@ async fn check_backend(bundle: &Arc<Bundle>) {
     for (kind, h) in m.objects() {
         let k = key(kind, &h);
         let obj = bundle.object(kind, &h).expect("located");
-        assert_eq!(b.get(&k).await, Ok(Some(obj.clone())));
-        assert_eq!(b.size(&k).await, Ok(Some(obj.len() as u64)));
+        assert_eq!(text_err(b.get(&k).await), Ok(Some(obj.clone())));
+        assert_eq!(text_err(b.size(&k).await), Ok(Some(obj.len() as u64)));
         let len = obj.len() as u64;
         if len > 0 {
             let r = ByteRange::new(len / 3, len);
             let part = b.get_range(&k, r).await.expect("range").expect("present");
             assert_eq!(part, obj.slice(len as usize / 3..));
         }
-        assert_eq!(b.put_if_absent(&k, Bytes::new()).await, Ok(false));
+        assert_eq!(text_err(b.put_if_absent(&k, Bytes::new()).await), Ok(false));
         assert!(matches!(b.delete(&k).await, Err(CasError::ReadOnly(_))));
     }
     let absent = ObjectKey::xorb(&xet_hash::chunk_hash(bundle.bytes()));
     if !m.xorbs.contains(&xet_hash::chunk_hash(bundle.bytes())) {
-        assert_eq!(b.get(&absent).await, Ok(None));
+        assert_eq!(text_err(b.get(&absent).await), Ok(None));
         assert!(matches!(
             b.put_if_absent(&absent, Bytes::from_static(b"x")).await,
             Err(CasError::ReadOnly(_))

@@ -248,7 +248,7 @@ impl std::fmt::Display for Subject {
 
 /// One thing wrong with a bundle, found by [`crate::import`] or [`crate::verify`]. Its
 /// message names the subject; `source()` is the [`Reason`] (print the chain).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("{subject}")]
 pub struct Problem {
     pub subject: Subject,
@@ -258,7 +258,7 @@ pub struct Problem {
 
 /// Why a [`Problem`]'s subject is wrong. Errors of the format crates and of the target
 /// are sources, so a chain printer shows them.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Reason {
     #[error("its footer does not parse")]
     Footer(#[source] xet_xorb::XorbError),

@@ -34,7 +34,7 @@ pub struct KindCounts {
 
 /// What [`import`] did. A rejected object is named in `rejected`; the others were
 /// imported regardless.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct ImportReport {
     pub xorbs: KindCounts,
     pub shards: KindCounts,

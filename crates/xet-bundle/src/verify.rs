@@ -13,7 +13,7 @@ use crate::import::{Claim, Run, XorbForm, blocking};
 use crate::{Bundle, BundleError, EMPTY_SHA256, MANIFEST_KEY, Problem, Progress, Reason, Subject};
 
 /// What [`verify`] found. The bundle is sound when `problems` is empty.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct VerifyReport {
     /// The SWH structure's counts, when its check passed.
     pub swh: Option<xet_swh::VerifyReport>,
@@ -278,7 +278,7 @@ impl ObjectBackend for FooterBackend {
 }
 
 fn footer_only(key: &ObjectKey) -> CasError {
-    CasError::Storage(format!(
+    CasError::storage(format!(
         "the verification store keeps only the footer of {key}"
     ))
 }

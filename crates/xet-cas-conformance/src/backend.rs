@@ -7,6 +7,7 @@ use bytes::Bytes;
 use xet_hash::MerkleHash;
 
 use super::fixture::random_bytes;
+use crate::text_err;
 use xet_cas::{ByteRange, CasError};
 use xet_store::{ObjectBackend, ObjectKey};
 
@@ -28,43 +29,51 @@ pub async fn run_all(b: &dyn ObjectBackend) {
 /// First put wins; later puts change nothing.
 pub async fn put_if_absent(b: &dyn ObjectBackend) {
     let key = ObjectKey::xorb(&key_hash("put", 0));
-    assert_eq!(b.get(&key).await, Ok(None), "missing object");
-    assert_eq!(b.size(&key).await, Ok(None), "size of a missing object");
+    assert_eq!(text_err(b.get(&key).await), Ok(None), "missing object");
     assert_eq!(
-        b.exists(&key).await,
+        text_err(b.size(&key).await),
+        Ok(None),
+        "size of a missing object"
+    );
+    assert_eq!(
+        text_err(b.exists(&key).await),
         Ok(false),
         "exists on a missing object"
     );
     let data = Bytes::from(random_bytes(10_000, 1));
     assert_eq!(
-        b.put_if_absent(&key, data.clone()).await,
+        text_err(b.put_if_absent(&key, data.clone()).await),
         Ok(true),
         "first put"
     );
     assert_eq!(
-        b.put_if_absent(&key, Bytes::from_static(b"other")).await,
+        text_err(b.put_if_absent(&key, Bytes::from_static(b"other")).await),
         Ok(false),
         "second put"
     );
     assert_eq!(
-        b.get(&key).await,
+        text_err(b.get(&key).await),
         Ok(Some(data.clone())),
         "content after a second put"
     );
-    assert_eq!(b.size(&key).await, Ok(Some(10_000)), "size");
-    assert_eq!(b.exists(&key).await, Ok(true), "exists");
+    assert_eq!(text_err(b.size(&key).await), Ok(Some(10_000)), "size");
+    assert_eq!(text_err(b.exists(&key).await), Ok(true), "exists");
     let empty = ObjectKey::meta("empty-object");
     assert_eq!(
-        b.put_if_absent(&empty, Bytes::new()).await,
+        text_err(b.put_if_absent(&empty, Bytes::new()).await),
         Ok(true),
         "empty object"
     );
     assert_eq!(
-        b.get(&empty).await,
+        text_err(b.get(&empty).await),
         Ok(Some(Bytes::new())),
         "empty object content"
     );
-    assert_eq!(b.size(&empty).await, Ok(Some(0)), "empty object size");
+    assert_eq!(
+        text_err(b.size(&empty).await),
+        Ok(Some(0)),
+        "empty object size"
+    );
 }
 
 /// An object put in parts is their concatenation (empty parts included), and the parts
@@ -79,29 +88,38 @@ pub async fn put_parts(b: &dyn ObjectBackend) {
         Bytes::copy_from_slice(&data[299_990..]),
     ];
     assert_eq!(
-        b.put_parts_if_absent(&key, parts).await,
+        text_err(b.put_parts_if_absent(&key, parts).await),
         Ok(true),
         "first put in parts"
     );
     assert_eq!(
-        b.put_parts_if_absent(&key, vec![Bytes::from_static(b"other")])
-            .await,
+        text_err(
+            b.put_parts_if_absent(&key, vec![Bytes::from_static(b"other")])
+                .await
+        ),
         Ok(false),
         "second put in parts"
     );
     assert_eq!(
-        b.put_if_absent(&key, Bytes::from_static(b"other")).await,
+        text_err(b.put_if_absent(&key, Bytes::from_static(b"other")).await),
         Ok(false),
         "whole put after a put in parts"
     );
     assert_eq!(
-        b.get(&key).await,
+        text_err(b.get(&key).await),
         Ok(Some(Bytes::from(data))),
         "content of an object put in parts"
     );
     let none = ObjectKey::xorb(&key_hash("parts", 1));
-    assert_eq!(b.put_parts_if_absent(&none, Vec::new()).await, Ok(true));
-    assert_eq!(b.size(&none).await, Ok(Some(0)), "object of no parts");
+    assert_eq!(
+        text_err(b.put_parts_if_absent(&none, Vec::new()).await),
+        Ok(true)
+    );
+    assert_eq!(
+        text_err(b.size(&none).await),
+        Ok(Some(0)),
+        "object of no parts"
+    );
 }
 
 /// Ranged reads return exactly the bytes asked for; past the end is an error.
@@ -109,7 +127,7 @@ pub async fn ranged_reads(b: &dyn ObjectBackend) {
     let key = ObjectKey::shard(&key_hash("range", 0));
     let data = random_bytes(3_000_000, 2);
     assert_eq!(
-        b.put_if_absent(&key, Bytes::from(data.clone())).await,
+        text_err(b.put_if_absent(&key, Bytes::from(data.clone())).await),
         Ok(true)
     );
     let n = data.len() as u64;
@@ -124,7 +142,7 @@ pub async fn ranged_reads(b: &dyn ObjectBackend) {
     ] {
         let got = b.get_range(&key, ByteRange::new(s, e)).await;
         assert_eq!(
-            got,
+            text_err(got),
             Ok(Some(Bytes::copy_from_slice(&data[s as usize..e as usize]))),
             "range {s}..{e}"
         );
@@ -132,13 +150,13 @@ pub async fn ranged_reads(b: &dyn ObjectBackend) {
     for (s, e) in [(0, n + 1), (n - 1, n + 1), (n + 1, n + 2), (5, 4)] {
         let got = b.get_range(&key, ByteRange::new(s, e)).await;
         assert!(
-            matches!(got, Err(CasError::Storage(_))),
+            matches!(got, Err(CasError::Storage { .. })),
             "range {s}..{e} of {n}: {got:?}"
         );
     }
     let missing = ObjectKey::shard(&key_hash("range", 1));
     assert_eq!(
-        b.get_range(&missing, ByteRange::new(0, 1)).await,
+        text_err(b.get_range(&missing, ByteRange::new(0, 1)).await),
         Ok(None),
         "range of a missing object"
     );
@@ -192,22 +210,29 @@ pub async fn listing(b: &dyn ObjectBackend) {
 /// Deletion (maintenance only).
 pub async fn deletion(b: &dyn ObjectBackend) {
     let key = ObjectKey::xorb(&key_hash("delete", 0));
-    assert_eq!(b.delete(&key).await, Ok(false), "deleting a missing object");
+    assert_eq!(
+        text_err(b.delete(&key).await),
+        Ok(false),
+        "deleting a missing object"
+    );
     b.put_if_absent(&key, Bytes::from_static(b"first"))
         .await
         .expect("put");
-    assert_eq!(b.delete(&key).await, Ok(true), "deleting");
-    assert_eq!(b.get(&key).await, Ok(None), "after delete");
+    assert_eq!(text_err(b.delete(&key).await), Ok(true), "deleting");
+    assert_eq!(text_err(b.get(&key).await), Ok(None), "after delete");
     assert!(
         !b.list("xorbs/").await.expect("list").contains(&key),
         "listed after delete"
     );
     assert_eq!(
-        b.put_if_absent(&key, Bytes::from_static(b"second")).await,
+        text_err(b.put_if_absent(&key, Bytes::from_static(b"second")).await),
         Ok(true),
         "put after delete"
     );
-    assert_eq!(b.get(&key).await, Ok(Some(Bytes::from_static(b"second"))));
+    assert_eq!(
+        text_err(b.get(&key).await),
+        Ok(Some(Bytes::from_static(b"second")))
+    );
 }
 
 /// Concurrent puts of one key: exactly one wins and its content is complete.
@@ -227,7 +252,7 @@ pub async fn racing_writers(b: &dyn ObjectBackend) {
         );
         let winner = results.iter().position(|w| *w).expect("a winner");
         assert_eq!(
-            b.get(&key).await,
+            text_err(b.get(&key).await),
             Ok(Some(datas[winner].clone())),
             "round {round}: content is the winner's"
         );
@@ -264,6 +289,6 @@ pub async fn no_partial_objects(b: &dyn ObjectBackend) {
         }
     };
     let (w, ()) = tokio::join!(writer, reader);
-    assert_eq!(w, Ok(true));
-    assert_eq!(b.get(&key).await, Ok(Some(data)));
+    assert_eq!(text_err(w), Ok(true));
+    assert_eq!(text_err(b.get(&key).await), Ok(Some(data)));
 }

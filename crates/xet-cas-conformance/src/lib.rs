@@ -123,6 +123,13 @@ where
 // Helpers
 
 #[track_caller]
+/// `r` with its error as text (the whole chain), so a test can compare it with an
+/// expected `Ok` value and still show the error when it is one: `CasError` has no
+/// `PartialEq`, as its causes (any error type) have none.
+pub fn text_err<T>(r: xet_cas::Result<T>) -> Result<T, String> {
+    r.map_err(|e| xet_cas::error_chain(&e))
+}
+
 fn expect_err<T: std::fmt::Debug>(
     r: xet_cas::Result<T>,
     what: &str,
@@ -152,14 +159,19 @@ async fn upload_xorbs(cas: &dyn Cas, f: &Fixture) {
         let r = cas
             .put_xorb(&x.hash, Bytes::from(x.body.clone()).into())
             .await;
-        assert_eq!(r, Ok(true), "uploading fixture xorb {i} ({})", x.hash);
+        assert_eq!(
+            text_err(r),
+            Ok(true),
+            "uploading fixture xorb {i} ({})",
+            x.hash
+        );
     }
 }
 
 async fn upload_shards(cas: &dyn Cas, f: &Fixture) {
     for i in 0..f.shards.len() {
         let r = cas.put_shard(Bytes::from(f.shard_bytes(i))).await;
-        assert_eq!(r, Ok(true), "uploading fixture shard {i}");
+        assert_eq!(text_err(r), Ok(true), "uploading fixture shard {i}");
     }
 }
 
@@ -167,7 +179,7 @@ async fn upload_shards(cas: &dyn Cas, f: &Fixture) {
 async fn assert_unregistered(cas: &dyn Cas, files: &[&FixtureFile], after: &str) {
     for file in files.iter().filter(|f| !f.hash.is_zero()) {
         assert_eq!(
-            cas.file_size(&file.hash).await,
+            text_err(cas.file_size(&file.hash).await),
             Ok(None),
             "{after}: file_size of {}",
             file.name
@@ -354,13 +366,13 @@ pub async fn empty_store(cas: &dyn Cas) {
     );
     for x in &f.xorbs {
         assert_eq!(
-            cas.xorb_size(&x.hash).await,
+            text_err(cas.xorb_size(&x.hash).await),
             Ok(None),
             "xorb_size of an unknown xorb"
         );
     }
     assert_eq!(
-        cas.dedup_shard(&a.chunks[0].2).await,
+        text_err(cas.dedup_shard(&a.chunks[0].2).await),
         Ok(None),
         "dedup query on an empty store"
     );
@@ -409,7 +421,7 @@ pub async fn xorb_rejections(cas: &dyn Cas) {
         );
         for x in &f.xorbs {
             assert_eq!(
-                cas.xorb_size(&x.hash).await,
+                text_err(cas.xorb_size(&x.hash).await),
                 Ok(None),
                 "after rejecting a xorb ({what}), xorb_size"
             );
@@ -424,56 +436,68 @@ pub async fn xorb_uploads(cas: &dyn Cas) {
     let f = fixture();
     let (x0, x1) = (&f.xorbs[0], &f.xorbs[1]);
     assert_eq!(
-        cas.put_xorb(&x0.hash, Bytes::from(x0.body.clone()).into())
-            .await,
+        text_err(
+            cas.put_xorb(&x0.hash, Bytes::from(x0.body.clone()).into())
+                .await
+        ),
         Ok(true),
         "first upload"
     );
     assert_eq!(
-        cas.put_xorb(&x0.hash, Bytes::from(x0.body.clone()).into())
-            .await,
+        text_err(
+            cas.put_xorb(&x0.hash, Bytes::from(x0.body.clone()).into())
+                .await
+        ),
         Ok(false),
         "second upload"
     );
     assert_eq!(
-        cas.put_xorb(&x0.hash, Bytes::from(x0.footered.clone()).into())
-            .await,
+        text_err(
+            cas.put_xorb(&x0.hash, Bytes::from(x0.footered.clone()).into())
+                .await
+        ),
         Ok(false),
         "footered re-upload"
     );
     assert_eq!(
-        cas.xorb_size(&x0.hash).await,
+        text_err(cas.xorb_size(&x0.hash).await),
         Ok(Some(x0.body.len() as u64)),
         "xorb_size is the chunk region length"
     );
     // A footered upload is accepted and sized by its chunk region.
     assert_eq!(
-        cas.put_xorb(&x1.hash, Bytes::from(x1.footered.clone()).into())
-            .await,
+        text_err(
+            cas.put_xorb(&x1.hash, Bytes::from(x1.footered.clone()).into())
+                .await
+        ),
         Ok(true),
         "footered upload"
     );
     assert_eq!(
-        cas.xorb_size(&x1.hash).await,
+        text_err(cas.xorb_size(&x1.hash).await),
         Ok(Some(x1.body.len() as u64)),
         "footered upload: xorb_size"
     );
     assert_eq!(
-        cas.put_xorb(&x1.hash, Bytes::from(x1.body.clone()).into())
-            .await,
+        text_err(
+            cas.put_xorb(&x1.hash, Bytes::from(x1.body.clone()).into())
+                .await
+        ),
         Ok(false),
         "body after footered"
     );
     assert_eq!(
-        cas.xorb_size(&f.xorbs[2].hash).await,
+        text_err(cas.xorb_size(&f.xorbs[2].hash).await),
         Ok(None),
         "xorb not uploaded yet"
     );
     // Ranges served from the footered upload are the chunk region's bytes.
     let x2 = &f.xorbs[2];
     assert_eq!(
-        cas.put_xorb(&x2.hash, Bytes::from(x2.body.clone()).into())
-            .await,
+        text_err(
+            cas.put_xorb(&x2.hash, Bytes::from(x2.body.clone()).into())
+                .await
+        ),
         Ok(true)
     );
     upload_shards(cas, f).await;
@@ -520,7 +544,7 @@ pub async fn xorb_pieces(cas: &dyn Cas) {
             is_invalid_xorb,
         );
         assert_eq!(
-            cas.xorb_size(&hash).await,
+            text_err(cas.xorb_size(&hash).await),
             Ok(None),
             "after rejecting a xorb in pieces ({what}), xorb_size"
         );
@@ -530,19 +554,23 @@ pub async fn xorb_pieces(cas: &dyn Cas) {
         .enumerate()
     {
         assert_eq!(
-            cas.put_xorb(&x0.hash, XorbBody::Pieces(pieces_of(&x0.body, &cuts)))
-                .await,
+            text_err(
+                cas.put_xorb(&x0.hash, XorbBody::Pieces(pieces_of(&x0.body, &cuts)))
+                    .await
+            ),
             Ok(i == 0),
             "xorb in {} pieces, upload {i}",
             cuts.len() + 1
         );
     }
-    assert_eq!(cas.xorb_size(&x0.hash).await, Ok(Some(n as u64)));
+    assert_eq!(text_err(cas.xorb_size(&x0.hash).await), Ok(Some(n as u64)));
     for x in &f.xorbs[1..] {
         let cuts: Vec<usize> = (7..x.body.len()).step_by(4099).collect();
         assert_eq!(
-            cas.put_xorb(&x.hash, XorbBody::Pieces(pieces_of(&x.body, &cuts)))
-                .await,
+            text_err(
+                cas.put_xorb(&x.hash, XorbBody::Pieces(pieces_of(&x.body, &cuts)))
+                    .await
+            ),
             Ok(true)
         );
     }
@@ -580,7 +608,7 @@ pub async fn received_xorbs(cas: &dyn Cas) {
             is_invalid_xorb,
         );
         assert_eq!(
-            cas.xorb_size(&hash).await,
+            text_err(cas.xorb_size(&hash).await),
             Ok(None),
             "after rejecting a received xorb ({what}), xorb_size"
         );
@@ -588,14 +616,14 @@ pub async fn received_xorbs(cas: &dyn Cas) {
     let r = received(&x0.body, &cuts, &x0.hash);
     assert!(r.is_verified(), "receiver did not verify a good xorb");
     assert_eq!(
-        cas.put_xorb(&x0.hash, XorbBody::Received(r.clone())).await,
+        text_err(cas.put_xorb(&x0.hash, XorbBody::Received(r.clone())).await),
         Ok(true)
     );
     assert_eq!(
-        cas.put_xorb(&x0.hash, XorbBody::Received(r)).await,
+        text_err(cas.put_xorb(&x0.hash, XorbBody::Received(r)).await),
         Ok(false)
     );
-    assert_eq!(cas.xorb_size(&x0.hash).await, Ok(Some(n as u64)));
+    assert_eq!(text_err(cas.xorb_size(&x0.hash).await), Ok(Some(n as u64)));
     let r = received(&x0.body, &cuts[..2], &x0.hash);
     assert!(
         !r.is_verified(),
@@ -604,11 +632,11 @@ pub async fn received_xorbs(cas: &dyn Cas) {
     let r = received(&x1.footered, &[x1.footered.len()], &x1.hash);
     assert!(!r.is_verified(), "a footered body is verified by the store");
     assert_eq!(
-        cas.put_xorb(&x1.hash, XorbBody::Received(r)).await,
+        text_err(cas.put_xorb(&x1.hash, XorbBody::Received(r)).await),
         Ok(true)
     );
     assert_eq!(
-        cas.xorb_size(&x1.hash).await,
+        text_err(cas.xorb_size(&x1.hash).await),
         Ok(Some(x1.body.len() as u64))
     );
     for x in &f.xorbs[2..] {
@@ -618,7 +646,10 @@ pub async fn received_xorbs(cas: &dyn Cas) {
             .collect();
         let r = received(&x.body, &cuts, &x.hash);
         assert!(r.is_verified());
-        assert_eq!(cas.put_xorb(&x.hash, XorbBody::Received(r)).await, Ok(true));
+        assert_eq!(
+            text_err(cas.put_xorb(&x.hash, XorbBody::Received(r)).await),
+            Ok(true)
+        );
     }
     upload_shards(cas, f).await;
     for file in &f.files {
@@ -679,10 +710,9 @@ pub async fn shard_rejections(cas: &dyn Cas) {
         let e = expect_err(cas.put_shard(Bytes::from(bytes)).await, what, |e| {
             matches!(e, CasError::MissingXorb { .. })
         });
-        assert_eq!(
-            e,
-            CasError::MissingXorb { hash: orphan.hash },
-            "{what}: names the missing xorb"
+        assert!(
+            matches!(e, CasError::MissingXorb { hash } if hash == orphan.hash),
+            "{what}: names the missing xorb: {e:?}"
         );
         assert_unregistered(cas, &all, what).await;
     }
@@ -744,7 +774,7 @@ pub async fn shard_rejections(cas: &dyn Cas) {
     upload_shards(cas, f).await;
     for i in 0..f.shards.len() {
         assert_eq!(
-            cas.put_shard(Bytes::from(f.shard_bytes(i))).await,
+            text_err(cas.put_shard(Bytes::from(f.shard_bytes(i))).await),
             Ok(false),
             "re-uploading shard {i}"
         );
@@ -772,27 +802,29 @@ pub async fn check_populated(cas: &dyn Cas) {
     let f = fixture();
     for x in &f.xorbs {
         assert_eq!(
-            cas.xorb_size(&x.hash).await,
+            text_err(cas.xorb_size(&x.hash).await),
             Ok(Some(x.body.len() as u64)),
             "xorb_size"
         );
         assert_eq!(
-            cas.put_xorb(&x.hash, Bytes::from(x.body.clone()).into())
-                .await,
+            text_err(
+                cas.put_xorb(&x.hash, Bytes::from(x.body.clone()).into())
+                    .await
+            ),
             Ok(false),
             "xorb re-upload"
         );
     }
     for i in 0..f.shards.len() {
         assert_eq!(
-            cas.put_shard(Bytes::from(f.shard_bytes(i))).await,
+            text_err(cas.put_shard(Bytes::from(f.shard_bytes(i))).await),
             Ok(false),
             "shard {i} re-upload"
         );
     }
     for file in &f.files {
         assert_eq!(
-            cas.file_size(&file.hash).await,
+            text_err(cas.file_size(&file.hash).await),
             Ok(Some(file.data.len() as u64)),
             "file_size of {}",
             file.name
@@ -830,7 +862,7 @@ pub async fn reconstructions(cas: &dyn Cas) {
     populate(cas).await;
     for file in &f.files {
         assert_eq!(
-            cas.file_size(&file.hash).await,
+            text_err(cas.file_size(&file.hash).await),
             Ok(Some(file.data.len() as u64)),
             "file_size of {}",
             file.name
@@ -959,14 +991,13 @@ async fn assert_unsatisfiable(
     let e = expect_err(cas.reconstruction(&file, Some(range)).await, &what, |e| {
         matches!(e, CasError::RangeNotSatisfiable { .. })
     });
-    assert_eq!(
-        e,
-        CasError::RangeNotSatisfiable {
-            file,
-            start: range.start,
-            size
-        },
-        "{what}"
+    assert!(
+        matches!(
+            e,
+            CasError::RangeNotSatisfiable { file: f, start, size: s }
+                if f == file && start == range.start && s == size
+        ),
+        "{what}: {e:?}"
     );
 }
 
@@ -977,7 +1008,7 @@ pub async fn empty_file(cas: &dyn Cas) {
     async fn check(cas: &dyn Cas, when: &str) {
         let zero = MerkleHash::ZERO;
         assert_eq!(
-            cas.file_size(&zero).await,
+            text_err(cas.file_size(&zero).await),
             Ok(Some(0)),
             "{when}: file_size of the empty file"
         );
@@ -1063,8 +1094,10 @@ async fn check_dedup(cas: &dyn Cas, f: &Fixture) {
         );
     }
     assert_eq!(
-        cas.dedup_shard(&xet_hash::chunk_hash(b"never stored"))
-            .await,
+        text_err(
+            cas.dedup_shard(&xet_hash::chunk_hash(b"never stored"))
+                .await
+        ),
         Ok(None),
         "dedup query for an unknown chunk"
     );
@@ -1225,13 +1258,13 @@ pub async fn xorb_limits(cas: &dyn Cas) {
     let (h, _, r) = put(cas, vec![&one[..]; 8193]).await;
     expect_err(r, "xorb of 8193 chunks", is_invalid_xorb);
     assert_eq!(
-        cas.xorb_size(&h).await,
+        text_err(cas.xorb_size(&h).await),
         Ok(None),
         "rejected xorb of 8193 chunks"
     );
     let (h, len, r) = put(cas, vec![&one[..]; 8192]).await;
-    assert_eq!(r, Ok(true), "xorb of 8192 chunks");
-    assert_eq!(cas.xorb_size(&h).await, Ok(Some(len)));
+    assert_eq!(text_err(r), Ok(true), "xorb of 8192 chunks");
+    assert_eq!(text_err(cas.xorb_size(&h).await), Ok(Some(len)));
 
     const MIB: usize = 1 << 20;
     let data = fixture::random_bytes(64 * MIB, 5);
@@ -1242,13 +1275,17 @@ pub async fn xorb_limits(cas: &dyn Cas) {
         "the full xorb serializes to more than 64 MiB"
     );
     assert_eq!(
-        r,
+        text_err(r),
         Ok(true),
         "xorb of exactly 64 MiB uncompressed ({len} bytes serialized)"
     );
-    assert_eq!(cas.xorb_size(&h).await, Ok(Some(len)));
+    assert_eq!(text_err(cas.xorb_size(&h).await), Ok(Some(len)));
     chunks.push(&one[..]);
     let (h, _, r) = put(cas, chunks).await;
     expect_err(r, "xorb of 64 MiB + 1 byte uncompressed", is_invalid_xorb);
-    assert_eq!(cas.xorb_size(&h).await, Ok(None), "rejected oversized xorb");
+    assert_eq!(
+        text_err(cas.xorb_size(&h).await),
+        Ok(None),
+        "rejected oversized xorb"
+    );
 }

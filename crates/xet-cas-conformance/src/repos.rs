@@ -38,7 +38,7 @@ use xet_hub::{
 };
 
 use crate::fixture::fixture;
-use crate::{upload_shards, upload_xorbs};
+use crate::{text_err, upload_shards, upload_xorbs};
 
 /// How many commits [`concurrent_commits`] races onto one branch.
 pub const COMMITTERS: usize = 12;
@@ -218,25 +218,29 @@ fn file_names(c: &Commit) -> Vec<String> {
 pub async fn records(t: &Twins) {
     let r = repo(RepoType::Model, "org/records");
     for (who, s) in [("a", &t.a), ("b", &t.b)] {
-        assert_eq!(s.repo(&r).await, Ok(None), "records: {who} before creation");
+        assert_eq!(
+            text_err(s.repo(&r).await),
+            Ok(None),
+            "records: {who} before creation"
+        );
     }
     let rec = record(&r, "alice", true);
     assert_eq!(
-        t.a.create_repo(&r, &rec).await,
+        text_err(t.a.create_repo(&r, &rec).await),
         Ok(true),
         "records: first creation"
     );
     for (who, s) in [("a", &t.a), ("b", &t.b)] {
         let other = record(&r, &format!("mallory-{who}"), false);
         assert_eq!(
-            s.create_repo(&r, &other).await,
+            text_err(s.create_repo(&r, &other).await),
             Ok(false),
             "records: second creation through {who}"
         );
     }
     for (who, s) in [("a", &t.a), ("b", &t.b)] {
         assert_eq!(
-            s.repo(&r).await,
+            text_err(s.repo(&r).await),
             Ok(Some(rec.clone())),
             "records: the first record, read through {who}"
         );
@@ -245,23 +249,23 @@ pub async fn records(t: &Twins) {
     // Same id, another type: another repository.
     let d = repo(RepoType::Dataset, "org/records");
     assert_eq!(
-        t.b.repo(&d).await,
+        text_err(t.b.repo(&d).await),
         Ok(None),
         "records: dataset of a model's id"
     );
     let drec = record(&d, "bob", false);
     assert_eq!(
-        t.b.create_repo(&d, &drec).await,
+        text_err(t.b.create_repo(&d, &drec).await),
         Ok(true),
         "records: dataset creation"
     );
     assert_eq!(
-        t.a.repo(&d).await,
+        text_err(t.a.repo(&d).await),
         Ok(Some(drec)),
         "records: dataset record"
     );
     assert_eq!(
-        t.a.repo(&r).await,
+        text_err(t.a.repo(&r).await),
         Ok(Some(rec)),
         "records: model record unchanged"
     );
@@ -299,20 +303,24 @@ pub async fn commits(t: &Twins) {
     let other = repo(RepoType::Model, "org/other");
     let (id, bytes) = commit(None, "first", &[("a.txt", b"a"), ("dir/b.bin", b"b")]);
     assert_eq!(
-        t.a.commit(&r, &id).await,
+        text_err(t.a.commit(&r, &id).await),
         Ok(None),
         "commits: before storing"
     );
     for (who, s) in [("a", &t.a), ("a again", &t.a), ("b", &t.b)] {
         assert_eq!(
-            s.put_commit(&r, &id, bytes.clone()).await,
+            text_err(s.put_commit(&r, &id, bytes.clone()).await),
             Ok(()),
             "commits: storing through {who}"
         );
     }
     for (who, s) in [("a", &t.a), ("b", &t.b)] {
         let got = s.commit(&r, &id).await;
-        assert_eq!(got, Ok(Some(bytes.clone())), "commits: read through {who}");
+        assert_eq!(
+            text_err(got),
+            Ok(Some(bytes.clone())),
+            "commits: read through {who}"
+        );
     }
     let decoded = Commit::decode(&id, &bytes).expect("commits: decodes");
     assert_eq!(
@@ -321,7 +329,7 @@ pub async fn commits(t: &Twins) {
         "commits: tree"
     );
     assert_eq!(
-        t.b.commit(&other, &id).await,
+        text_err(t.b.commit(&other, &id).await),
         Ok(None),
         "commits: another repository"
     );
@@ -330,7 +338,7 @@ pub async fn commits(t: &Twins) {
         .await
         .expect("commits: child");
     assert_eq!(
-        t.a.commit(&r, &child).await,
+        text_err(t.a.commit(&r, &child).await),
         Ok(Some(child_bytes)),
         "commits: child through a"
     );
@@ -350,9 +358,13 @@ pub async fn branches(t: &Twins) {
         ids.push(id);
     }
     let (c1, c2, c3) = (ids[0], ids[1], ids[2]);
-    assert_eq!(t.a.branch(&r, &main).await, Ok(None), "branches: none yet");
     assert_eq!(
-        t.b.branches(&r).await,
+        text_err(t.a.branch(&r, &main).await),
+        Ok(None),
+        "branches: none yet"
+    );
+    assert_eq!(
+        text_err(t.b.branches(&r).await),
         Ok(vec![]),
         "branches: none listed yet"
     );
@@ -365,13 +377,13 @@ pub async fn branches(t: &Twins) {
     assert_eq!(h1.commit, c1, "branches: created head");
     for (who, s) in [("a", &t.a), ("b", &t.b)] {
         assert_eq!(
-            s.update_branch(&r, &main, None, &c2).await,
+            text_err(s.update_branch(&r, &main, None, &c2).await),
             Ok(None),
             "branches: creating an existing branch through {who}"
         );
     }
     assert_eq!(
-        t.b.branch(&r, &main).await,
+        text_err(t.b.branch(&r, &main).await),
         Ok(Some(h1)),
         "branches: head through b"
     );
@@ -387,7 +399,7 @@ pub async fn branches(t: &Twins) {
         "branches: version {h1:?} -> {h2:?}"
     );
     assert_eq!(
-        t.a.branch(&r, &main).await,
+        text_err(t.a.branch(&r, &main).await),
         Ok(Some(h2)),
         "branches: moved, through a"
     );
@@ -400,14 +412,14 @@ pub async fn branches(t: &Twins) {
     for (what, from) in [("a stale head", h1), ("a forged head", forged)] {
         for (who, s) in [("a", &t.a), ("b", &t.b)] {
             assert_eq!(
-                s.update_branch(&r, &main, Some(&from), &c3).await,
+                text_err(s.update_branch(&r, &main, Some(&from), &c3).await),
                 Ok(None),
                 "branches: moving from {what} through {who}"
             );
         }
     }
     assert_eq!(
-        t.b.branch(&r, &main).await,
+        text_err(t.b.branch(&r, &main).await),
         Ok(Some(h2)),
         "branches: unchanged"
     );
@@ -439,12 +451,12 @@ pub async fn branches(t: &Twins) {
     }
     let other = repo(RepoType::Dataset, "org/branches");
     assert_eq!(
-        t.a.branches(&other).await,
+        text_err(t.a.branches(&other).await),
         Ok(vec![]),
         "branches: another repository"
     );
     assert_eq!(
-        t.a.branch(&other, &main).await,
+        text_err(t.a.branch(&other, &main).await),
         Ok(None),
         "branches: another repository's main"
     );
@@ -678,7 +690,7 @@ pub async fn sha256_claims(t: &Twins) {
     while let Some(miss) = misses.join_next().await {
         let (who, name, claims) = miss.expect("sha256_claims: lookup task");
         assert_eq!(
-            claims,
+            text_err(claims),
             Ok(vec![]),
             "sha256_claims: {name} before any upload, through {who}"
         );
@@ -689,7 +701,7 @@ pub async fn sha256_claims(t: &Twins) {
     for (who, s) in [("a (the uploader)", &t.a), ("b", &t.b)] {
         for file in &files {
             assert_eq!(
-                s.files_claiming_sha256(&sha(&file.data)).await,
+                text_err(s.files_claiming_sha256(&sha(&file.data)).await),
                 Ok(vec![file.hash]),
                 "sha256_claims: {} after its shard was uploaded through a, through {who}",
                 file.name
@@ -703,7 +715,7 @@ pub async fn sha256_claims(t: &Twins) {
     let unknown = sha(b"no file has this content");
     for (who, s) in [("a", &t.a), ("b", &t.b)] {
         assert_eq!(
-            s.files_claiming_sha256(&unknown).await,
+            text_err(s.files_claiming_sha256(&unknown).await),
             Ok(vec![]),
             "sha256_claims: an unknown sha256 through {who}"
         );
@@ -720,7 +732,7 @@ pub async fn verified_sha256(t: &Twins) {
     );
     for (who, s) in [("a", &t.a), ("b", &t.b)] {
         assert_eq!(
-            s.verified_sha256(&sha).await,
+            text_err(s.verified_sha256(&sha).await),
             Ok(None),
             "verified_sha256: none through {who}"
         );
@@ -729,7 +741,7 @@ pub async fn verified_sha256(t: &Twins) {
         .await
         .expect("verified_sha256: record");
     assert_eq!(
-        t.b.verified_sha256(&sha).await,
+        text_err(t.b.verified_sha256(&sha).await),
         Ok(Some(first)),
         "verified_sha256: through b"
     );
@@ -740,14 +752,14 @@ pub async fn verified_sha256(t: &Twins) {
     }
     for (who, s) in [("a", &t.a), ("b", &t.b)] {
         assert_eq!(
-            s.verified_sha256(&sha).await,
+            text_err(s.verified_sha256(&sha).await),
             Ok(Some(first)),
             "verified_sha256: the first stays, through {who}"
         );
     }
     let other: [u8; 32] = sha2::Sha256::digest(b"other content").into();
     assert_eq!(
-        t.a.verified_sha256(&other).await,
+        text_err(t.a.verified_sha256(&other).await),
         Ok(None),
         "verified_sha256: another sha256"
     );

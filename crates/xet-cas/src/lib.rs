@@ -30,18 +30,28 @@ pub mod wire;
 pub use body::{ReceivedXorb, XorbBody, XorbReceiver};
 pub use types::*;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use xet_hash::MerkleHash;
 
-/// Errors callers can branch on. Messages name the object and say what to do.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Errors callers can branch on. Messages name the object and say what to do; the error
+/// that made an operation fail (a format crate's, an `io::Error`, a transport's) is kept
+/// whole as the [`Cause`] that `source()` returns, never copied into the message, so a
+/// chain printer ([`error_chain`], the CLI's) shows it once. What a server answered is
+/// data, kept as text.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum CasError {
     #[error("{kind} {hash} not found")]
     NotFound { kind: ObjectKind, hash: MerkleHash },
-    #[error("xorb {hash} rejected: {reason}")]
-    InvalidXorb { hash: MerkleHash, reason: String },
-    #[error("shard rejected: {reason}")]
-    InvalidShard { reason: String },
+    /// The body is not the xorb `hash`: the cause is the format's verdict
+    /// (`xet_xorb::XorbError`), the store's limit, or what a server answered.
+    #[error("xorb {hash} rejected")]
+    InvalidXorb { hash: MerkleHash, source: Cause },
+    /// The shard does not parse or breaks a rule of the format (`xet_shard::ShardError`),
+    /// a limit of the store, or a server refused it.
+    #[error("shard rejected")]
+    InvalidShard { source: Cause },
     #[error("shard references xorb {hash}, which is not stored: upload the xorb before the shard")]
     MissingXorb { hash: MerkleHash },
     #[error("range starts at byte {start} but file {file} is {size} bytes")]
@@ -50,14 +60,19 @@ pub enum CasError {
         start: u64,
         size: u64,
     },
-    #[error("not authorized: {0} (check the token)")]
-    Unauthorized(String),
+    /// The credentials were refused; `source` is the transport's error where one says why.
+    #[error("not authorized: {message} (check the token)")]
+    Unauthorized {
+        message: String,
+        source: Option<Cause>,
+    },
     #[error("forbidden: {0}")]
     Forbidden(String),
     /// A presigned URL has expired; re-query the reconstruction for fresh ones.
     #[error("presigned URL expired for xorb {hash}")]
     UrlExpired { hash: MerkleHash },
-    /// The server answered with a status this client does not expect.
+    /// The server answered with a status this client does not expect; `message` is what
+    /// it said (data, not a cause).
     #[error("server answered {status} for {what}: {message}")]
     Server {
         status: u16,
@@ -65,14 +80,29 @@ pub enum CasError {
         message: String,
     },
     /// Connection, timeout, truncated body: the request may succeed if tried again.
+    /// `source` is the transport's error, where there is one.
     #[error("network error for {what}: {message}")]
-    Network { what: String, message: String },
-    /// Data arrived but is wrong (bad chunk, hash mismatch, short body).
+    Network {
+        what: String,
+        message: String,
+        source: Option<Cause>,
+    },
+    /// Data arrived but is wrong (bad chunk, hash mismatch, short body); `source` is the
+    /// parser's or verifier's error, where there is one.
     #[error("corrupt data from {what}: {message}")]
-    Corrupt { what: String, message: String },
-    /// The backing storage failed (disk full, permissions, S3 error).
-    #[error("storage error: {0}")]
-    Storage(String),
+    Corrupt {
+        what: String,
+        message: String,
+        source: Option<Cause>,
+    },
+    /// The backing storage failed (disk full, permissions, S3 error): `message` says
+    /// which operation on which object, `source` is the `io::Error` or the S3 client's
+    /// error where there is one.
+    #[error("storage error: {message}")]
+    Storage {
+        message: String,
+        source: Option<Cause>,
+    },
     /// The store takes no writes (a bundle served read-only, `xet-bundle`): nothing was
     /// stored. Servers answer `405`.
     #[error("read-only store: {0}")]
@@ -88,6 +118,116 @@ impl CasError {
             _ => false,
         }
     }
+
+    /// [`CasError::Storage`] with no cause beyond its message.
+    pub fn storage(message: impl Into<String>) -> Self {
+        CasError::Storage {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`CasError::Storage`] caused by `source` (an `io::Error`, the S3 client's error).
+    pub fn storage_with(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        CasError::Storage {
+            message: message.into(),
+            source: Some(Cause::new(source)),
+        }
+    }
+
+    /// [`CasError::Corrupt`] with no cause beyond its message.
+    pub fn corrupt(what: impl Into<String>, message: impl Into<String>) -> Self {
+        CasError::Corrupt {
+            what: what.into(),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`CasError::Corrupt`] caused by `source` (the parser's or verifier's error).
+    pub fn corrupt_with(
+        what: impl Into<String>,
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        CasError::Corrupt {
+            what: what.into(),
+            message: message.into(),
+            source: Some(Cause::new(source)),
+        }
+    }
+
+    /// [`CasError::InvalidXorb`] caused by `source`.
+    pub fn invalid_xorb(
+        hash: MerkleHash,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        CasError::InvalidXorb {
+            hash,
+            source: Cause::new(source),
+        }
+    }
+
+    /// [`CasError::InvalidShard`] caused by `source`.
+    pub fn invalid_shard(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        CasError::InvalidShard {
+            source: Cause::new(source),
+        }
+    }
+}
+
+/// The error behind a [`CasError`], kept whole and shared (so `CasError` stays `Clone`).
+/// `source()` of the `CasError` is this error itself, so callers can downcast it:
+/// `e.source().and_then(|s| s.downcast_ref::<std::io::Error>())`. One pointer wide
+/// (the box inside the `Arc` holds the wide one), so errors carrying it stay small.
+#[derive(Clone)]
+pub struct Cause(Arc<Box<dyn std::error::Error + Send + Sync>>);
+
+impl Cause {
+    pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Cause(Arc::new(Box::new(e)))
+    }
+
+    pub fn from_boxed(e: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        Cause(Arc::new(e))
+    }
+}
+
+// `Cause` is deliberately not an `Error` itself: thiserror's `source()` then reaches the
+// wrapped error through `Deref`, and a downcast finds the original type.
+impl std::ops::Deref for Cause {
+    type Target = dyn std::error::Error + Send + Sync;
+    fn deref(&self) -> &Self::Target {
+        &**self.0
+    }
+}
+
+impl std::fmt::Debug for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self.0, f)
+    }
+}
+
+/// What a server answered when it refused something (its error text): the cause of a
+/// [`CasError::InvalidXorb`] or [`CasError::InvalidShard`] the HTTP client reports.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the server answered: {0}")]
+pub struct Refusal(pub String);
+
+/// `e` and each of its causes in order, joined by ": " on one line: for an HTTP error
+/// body, a log line or a report field, where a chain cannot be walked later.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -220,5 +360,56 @@ struct WholeRange(Option<Bytes>);
 impl RangeStream for WholeRange {
     async fn next(&mut self) -> Result<Option<Bytes>> {
         Ok(self.0.take().filter(|b| !b.is_empty()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    fn enospc() -> CasError {
+        let io = std::io::Error::from_raw_os_error(28);
+        CasError::storage_with("writing xorbs/ab/cd", io)
+    }
+
+    #[test]
+    fn the_cause_is_the_source_and_downcasts_to_its_type() {
+        let e = enospc();
+        let io = e
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .expect("the io::Error is the source");
+        assert_eq!(io.kind(), std::io::ErrorKind::StorageFull);
+        // A clone shares the same cause.
+        let c = e.clone();
+        let kind = c
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .map(|io| io.kind());
+        assert_eq!(kind, Some(std::io::ErrorKind::StorageFull));
+    }
+
+    #[test]
+    fn the_message_and_the_chain_show_the_cause_once() {
+        let e = enospc();
+        let cause = std::io::Error::from_raw_os_error(28).to_string();
+        assert_eq!(e.to_string(), "storage error: writing xorbs/ab/cd");
+        let chain = error_chain(&e);
+        assert_eq!(
+            chain,
+            format!("storage error: writing xorbs/ab/cd: {cause}")
+        );
+        assert_eq!(chain.matches(&cause).count(), 1, "{chain}");
+    }
+
+    #[test]
+    fn variants_without_a_cause_have_no_source() {
+        let e = CasError::storage("the dedup secret vanished");
+        assert!(e.source().is_none());
+        assert_eq!(error_chain(&e), e.to_string());
+        let r = CasError::invalid_xorb(MerkleHash::ZERO, Refusal("bad chunk 3".into()));
+        let refusal = r.source().and_then(|s| s.downcast_ref::<Refusal>());
+        assert_eq!(refusal.map(|r| r.0.as_str()), Some("bad chunk 3"));
     }
 }

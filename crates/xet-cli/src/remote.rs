@@ -219,11 +219,11 @@ pub async fn open(target: &Target, r: &RemoteArgs) -> CliResult<Arc<dyn Cas>> {
 pub fn cas_code(e: &xet_cas::CasError) -> Code {
     use xet_cas::CasError::*;
     match e {
-        Unauthorized(_) | Forbidden(_) => Code::Auth,
+        Unauthorized { .. } | Forbidden(_) => Code::Auth,
         Network { .. } => Code::Network,
         Server { status, .. } if *status >= 500 || *status == 429 => Code::Network,
         Corrupt { .. } => Code::Corrupt,
-        Storage(_) => Code::Failure,
+        Storage { .. } => Code::Failure,
         ReadOnly(_) | Server { status: 405, .. } => Code::ReadOnly,
         _ => Code::Rejected,
     }

@@ -607,7 +607,7 @@ async fn open_s3_store(url: &str, a: &ServeArgs) -> CliResult<Served> {
     let store = xet_store_s3::open_store(config).await.map_err(|e| {
         // Refused credentials are the user's to fix, like a refused token.
         let code = match e {
-            xet_cas::CasError::Unauthorized(_) | xet_cas::CasError::Forbidden(_) => Code::Auth,
+            xet_cas::CasError::Unauthorized { .. } | xet_cas::CasError::Forbidden(_) => Code::Auth,
             _ => Code::Failure,
         };
         Failure::new(

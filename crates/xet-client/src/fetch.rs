@@ -124,10 +124,7 @@ impl HttpCas {
 }
 
 fn corrupt(what: &str, message: String) -> Fail {
-    Fail::Fatal(CasError::Corrupt {
-        what: what.to_string(),
-        message,
-    })
+    Fail::Fatal(CasError::corrupt(what, message))
 }
 
 /// A body read to its end must be the `want` bytes asked for: a short one means the
@@ -172,9 +169,8 @@ fn header_str(resp: &Response, name: HeaderName) -> Option<String> {
 }
 
 pub(crate) fn no_url(f: &XorbFetch) -> CasError {
-    CasError::Corrupt {
-        what: format!("fetch of xorb {}", f.xorb),
-        message: "the reconstruction gave no URL for it; ask the HTTP CAS for the reconstruction"
-            .into(),
-    }
+    CasError::corrupt(
+        format!("fetch of xorb {}", f.xorb),
+        "the reconstruction gave no URL for it; ask the HTTP CAS for the reconstruction",
+    )
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use bytes::{Bytes, BytesMut};
 use reqwest::{Method, Response};
 use xet_cas::wire::ShardResultV1;
-use xet_cas::{CasError, Result, routes};
+use xet_cas::{CasError, Refusal, Result, error_chain, routes};
 use xet_hash::MerkleHash;
 
 use crate::transport::{Fail, Progress, Rejection, network, progress_body};
@@ -117,25 +117,25 @@ impl HttpCas {
         let p = Progress::new();
         let rb = match self.t.cas(Method::GET, &path).await {
             Ok(rb) => rb,
-            Err(Fail::Fatal(e @ CasError::Unauthorized(_))) => return Err(e),
-            Err(Fail::Fatal(e) | Fail::Retry { err: e, .. }) => return miss(e.to_string()),
+            Err(Fail::Fatal(e @ CasError::Unauthorized { .. })) => return Err(e),
+            Err(Fail::Fatal(e) | Fail::Retry { err: e, .. }) => return miss(error_chain(&e)),
         };
         let resp = match self.t.send(rb, &what, &p).await {
             Ok(r) => r,
-            Err(Fail::Fatal(e) | Fail::Retry { err: e, .. }) => return miss(e.to_string()),
+            Err(Fail::Fatal(e) | Fail::Retry { err: e, .. }) => return miss(error_chain(&e)),
         };
         match resp.status().as_u16() {
             200 => match self.t.read_body(resp, &what, &p).await {
                 Ok(b) => Ok(Some(b)),
-                Err(Fail::Fatal(e) | Fail::Retry { err: e, .. }) => miss(e.to_string()),
+                Err(Fail::Fatal(e) | Fail::Retry { err: e, .. }) => miss(error_chain(&e)),
             },
             404 => Ok(None),
             401 => {
                 let rej = self.t.rejection(resp, &p).await;
-                Err(CasError::Unauthorized(format!(
-                    "{what} answered 401: {}",
-                    rej.reason()
-                )))
+                Err(CasError::Unauthorized {
+                    message: format!("{what} answered 401: {}", rej.reason()),
+                    source: None,
+                })
             }
             s => miss(format!("status {s}")),
         }
@@ -158,7 +158,7 @@ fn shard_error(kind: Option<&str>, reason: String) -> CasError {
                 .strip_prefix("shard rejected: ")
                 .map(str::to_string)
                 .unwrap_or(reason);
-            CasError::InvalidShard { reason }
+            CasError::invalid_shard(Refusal(reason))
         }
     }
 }

@@ -121,13 +121,11 @@ impl XorbStream {
     fn deliver(&mut self, b: Bytes) -> Result<Option<Bytes>> {
         let left = self.range.len() - self.delivered;
         if b.len() as u64 > left {
-            return Err(CasError::Corrupt {
-                what: self.what.clone(),
-                message: format!(
-                    "the answer holds more than the {} bytes asked for",
-                    self.range.len()
-                ),
-            });
+            let message = format!(
+                "the answer holds more than the {} bytes asked for",
+                self.range.len()
+            );
+            return Err(CasError::corrupt(&self.what, message));
         }
         self.delivered += b.len() as u64;
         self.breaks = 0;

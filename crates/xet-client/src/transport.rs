@@ -10,8 +10,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use xet_cas::CasError;
 use xet_cas::routes::SESSION_ID_HEADER;
+use xet_cas::{CasError, Cause};
 
 /// How one attempt failed.
 #[derive(Debug)]
@@ -41,6 +41,7 @@ pub(crate) fn network(what: &str, message: impl Into<String>) -> CasError {
     CasError::Network {
         what: what.to_string(),
         message: message.into(),
+        source: None,
     }
 }
 
@@ -99,20 +100,14 @@ pub(crate) fn progress_pieces(pieces: Vec<Bytes>, progress: Arc<Progress>) -> re
     reqwest::Body::wrap_stream(stream)
 }
 
-/// The text of an error and its causes, without URLs (presigned ones carry signatures).
-fn reqwest_message(e: reqwest::Error) -> String {
-    let e = e.without_url();
-    let mut msg = e.to_string();
-    let mut src = std::error::Error::source(&e);
-    while let Some(s) = src {
-        let t = s.to_string();
-        if !msg.contains(&t) {
-            msg.push_str(": ");
-            msg.push_str(&t);
-        }
-        src = s.source();
+/// A [`CasError::Network`] caused by the transport's error, kept without its URL
+/// (presigned ones carry signatures).
+fn transport_error(what: &str, message: &str, e: reqwest::Error) -> CasError {
+    CasError::Network {
+        what: what.to_string(),
+        message: message.to_string(),
+        source: Some(Cause::new(e.without_url())),
     }
-    msg
 }
 
 /// Whether the connection was refused (an `ECONNREFUSED` somewhere in the causes).
@@ -131,10 +126,7 @@ fn refused(e: &reqwest::Error) -> bool {
 
 fn classify(e: reqwest::Error, what: &str) -> Fail {
     if e.is_builder() {
-        return Fail::Fatal(network(
-            what,
-            format!("cannot build the request: {}", reqwest_message(e)),
-        ));
+        return Fail::Fatal(transport_error(what, "cannot build the request", e));
     }
     let kind = if e.is_connect() {
         "cannot connect"
@@ -145,7 +137,7 @@ fn classify(e: reqwest::Error, what: &str) -> Fail {
     } else {
         "request failed"
     };
-    Fail::retry(network(what, format!("{kind}: {}", reqwest_message(e))))
+    Fail::retry(transport_error(what, kind, e))
 }
 
 /// A non-success answer, body read (best effort, bounded).
@@ -185,9 +177,10 @@ impl Rejection {
     pub(crate) fn into_fail(self, what: &str) -> Fail {
         let reason = self.reason();
         match self.status {
-            401 => Fail::Fatal(CasError::Unauthorized(format!(
-                "{what} answered 401: {reason}"
-            ))),
+            401 => Fail::Fatal(CasError::Unauthorized {
+                message: format!("{what} answered 401: {reason}"),
+                source: None,
+            }),
             403 => Fail::Fatal(CasError::Forbidden(format!(
                 "{what} answered 403: {reason}; the token does not allow this \
                  (check its scope and the repository)"
@@ -259,7 +252,7 @@ impl Transport {
             // product instead.
             .http2_adaptive_window(true)
             .build()
-            .map_err(|e| ConfigError::HttpClient(reqwest_message(e)))?;
+            .map_err(|e| ConfigError::HttpClient(xet_cas::error_chain(&e)))?;
         let (token, exp) = match &cfg.token {
             TokenSource::None => (None, None),
             TokenSource::Static(t) => (Some(t.clone()), None),
@@ -328,26 +321,28 @@ impl Transport {
         if !resp.status().is_success() {
             let rej = self.rejection(resp, &p).await;
             return Err(match rej.status {
-                401 | 403 => Fail::Fatal(CasError::Unauthorized(format!(
-                    "{what} answered {}: {}; log in again or check the refresh credentials",
-                    rej.status,
-                    rej.reason()
-                ))),
+                401 | 403 => Fail::Fatal(CasError::Unauthorized {
+                    message: format!(
+                        "{what} answered {}: {}; log in again or check the refresh credentials",
+                        rej.status,
+                        rej.reason()
+                    ),
+                    source: None,
+                }),
                 _ => rej.into_fail(&what),
             });
         }
         let body = self.read_body(resp, &what, &p).await?;
         let t: xet_cas::wire::TokenRefresh = serde_json::from_slice(&body).map_err(|e| {
-            Fail::Fatal(CasError::Corrupt {
-                what: what.clone(),
-                message: format!("expected {{\"accessToken\",\"exp\",\"casUrl\"}}: {e}"),
-            })
+            Fail::Fatal(CasError::corrupt_with(
+                &what,
+                "expected {\"accessToken\",\"exp\",\"casUrl\"}",
+                e,
+            ))
         })?;
         if reqwest::Url::parse(&t.cas_url).is_err() {
-            return Err(Fail::Fatal(CasError::Corrupt {
-                what,
-                message: format!("casUrl {:?} is not a URL", redact_url(&t.cas_url)),
-            }));
+            let message = format!("casUrl {:?} is not a URL", redact_url(&t.cas_url));
+            return Err(Fail::Fatal(CasError::corrupt(what, message)));
         }
         tracing::debug!(exp = t.exp, endpoint = %redact_url(&t.cas_url), "CAS token refreshed");
         let mut a = self.auth.lock().expect("auth lock");
@@ -522,7 +517,7 @@ impl Transport {
                 return Err(self.gave_up(err, n, start.elapsed()));
             }
             tracing::warn!(
-                %what, attempt = n, delay_ms = delay.as_millis() as u64, error = %err,
+                %what, attempt = n, delay_ms = delay.as_millis() as u64, error = %xet_cas::error_chain(&err),
                 "retrying"
             );
             tokio::time::sleep(delay).await;
@@ -537,13 +532,18 @@ impl Transport {
         };
         let took = took.as_secs_f64();
         match err {
-            CasError::Network { what, message } => CasError::Network {
+            CasError::Network {
+                what,
+                message,
+                source,
+            } => CasError::Network {
                 what,
                 message: format!(
                     "{message} (gave up after {tries} in {took:.1}s; \
                      check that {} is reachable, then retry)",
                     redact_url(&self.endpoint())
                 ),
+                source,
             },
             CasError::Server {
                 status,
@@ -578,10 +578,7 @@ impl Transport {
             let resp = self.send(rb, &what, &p).await?;
             if resp.status().is_success() {
                 return Self::content_length(&resp).map(Some).ok_or_else(|| {
-                    Fail::Fatal(CasError::Corrupt {
-                        what: what.clone(),
-                        message: "no Content-Length in the answer".into(),
-                    })
+                    Fail::Fatal(CasError::corrupt(&what, "no Content-Length in the answer"))
                 });
             }
             let rej = self.rejection(resp, &p).await;

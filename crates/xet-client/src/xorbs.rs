@@ -7,7 +7,7 @@ use std::sync::Arc;
 use reqwest::Method;
 use reqwest::header::{CONTENT_LENGTH, HeaderName, HeaderValue};
 use xet_cas::wire::{Checksum, Grant, GrantRequest, WasInserted};
-use xet_cas::{CasError, Result, XorbPieces, routes};
+use xet_cas::{CasError, Refusal, Result, XorbPieces, routes};
 use xet_hash::MerkleHash;
 
 use crate::transport::{Fail, Progress, Rejection, progress_pieces};
@@ -194,10 +194,10 @@ impl HttpCas {
                         status,
                         reason: rej.reason(),
                     }),
-                    400 | 413 | 422 => Err(Fail::Fatal(CasError::InvalidXorb {
-                        hash: *hash,
-                        reason: rej.reason(),
-                    })),
+                    400 | 413 | 422 => Err(Fail::Fatal(CasError::invalid_xorb(
+                        *hash,
+                        Refusal(rej.reason()),
+                    ))),
                     _ => Err(rej.into_fail(&what)),
                 }
             })
@@ -293,10 +293,11 @@ impl HttpCas {
                     Posted::Accepted(resp) => {
                         let b = self.t.read_body(resp, &what, &p).await?;
                         answer(&b).map_err(|e| {
-                            Fail::Fatal(CasError::Corrupt {
-                                what: what.clone(),
-                                message: format!("expected {}: {e}", route.shape),
-                            })
+                            Fail::Fatal(CasError::corrupt_with(
+                                what.clone(),
+                                format!("expected {}", route.shape),
+                                e,
+                            ))
                         })
                     }
                     Posted::Refused(rej) if rej.status == 404 => {
@@ -341,10 +342,11 @@ fn grant_answer(status: u16, body: &[u8], what: &str) -> std::result::Result<Gra
     match serde_json::from_slice::<Grant>(body) {
         Ok(g) => Ok(GrantAnswer::Grant(g)),
         Err(_) if status != 201 => Ok(GrantAnswer::Exists),
-        Err(e) => Err(Fail::Fatal(CasError::Corrupt {
-            what: what.to_string(),
-            message: format!("the grant is not {{\"id\",\"method\",\"url\",\"headers\"}}: {e}"),
-        })),
+        Err(e) => Err(Fail::Fatal(CasError::corrupt_with(
+            what,
+            "the grant is not {\"id\",\"method\",\"url\",\"headers\"}",
+            e,
+        ))),
     }
 }
 
@@ -352,10 +354,7 @@ fn grant_answer(status: u16, body: &[u8], what: &str) -> std::result::Result<Gra
 /// cannot be followed is corrupt, and retrying it would not help. `Content-Length` is
 /// left out (the body sets it) but must match the xorb's length.
 fn grant_request(grant: &Grant, len: u64, what: &str) -> Result<(Method, GrantHeaders)> {
-    let corrupt = |message: String| CasError::Corrupt {
-        what: what.to_string(),
-        message,
-    };
+    let corrupt = |message: String| CasError::corrupt(what, message);
     let method = Method::from_bytes(grant.method.as_bytes()).map_err(|_| {
         corrupt(format!(
             "the grant's method {:?} is not an HTTP method",
@@ -395,10 +394,7 @@ fn xorb_rejection(hash: &MerkleHash, rej: Rejection, what: &str) -> Fail {
                 .strip_prefix(&prefix)
                 .map(str::to_string)
                 .unwrap_or(reason);
-            Fail::Fatal(CasError::InvalidXorb {
-                hash: *hash,
-                reason,
-            })
+            Fail::Fatal(CasError::invalid_xorb(*hash, Refusal(reason)))
         }
         _ => rej.into_fail(what),
     }
@@ -476,12 +472,15 @@ mod tests {
         let (_proxy, cas) = endpoint(&[(&xorb_route, wrong.clone()), (routes::SHARDS_V1, wrong)]);
         let e = cas.put_xorb(&hash, Bytes::from_static(b"xorb").into());
         match e.await.unwrap_err() {
-            CasError::Corrupt { what, message } => {
+            CasError::Corrupt {
+                what,
+                message,
+                source,
+            } => {
                 assert_eq!(what, format!("POST {xorb_route}"));
-                assert!(
-                    message.starts_with(r#"expected {"was_inserted": bool}: "#),
-                    "{message}"
-                );
+                assert_eq!(message, r#"expected {"was_inserted": bool}"#);
+                let cause = source.expect("the JSON error is kept as the cause");
+                assert!(cause.is::<serde_json::Error>(), "{cause:?}");
             }
             e => panic!("corrupt expected, not {e:?}"),
         }
@@ -490,12 +489,15 @@ mod tests {
             .await
             .unwrap_err()
         {
-            CasError::Corrupt { what, message } => {
+            CasError::Corrupt {
+                what,
+                message,
+                source,
+            } => {
                 assert_eq!(what, "POST /v1/shards");
-                assert!(
-                    message.starts_with(r#"expected {"result": 0|1}: "#),
-                    "{message}"
-                );
+                assert_eq!(message, r#"expected {"result": 0|1}"#);
+                let cause = source.expect("the JSON error is kept as the cause");
+                assert!(cause.is::<serde_json::Error>(), "{cause:?}");
             }
             e => panic!("corrupt expected, not {e:?}"),
         }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use xet_cas::CasError;
+use xet_cas::{CasError, Cause};
 use xet_hash::MerkleHash;
 
 /// Coarse error classes, for exit codes.
@@ -50,31 +50,46 @@ pub enum DownloadError {
     #[error("file {file}: invalid request: {reason}")]
     InvalidRequest { file: MerkleHash, reason: String },
 
-    /// Data arrived but is wrong. `detail` names the term, xorb and chunk where known.
+    /// Data arrived but is wrong. `detail` names the term, xorb and chunk where known;
+    /// `source` is the decoder's or parser's error, where there is one.
     #[error("file {file}: verification failed: {detail}; nothing was written to the destination")]
-    Verification { file: MerkleHash, detail: String },
+    Verification {
+        file: MerkleHash,
+        detail: String,
+        source: Option<Cause>,
+    },
 
     /// The reconstruction the CAS answered is inconsistent (gaps, missing fetches).
     #[error("file {file}: bad reconstruction from the CAS: {detail}")]
     BadReconstruction { file: MerkleHash, detail: String },
 
-    /// A network / server failure that persisted after `attempts` tries, or a stall.
+    /// A network / server failure that persisted after `attempts` tries, or a stall;
+    /// `source` is the transport's error, where there is one.
     #[error("file {file}: {what}{host}: {message}{tries}", host = host_suffix(host), tries = attempts_suffix(*attempts))]
     Network {
         file: MerkleHash,
         what: String,
-        host: Option<String>,
+        // Boxed: every `Result` of the crate (and of `xet-hub-client`, which wraps this
+        // error) carries this variant's size.
+        host: Option<Box<str>>,
         attempts: u32,
         message: String,
+        source: Option<Cause>,
     },
 
-    // The causes below are in the message and kept typed in the variant, but not
-    // returned by `source()`: a chain printer would otherwise show them twice.
-    #[error("file {file}: {cause}")]
-    Auth { file: MerkleHash, cause: CasError },
+    #[error("file {file}")]
+    Auth {
+        file: MerkleHash,
+        #[source]
+        cause: CasError,
+    },
 
-    #[error("file {file}: {cause}")]
-    Cas { file: MerkleHash, cause: CasError },
+    #[error("file {file}")]
+    Cas {
+        file: MerkleHash,
+        #[source]
+        cause: CasError,
+    },
 
     /// Writing or reading local output files failed.
     #[error("{op} {}: {cause}", path.display())]
@@ -102,7 +117,7 @@ fn attempts_suffix(attempts: u32) -> String {
     }
 }
 
-fn host_suffix(host: &Option<String>) -> String {
+fn host_suffix(host: &Option<Box<str>>) -> String {
     match host {
         Some(h) => format!(" from {h}"),
         None => String::new(),
@@ -148,19 +163,29 @@ impl DownloadError {
             CasError::RangeNotSatisfiable { start, size, .. } => {
                 DownloadError::RangeNotSatisfiable { file, start, size }
             }
-            CasError::Unauthorized(_) | CasError::Forbidden(_) => {
+            CasError::Unauthorized { .. } | CasError::Forbidden(_) => {
                 DownloadError::Auth { file, cause: e }
             }
-            CasError::Corrupt { what, message } => DownloadError::Verification {
+            CasError::Corrupt {
+                what,
+                message,
+                source,
+            } => DownloadError::Verification {
                 file,
                 detail: format!("corrupt data from {what}: {message}"),
+                source,
             },
-            CasError::Network { what, message } => DownloadError::Network {
+            CasError::Network {
+                what,
+                message,
+                source,
+            } => DownloadError::Network {
                 file,
                 what,
                 host: None,
                 attempts: 1,
                 message,
+                source,
             },
             other => DownloadError::Cas { file, cause: other },
         }

@@ -56,7 +56,7 @@ pub(crate) async fn query_reconstruction(
                 Outcome::Done(r)
             }
             Ok(Err(e)) if e.is_retryable() => {
-                Outcome::Retry(e.to_string(), !shared.cas.retries_requests())
+                Outcome::Retry(xet_cas::error_chain(&e), !shared.cas.retries_requests())
             }
             Ok(Err(e)) => Outcome::Fail(DownloadError::from_cas(file, e)),
             Err(_) => Outcome::Retry(
@@ -69,6 +69,7 @@ pub(crate) async fn query_reconstruction(
             Outcome::Fail(e) => return Err(e),
             Outcome::Retry(msg, again) if !again || attempt >= opts.max_retries => {
                 return Err(DownloadError::Network {
+                    source: None,
                     file,
                     what: format!("reconstruction of bytes {}..{}", range.start, range.end),
                     host: None,
@@ -99,7 +100,7 @@ pub(crate) async fn query_file_size(
             Ok(Err(e)) if !e.is_retryable() => return Err(DownloadError::from_cas(file, e)),
             res => {
                 let (msg, again) = match res {
-                    Ok(Err(e)) => (e.to_string(), !shared.cas.retries_requests()),
+                    Ok(Err(e)) => (xet_cas::error_chain(&e), !shared.cas.retries_requests()),
                     _ => (
                         format!("no answer within {:.1}s", opts.stall_timeout.as_secs_f64()),
                         true,
@@ -107,6 +108,7 @@ pub(crate) async fn query_file_size(
                 };
                 if !again || attempt >= opts.max_retries {
                     return Err(DownloadError::Network {
+                        source: None,
                         file,
                         what: "file size query".into(),
                         host: None,
@@ -200,7 +202,7 @@ pub(crate) async fn pump_range(
                 fetch.xorb, fetch.chunks.start, fetch.chunks.end
             )
         };
-        let host = fetch.url.as_deref().map(url_host);
+        let host = fetch.url.as_deref().map(|u| url_host(u).into_boxed_str());
         // One deadline for the whole attempt, as for a fetch taken whole: a CAS that
         // watches for stalls itself (the HTTP client) resumes a stalled transfer within
         // it, and a per-piece limit of the same length would race with that.
@@ -247,6 +249,7 @@ pub(crate) async fn pump_range(
             Err(Broke::Cas(CasError::UrlExpired { .. })) => {
                 if refreshes >= opts.max_url_refreshes {
                     Outcome::Fail(DownloadError::Network {
+                        source: None,
                         file,
                         what: what(),
                         host: host.clone(),
@@ -278,7 +281,7 @@ pub(crate) async fn pump_range(
                 }
             }
             Err(Broke::Cas(e)) if e.is_retryable() => {
-                Outcome::Retry(e.to_string(), !shared.cas.retries_requests())
+                Outcome::Retry(xet_cas::error_chain(&e), !shared.cas.retries_requests())
             }
             Err(Broke::Cas(CasError::NotFound { .. })) => {
                 Outcome::Fail(DownloadError::XorbNotFound {
@@ -286,15 +289,18 @@ pub(crate) async fn pump_range(
                     xorb: fetch.xorb,
                 })
             }
-            Err(Broke::Cas(CasError::Corrupt { what: w, message })) => {
-                Outcome::Fail(DownloadError::Verification {
-                    file,
-                    detail: format!(
-                        "xorb {} chunks {}..{}: corrupt data from {w}: {message}",
-                        fetch.xorb, fetch.chunks.start, fetch.chunks.end
-                    ),
-                })
-            }
+            Err(Broke::Cas(CasError::Corrupt {
+                what: w,
+                message,
+                source,
+            })) => Outcome::Fail(DownloadError::Verification {
+                file,
+                detail: format!(
+                    "xorb {} chunks {}..{}: corrupt data from {w}: {message}",
+                    fetch.xorb, fetch.chunks.start, fetch.chunks.end
+                ),
+                source,
+            }),
             Err(Broke::Cas(e)) => Outcome::Fail(DownloadError::from_cas(file, e)),
         };
         if matches!(outcome, Outcome::Retry(..)) {
@@ -305,6 +311,7 @@ pub(crate) async fn pump_range(
             Outcome::Fail(e) => return Err(e),
             Outcome::Retry(message, again) if !again || attempt >= opts.max_retries => {
                 return Err(DownloadError::Network {
+                    source: None,
                     file,
                     what: what(),
                     host,

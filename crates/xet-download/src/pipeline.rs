@@ -1000,6 +1000,7 @@ fn range_error(
     });
     let users: Vec<String> = items.iter().map(Item::describe).collect();
     DownloadError::Verification {
+        source: None,
         file: ctx.file,
         detail: format!(
             "{chunk}xorb {} (fetched bytes {}..{} for chunks {}..{}, used by {}): {message}",
@@ -1078,6 +1079,7 @@ impl FileCtx {
 fn check_term_len(ctx: &FileCtx, item: &Item, got: u64) -> Result<()> {
     if got != item.term.unpacked_length {
         return Err(DownloadError::Verification {
+            source: None,
             file: ctx.file,
             detail: format!(
                 "{} decodes to {got} bytes, the reconstruction says {}",

@@ -55,6 +55,7 @@ async fn check_file_hash(ctx: &FileCtx, assembled: &Assembled, size: u64) -> Res
     let total: u64 = all.iter().map(|c| c.1).sum();
     if total != size {
         return Err(DownloadError::Verification {
+            source: None,
             file: ctx.file,
             detail: format!(
                 "reassembled {total} bytes from {n_terms} terms, but the file is {size} bytes"
@@ -71,6 +72,7 @@ async fn check_file_hash(ctx: &FileCtx, assembled: &Assembled, size: u64) -> Res
         culprit = find_corrupt_xorb(ctx).await;
     }
     Err(DownloadError::Verification {
+        source: None,
         file: ctx.file,
         detail: format!(
             "the {n_chunks} chunks of {n_terms} terms hash to file hash {computed}, not the requested one{}",

@@ -260,7 +260,7 @@ fn upload_kind(e: &xet_upload::UploadError) -> ErrorKind {
         xet_upload::UploadError::Input { .. } => ErrorKind::Local,
         xet_upload::UploadError::Interrupted => ErrorKind::Interrupted,
         xet_upload::UploadError::Cas(c) => match c {
-            C::Unauthorized(_) | C::Forbidden(_) => ErrorKind::Auth,
+            C::Unauthorized { .. } | C::Forbidden(_) => ErrorKind::Auth,
             C::Network { .. } => ErrorKind::Network,
             C::Server { status, .. } if *status >= 500 || *status == 429 => ErrorKind::Network,
             _ => ErrorKind::Rejected,

@@ -144,9 +144,8 @@ impl Repos {
             return Ok(None);
         };
         Commit::decode(id, &bytes).map(Some).map_err(|e| {
-            HubError::Store(CasError::Storage(format!(
-                "repository {repo}, commit {id}: {e}"
-            )))
+            let what = format!("repository {repo}, commit {id}");
+            HubError::Store(CasError::storage_with(what, e))
         })
     }
 
@@ -204,7 +203,7 @@ impl Repos {
                     .commit(repo, &h.commit)
                     .await?
                     .ok_or_else(|| {
-                        CasError::Storage(format!(
+                        CasError::storage(format!(
                             "branch {branch} of {repo} points at commit {}, which is not stored",
                             h.commit
                         ))

@@ -40,9 +40,8 @@ impl RepoRecord {
 
     pub fn decode(repo: &RepoRef, bytes: &[u8]) -> Result<RepoRecord> {
         serde_json::from_slice(bytes).map_err(|e| {
-            CasError::Storage(format!(
-                "the stored record of repository {repo} is not valid: {e}"
-            ))
+            let what = format!("the stored record of repository {repo} is not valid");
+            CasError::storage_with(what, e)
         })
     }
 }

@@ -100,14 +100,15 @@ impl ApiError {
 
 impl From<CasError> for ApiError {
     fn from(e: CasError) -> Self {
-        let reason = e.to_string();
+        // The body carries the whole chain: a client has only this text.
+        let reason = xet_cas::error_chain(&e);
         match e {
             CasError::NotFound { .. } => ApiError::not_found(reason),
             CasError::InvalidXorb { .. } => ApiError::bad_request(code::INVALID_XORB, reason),
             CasError::InvalidShard { .. } => ApiError::bad_request(code::INVALID_SHARD, reason),
             CasError::MissingXorb { .. } => ApiError::bad_request(code::MISSING_XORB, reason),
             CasError::RangeNotSatisfiable { size, .. } => ApiError::unsatisfiable(reason, size),
-            CasError::Unauthorized(_) => {
+            CasError::Unauthorized { .. } => {
                 ApiError::new(StatusCode::UNAUTHORIZED, code::UNAUTHORIZED, reason)
             }
             CasError::Forbidden(_) => ApiError::forbidden(code::FORBIDDEN, reason),
@@ -116,7 +117,7 @@ impl From<CasError> for ApiError {
                 ApiError::new(StatusCode::BAD_GATEWAY, code::UPSTREAM, reason)
             }
             CasError::Corrupt { .. } => ApiError::internal(reason),
-            CasError::Storage(_) => {
+            CasError::Storage { .. } => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, code::STORAGE, reason)
             }
             CasError::ReadOnly(_) => {

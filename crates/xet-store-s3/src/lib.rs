@@ -53,7 +53,7 @@ use object_store::{
     BackoffConfig, ClientConfigKey, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode,
     PutOptions, PutPayload, RetryConfig,
 };
-use xet_cas::{ByteRange, CasError, Result};
+use xet_cas::{ByteRange, CasError, Cause, Result};
 use xet_store::{META_PREFIX, ObjectBackend, ObjectKey, StoreCas, StoreConfig, check_range};
 
 /// The URL scheme of S3 stores: `s3://BUCKET[/PREFIX]`.
@@ -180,7 +180,7 @@ impl S3Config {
     /// ([`use_env`](Self::use_env)).
     pub fn from_url(url: &str) -> Result<Self> {
         if !is_s3_url(url) {
-            return Err(CasError::Storage(format!(
+            return Err(CasError::storage(format!(
                 "{url:?} is not an S3 store URL (s3://BUCKET[/PREFIX])"
             )));
         }
@@ -210,7 +210,7 @@ fn validate_bucket(b: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(CasError::Storage(format!(
+        Err(CasError::storage(format!(
             "invalid bucket name {b:?}: 3 to 63 of a-z, 0-9, '.', '-', starting and ending with a letter or digit"
         )))
     }
@@ -228,7 +228,7 @@ fn validate_prefix(p: &str) -> Result<()> {
                 .bytes()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'));
         if !ok {
-            return Err(CasError::Storage(format!(
+            return Err(CasError::storage(format!(
                 "invalid key prefix {p:?}: segments of A-Z, a-z, 0-9, '.', '_', '-' separated by '/' (not '.' or '..')"
             )));
         }
@@ -254,7 +254,6 @@ pub fn is_loopback_http(url: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// An error and its sources, each message once.
 /// Whether the S3 server refused the request for its credentials (a 401/403 answer or
 /// the codes S3 servers give for a bad signature or an unknown key).
 fn refused(e: &object_store::Error) -> bool {
@@ -264,7 +263,7 @@ fn refused(e: &object_store::Error) -> bool {
     ) {
         return true;
     }
-    let text = chain(e);
+    let text = S3Error::text(e);
     [
         "SignatureDoesNotMatch",
         "InvalidAccessKeyId",
@@ -275,19 +274,42 @@ fn refused(e: &object_store::Error) -> bool {
     .any(|c| text.contains(c))
 }
 
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = c.source();
+/// The S3 client's error, as the cause of a [`CasError`]. object_store writes each
+/// cause into its own message and also returns it from `source()`, so a chain printer
+/// would repeat it: this shows each message of the chain once and ends the chain there.
+/// [`S3Error::inner`] is the error itself.
+#[derive(Debug)]
+pub struct S3Error(object_store::Error);
+
+impl S3Error {
+    pub fn inner(&self) -> &object_store::Error {
+        &self.0
     }
-    s
+
+    /// The messages of `e` and its causes, each once.
+    fn text(e: &(dyn std::error::Error + 'static)) -> String {
+        let mut s = e.to_string();
+        let mut cur = e.source();
+        while let Some(c) = cur {
+            let m = c.to_string();
+            if !s.contains(&m) {
+                s.push_str(": ");
+                s.push_str(&m);
+            }
+            cur = c.source();
+        }
+        s
+    }
 }
+
+impl std::fmt::Display for S3Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&S3Error::text(&self.0))
+    }
+}
+
+// No `source()`: the message already holds every cause (see the type's docs).
+impl std::error::Error for S3Error {}
 
 /// Objects in an S3-compatible bucket under a key prefix.
 pub struct S3Backend {
@@ -360,7 +382,7 @@ impl S3Backend {
             if is_loopback_http(e) || config.allow_http {
                 b = b.with_allow_http(true);
             } else if !env_allows {
-                return Err(CasError::Storage(format!(
+                return Err(CasError::storage(format!(
                     "{url}: endpoint {e} is plain HTTP to a non-loopback host; use https, or set AWS_ALLOW_HTTP=true to allow it"
                 )));
             }
@@ -373,7 +395,7 @@ impl S3Backend {
                 retry_timeout: Duration::from_secs(timeout),
             })
             .build()
-            .map_err(|e| CasError::Storage(format!("{url}: {}", chain(&e))))
+            .map_err(|e| CasError::storage_with(format!("configuring {url}"), S3Error(e)))
         };
         // Opening fails fast on an unreachable server; later requests retry longer.
         let quick = build(b.clone(), 2, 10)?;
@@ -391,7 +413,7 @@ impl S3Backend {
             backend.conditional = backend.probe_conditional_put().await?;
             if !backend.conditional {
                 if config.conditional_put == ConditionalPut::Required {
-                    return Err(CasError::Storage(format!(
+                    return Err(CasError::storage(format!(
                         "{url} (endpoint {}): the server does not honour conditional writes (If-None-Match: *), which were required",
                         backend.endpoint
                     )));
@@ -445,13 +467,12 @@ impl S3Backend {
         self.path_of(key.as_str())
     }
 
-    fn err(&self, op: &str, path: &Path, e: &object_store::Error) -> CasError {
-        CasError::Storage(format!(
-            "{op} s3://{}/{path} (endpoint {}): {}",
-            self.bucket,
-            self.endpoint,
-            chain(e)
-        ))
+    fn err(&self, op: &str, path: &Path, e: object_store::Error) -> CasError {
+        let what = format!(
+            "{op} s3://{}/{path} (endpoint {})",
+            self.bucket, self.endpoint
+        );
+        CasError::storage_with(what, S3Error(e))
     }
 
     async fn check_reachable(&self) -> Result<()> {
@@ -462,9 +483,9 @@ impl S3Backend {
             // it as a generic error).
             Err(e)
                 if matches!(e, object_store::Error::NotFound { .. })
-                    || chain(&e).contains("NoSuchBucket") =>
+                    || S3Error::text(&e).contains("NoSuchBucket") =>
             {
-                Err(CasError::Storage(format!(
+                Err(CasError::storage(format!(
                     "{}: bucket {:?} does not exist at endpoint {}",
                     self.url(),
                     self.bucket,
@@ -473,21 +494,25 @@ impl S3Backend {
             }
             // The server answered, and refused: the credentials (or their rights) are
             // what to check, not the network.
-            Err(e) if refused(&e) => Err(CasError::Unauthorized(format!(
-                "{}: the server at {} refused access to bucket {:?}; check AWS_ACCESS_KEY_ID, \
-                 AWS_SECRET_ACCESS_KEY and the key's rights on the bucket: {}",
-                self.url(),
-                self.endpoint,
-                self.bucket,
-                chain(&e)
-            ))),
-            Err(e) => Err(CasError::Storage(format!(
-                "{}: cannot reach bucket {:?} at endpoint {}: {}",
-                self.url(),
-                self.bucket,
-                self.endpoint,
-                chain(&e)
-            ))),
+            Err(e) if refused(&e) => Err(CasError::Unauthorized {
+                message: format!(
+                    "{}: the server at {} refused access to bucket {:?}; check \
+                     AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and the key's rights on the bucket",
+                    self.url(),
+                    self.endpoint,
+                    self.bucket,
+                ),
+                source: Some(Cause::new(S3Error(e))),
+            }),
+            Err(e) => {
+                let what = format!(
+                    "{}: cannot reach bucket {:?} at endpoint {}",
+                    self.url(),
+                    self.bucket,
+                    self.endpoint,
+                );
+                Err(CasError::storage_with(what, S3Error(e)))
+            }
         }
     }
 
@@ -509,7 +534,7 @@ impl S3Backend {
             Ok(_) => match create(b"second").await {
                 Err(object_store::Error::AlreadyExists { .. }) => true,
                 Ok(_) => false,
-                Err(e) => return Err(self.err("probing conditional writes at", &probe, &e)),
+                Err(e) => return Err(self.err("probing conditional writes at", &probe, e)),
             },
             Err(first) => {
                 // Rejected: does a plain write work? Then only the condition is unsupported.
@@ -519,15 +544,15 @@ impl S3Backend {
                     .await
                 {
                     Ok(_) => {
-                        tracing::info!(error = %chain(&first), "conditional write rejected");
+                        tracing::info!(error = %S3Error::text(&first), "conditional write rejected");
                         false
                     }
-                    Err(e) => return Err(self.err("writing", &probe, &e)),
+                    Err(e) => return Err(self.err("writing", &probe, e)),
                 }
             }
         };
         if let Err(e) = self.store.delete(&probe).await {
-            tracing::warn!(object = %probe, error = %chain(&e), "cannot remove the probe object");
+            tracing::warn!(object = %probe, error = %S3Error::text(&e), "cannot remove the probe object");
         }
         Ok(supported)
     }
@@ -536,7 +561,7 @@ impl S3Backend {
         match self.store.head(path).await {
             Ok(m) => Ok(Some(m.size)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(self.err("HEAD", path, &e)),
+            Err(e) => Err(self.err("HEAD", path, e)),
         }
     }
 
@@ -545,7 +570,7 @@ impl S3Backend {
             .put(path, PutPayload::from(data))
             .await
             .map(|_| ())
-            .map_err(|e| self.err("writing", path, &e))
+            .map_err(|e| self.err("writing", path, e))
     }
 
     /// Put-if-absent without a conditional write (see the crate documentation).
@@ -568,7 +593,7 @@ impl S3Backend {
                  succeed. Use a server that honours them, or run a single server with \
                  conditional puts off (xet serve --s3-conditional-put off)"
             };
-            return Err(CasError::Storage(format!(
+            return Err(CasError::storage(format!(
                 "cannot create s3://{}/{path}: the server at {} does not honour conditional writes \
                  (If-None-Match: *), so {advice}",
                 self.bucket, self.endpoint
@@ -579,7 +604,7 @@ impl S3Backend {
         tokio::time::sleep(META_SETTLE).await;
         match self.get(key).await? {
             Some(now) => Ok(now == data),
-            None => Err(CasError::Storage(format!(
+            None => Err(CasError::storage(format!(
                 "s3://{}/{path} vanished right after it was written",
                 self.bucket
             ))),
@@ -609,10 +634,10 @@ impl ObjectBackend for S3Backend {
                         return Ok(false);
                     }
                 }
-                Err(e) => return Err(self.err("writing", &path, &e)),
+                Err(e) => return Err(self.err("writing", &path, e)),
             }
         }
-        Err(CasError::Storage(format!(
+        Err(CasError::storage(format!(
             "writing s3://{}/{path} (endpoint {}): the server keeps refusing the write as \
              conflicting but the object does not exist",
             self.bucket, self.endpoint
@@ -624,12 +649,12 @@ impl ObjectBackend for S3Backend {
         let res = match self.store.get(&path).await {
             Ok(r) => r,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(self.err("reading", &path, &e)),
+            Err(e) => return Err(self.err("reading", &path, e)),
         };
         res.bytes()
             .await
             .map(Some)
-            .map_err(|e| self.err("reading", &path, &e))
+            .map_err(|e| self.err("reading", &path, e))
     }
 
     async fn get_range(&self, key: &ObjectKey, range: ByteRange) -> Result<Option<Bytes>> {
@@ -658,7 +683,7 @@ impl ObjectBackend for S3Backend {
                         Err(self.err(
                             &format!("reading bytes {}..{} of", range.start, range.end),
                             &path,
-                            &e,
+                            e,
                         ))
                     }
                 };
@@ -670,11 +695,11 @@ impl ObjectBackend for S3Backend {
             self.err(
                 &format!("reading bytes {}..{} of", range.start, range.end),
                 &path,
-                &e,
+                e,
             )
         })?;
         if bytes.len() as u64 != range.len() {
-            return Err(CasError::Storage(format!(
+            return Err(CasError::storage(format!(
                 "reading bytes {}..{} of s3://{}/{path}: got {} bytes",
                 range.start,
                 range.end,
@@ -703,7 +728,7 @@ impl ObjectBackend for S3Backend {
         while let Some(meta) = stream
             .try_next()
             .await
-            .map_err(|e| self.err("listing", &root, &e))?
+            .map_err(|e| self.err("listing", &root, e))?
         {
             let Some(rel) = meta.location.as_ref().strip_prefix(strip.as_str()) else {
                 continue;
@@ -727,7 +752,7 @@ impl ObjectBackend for S3Backend {
         self.store
             .delete(&path)
             .await
-            .map_err(|e| self.err("deleting", &path, &e))?;
+            .map_err(|e| self.err("deleting", &path, e))?;
         Ok(true)
     }
 }

@@ -207,12 +207,12 @@ async fn hub_keys_nest_under_the_prefix() {
     ];
     for k in &keys {
         assert_eq!(
-            b.put_if_absent(k, Bytes::from_static(b"{}")).await,
+            xet_cas_conformance::text_err(b.put_if_absent(k, Bytes::from_static(b"{}")).await),
             Ok(true),
             "{k}"
         );
         assert_eq!(
-            b.put_if_absent(k, Bytes::from_static(b"[]")).await,
+            xet_cas_conformance::text_err(b.put_if_absent(k, Bytes::from_static(b"[]")).await),
             Ok(false),
             "{k}"
         );
@@ -278,12 +278,18 @@ async fn conditional_put_refuses_an_existing_key() {
     assert!(b.conditional_puts());
     let key = ObjectKey::meta("dedup-secret");
     let first = Bytes::from_static(&[1; 32]);
-    assert_eq!(b.put_if_absent(&key, first.clone()).await, Ok(true));
     assert_eq!(
-        b.put_if_absent(&key, Bytes::from_static(&[2; 32])).await,
+        xet_cas_conformance::text_err(b.put_if_absent(&key, first.clone()).await),
+        Ok(true)
+    );
+    assert_eq!(
+        xet_cas_conformance::text_err(b.put_if_absent(&key, Bytes::from_static(&[2; 32])).await),
         Ok(false)
     );
-    assert_eq!(b.get(&key).await, Ok(Some(first)));
+    assert_eq!(
+        xet_cas_conformance::text_err(b.get(&key).await),
+        Ok(Some(first))
+    );
     // The probe object of open() is gone and listing never shows foreign keys.
     assert_eq!(
         raw_keys(s3, &bucket).await,
@@ -374,14 +380,17 @@ async fn a_server_ignoring_conditional_writes_is_detected() {
     assert!(!b.conditional_puts());
     let xorb = ObjectKey::xorb(&xet_hash::chunk_hash(b"x"));
     assert_eq!(
-        b.put_if_absent(&xorb, Bytes::from_static(b"a")).await,
+        xet_cas_conformance::text_err(b.put_if_absent(&xorb, Bytes::from_static(b"a")).await),
         Ok(true)
     );
     assert_eq!(
-        b.put_if_absent(&xorb, Bytes::from_static(b"b")).await,
+        xet_cas_conformance::text_err(b.put_if_absent(&xorb, Bytes::from_static(b"b")).await),
         Ok(false)
     );
-    assert_eq!(b.get(&xorb).await, Ok(Some(Bytes::from_static(b"a"))));
+    assert_eq!(
+        xet_cas_conformance::text_err(b.get(&xorb).await),
+        Ok(Some(Bytes::from_static(b"a")))
+    );
     // ... but a metadata object is not created: a new store cannot be opened.
     let secret = ObjectKey::meta("dedup-secret");
     let e = b
@@ -393,7 +402,10 @@ async fn a_server_ignoring_conditional_writes_is_detected() {
         e.contains("conditional writes") && e.contains("s3-conditional-put off"),
         "{e}"
     );
-    assert_eq!(b.get(&secret).await, Ok(None));
+    assert_eq!(
+        xet_cas_conformance::text_err(b.get(&secret).await),
+        Ok(None)
+    );
     let e = open_store(cfg(ConditionalPut::Auto)).await.unwrap_err();
     assert!(e.to_string().contains("meta/dedup-secret"), "{e}");
     // Likewise repository records and branch versions (a branch would lose commits);
@@ -412,19 +424,19 @@ async fn a_server_ignoring_conditional_writes_is_detected() {
             e.contains("conditional writes") && e.contains("s3-conditional-put off"),
             "{e}"
         );
-        assert_eq!(b.get(&key).await, Ok(None));
+        assert_eq!(xet_cas_conformance::text_err(b.get(&key).await), Ok(None));
     }
     for key in [
         ObjectKey::hub_commit(&rk, &[3; 20]),
         ObjectKey::hub_sha256(&[4; 32]),
     ] {
         assert_eq!(
-            b.put_if_absent(&key, Bytes::from_static(b"c")).await,
+            xet_cas_conformance::text_err(b.put_if_absent(&key, Bytes::from_static(b"c")).await),
             Ok(true),
             "{key}"
         );
         assert_eq!(
-            b.put_if_absent(&key, Bytes::from_static(b"c")).await,
+            xet_cas_conformance::text_err(b.put_if_absent(&key, Bytes::from_static(b"c")).await),
             Ok(false),
             "{key}"
         );
@@ -437,16 +449,22 @@ async fn a_server_ignoring_conditional_writes_is_detected() {
     drop(store);
     let b = S3Backend::open(cfg(ConditionalPut::Auto)).await.unwrap();
     assert_eq!(
-        b.put_if_absent(&secret, Bytes::from_static(&[9; 32])).await,
+        xet_cas_conformance::text_err(b.put_if_absent(&secret, Bytes::from_static(&[9; 32])).await),
         Ok(false)
     );
-    assert_eq!(b.get(&secret).await, Ok(Some(created.clone())));
+    assert_eq!(
+        xet_cas_conformance::text_err(b.get(&secret).await),
+        Ok(Some(created.clone()))
+    );
     let store = xet_store_s3::open_store(cfg(ConditionalPut::Auto))
         .await
         .unwrap();
     conformance::populate(&store).await;
     conformance::check_populated(&store).await;
-    assert_eq!(store.backend().get(&secret).await, Ok(Some(created)));
+    assert_eq!(
+        xet_cas_conformance::text_err(store.backend().get(&secret).await),
+        Ok(Some(created))
+    );
 }
 
 /// Without conditional writes, racing writers of one content-addressed key may each
@@ -461,7 +479,10 @@ async fn unconditional_racing_writers_leave_one_whole_object() {
     let (r0, r1, r2, r3) = tokio::join!(put(), put(), put(), put());
     let wins = [r0, r1, r2, r3].map(|r| r.expect("put"));
     assert!(wins.iter().any(|w| *w), "{wins:?}");
-    assert_eq!(b.get(&key).await, Ok(Some(data)));
+    assert_eq!(
+        xet_cas_conformance::text_err(b.get(&key).await),
+        Ok(Some(data))
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -534,10 +555,9 @@ async fn a_wrong_secret_is_refused() {
             session_token: None,
         });
         proxy.clear_log();
-        let e = S3Backend::open(wrong.clone())
-            .await
-            .unwrap_err()
-            .to_string();
+        // The server's reason is the cause: the chain shows it.
+        let e = S3Backend::open(wrong.clone()).await.unwrap_err();
+        let e = xet_cas::error_chain(&e);
         assert!(
             e.contains(&format!("s3://{bucket}/p")) && e.contains(&proxy.url) && e.contains(reason),
             "{e}"
@@ -548,7 +568,7 @@ async fn a_wrong_secret_is_refused() {
             repeated.is_empty(),
             "a refused request was retried: {repeated:?}"
         );
-        let e = open_store(wrong).await.unwrap_err().to_string();
+        let e = xet_cas::error_chain(&open_store(wrong).await.unwrap_err());
         assert!(e.contains(reason), "{e}");
     }
     assert_eq!(raw_keys(s3, &bucket).await, Vec::<String>::new());

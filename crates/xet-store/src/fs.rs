@@ -57,14 +57,16 @@ pub struct FsBackend {
     direct_ok: Arc<AtomicBool>,
 }
 
+/// A failed filesystem operation: `what` names it and the path, the `io::Error` (and its
+/// kind) is kept as the cause.
 fn io_err(what: impl std::fmt::Display, e: std::io::Error) -> CasError {
-    CasError::Storage(format!("{what}: {e}"))
+    CasError::storage_with(what.to_string(), e)
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| CasError::Storage(format!("filesystem task failed: {e}")))?
+        .map_err(|e| CasError::storage_with("a filesystem task failed", e))?
 }
 
 impl FsBackend {
@@ -322,7 +324,7 @@ fn place(tmp: &Path, dst: &Path, content_addressed: bool) -> Result<bool> {
         Ok(()) => true,
         Err(e) if e.kind() == ErrorKind::AlreadyExists => false,
         // No hard links here (some network or FUSE filesystems).
-        Err(link_err) => return rename_into_place(tmp, dst, content_addressed, &link_err),
+        Err(link_err) => return rename_into_place(tmp, dst, content_addressed, link_err),
     };
     let _ = std::fs::remove_file(tmp);
     Ok(placed)
@@ -338,13 +340,15 @@ fn rename_into_place(
     tmp: &Path,
     dst: &Path,
     content_addressed: bool,
-    link_err: &std::io::Error,
+    link_err: std::io::Error,
 ) -> Result<bool> {
+    let link_kind = link_err.kind();
     let placing = |e: std::io::Error| {
-        io_err(
-            format!("placing {} (link failed: {link_err})", dst.display()),
-            e,
-        )
+        let what = format!(
+            "placing {} after its hard link failed ({link_kind})",
+            dst.display()
+        );
+        io_err(what, e)
     };
     #[cfg(target_os = "linux")]
     {
@@ -361,10 +365,12 @@ fn rename_into_place(
         }
     }
     if !content_addressed {
-        return Err(CasError::Storage(format!(
-            "cannot write {} without replacing a racing writer's: this filesystem supports              neither hard links ({link_err}) nor renames that refuse to replace",
+        let what = format!(
+            "cannot write {} without replacing a racing writer's: this filesystem supports \
+             neither hard links (the link's error follows) nor renames that refuse to replace",
             dst.display()
-        )));
+        );
+        return Err(CasError::storage_with(what, link_err));
     }
     if dst.exists() {
         let _ = std::fs::remove_file(tmp);

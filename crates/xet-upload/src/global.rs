@@ -118,8 +118,9 @@ impl GlobalDedup {
             Ok(Some(b)) => b,
             Ok(None) => return Ok(None),
             // As the reference: a failed query is a miss, except bad credentials.
-            Err(e @ CasError::Unauthorized(_)) => return Err(e),
+            Err(e @ CasError::Unauthorized { .. }) => return Err(e),
             Err(e) => {
+                let e = xet_cas::error_chain(&e);
                 tracing::warn!(%chunk, "global dedup query failed, continuing without it: {e}");
                 return Ok(None);
             }

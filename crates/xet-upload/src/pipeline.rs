@@ -717,7 +717,10 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
                 return Ok(built);
             }
             Ok(_) => {}
-            Err(e) => tracing::debug!(%hash, "xorb_size failed, uploading again: {e}"),
+            Err(e) => {
+                let e = xet_cas::error_chain(&e);
+                tracing::debug!(%hash, "xorb_size failed, uploading again: {e}");
+            }
         }
     }
     built.sent = true;

@@ -94,15 +94,15 @@ async fn unauthorized_is_immediate_and_never_shows_the_token() {
         let e = within(10, cas.put_xorb(&s.xorb, s.body.clone().into()))
             .await
             .unwrap_err();
-        assert!(matches!(e, CasError::Unauthorized(_)), "{e:?}");
+        assert!(matches!(e, CasError::Unauthorized { .. }), "{e:?}");
         assert!(!e.to_string().contains("wrong-token-789"), "{e}");
         assert_eq!(proxy.log().len(), 1, "401 is not retried");
         let e = within(10, cas.reconstruction(&s.files[0].hash, None))
             .await
             .unwrap_err();
-        assert!(matches!(e, CasError::Unauthorized(_)), "{e:?}");
+        assert!(matches!(e, CasError::Unauthorized { .. }), "{e:?}");
         let e = within(10, cas.dedup_shard(&s.xorb)).await.unwrap_err();
-        assert!(matches!(e, CasError::Unauthorized(_)), "{e:?}");
+        assert!(matches!(e, CasError::Unauthorized { .. }), "{e:?}");
     }
 }
 
@@ -122,7 +122,7 @@ async fn read_only_token_is_forbidden_to_upload() {
     assert!(matches!(e, CasError::Forbidden(_)), "{e:?}");
     assert_eq!(proxy.log().len(), 2, "403 is not retried");
     assert_eq!(
-        cas.file_size(&s.files[0].hash).await,
+        xet_cas_conformance::text_err(cas.file_size(&s.files[0].hash).await),
         Ok(None),
         "reads are allowed"
     );
@@ -157,7 +157,7 @@ async fn token_refresh_url_sets_token_and_endpoint_and_refreshes_at_expiry() {
     assert!(refreshes >= 1);
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert_eq!(
-        cas.file_size(&s.files[0].hash).await,
+        xet_cas_conformance::text_err(cas.file_size(&s.files[0].hash).await),
         Ok(Some(s.files[0].data.len() as u64))
     );
     assert!(
@@ -179,13 +179,19 @@ async fn seeded_token_is_used_until_it_expires() {
     r.initial = Some((Secret::new(WRITE), far));
     let cas = with(support::config(&proxy.url).with_token_source(TokenSource::Refresh(r.clone())));
     let h = xet_hash::chunk_hash(b"x");
-    assert_eq!(within(10, cas.file_size(&h)).await, Ok(None));
+    assert_eq!(
+        xet_cas_conformance::text_err(within(10, cas.file_size(&h)).await),
+        Ok(None)
+    );
     assert_eq!(proxy.count("GET", "/v1/token"), 0);
 
     // Expired seed: refreshed before the first request.
     r.initial = Some((Secret::new("stale"), 1));
     let cas = with(support::config(&proxy.url).with_token_source(TokenSource::Refresh(r)));
-    assert_eq!(within(10, cas.file_size(&h)).await, Ok(None));
+    assert_eq!(
+        xet_cas_conformance::text_err(within(10, cas.file_size(&h)).await),
+        Ok(None)
+    );
     assert_eq!(proxy.count("GET", "/v1/token"), 1);
 }
 
@@ -199,7 +205,7 @@ async fn refresh_rejected_is_unauthorized() {
     let e = within(10, cas.file_size(&xet_hash::chunk_hash(b"x")))
         .await
         .unwrap_err();
-    assert!(matches!(e, CasError::Unauthorized(_)), "{e:?}");
+    assert!(matches!(e, CasError::Unauthorized { .. }), "{e:?}");
     assert!(e.to_string().contains("token refresh"), "{e}");
     assert!(!e.to_string().contains("bad-hub-token"), "{e}");
     assert_eq!(proxy.count("GET", "/v1/token"), 1);

@@ -472,7 +472,8 @@ async fn interrupt_and_rerun(len: usize, seed: u64, xorb_len: u64, fail_after: u
     );
     Rerun {
         total: clean.totals.fetches,
-        error: e.to_string(),
+        // The whole chain, as the CLI prints it: the CAS error is the cause.
+        error: xet_cas::error_chain(&e),
         part_left,
         journal_left,
         fetched: w.fetches(),

@@ -117,18 +117,14 @@ async fn decode(cas: &dyn Cas, fetch: &XorbFetch) -> Result<DecodedChunks, CasEr
     let xorb = fetch.xorb;
     tokio::task::spawn_blocking(move || decode_chunks(&bytes, expected, &Limits::PROTOCOL))
         .await
-        .map_err(|e| CasError::Storage(format!("decoding xorb {xorb}: {e}")))?
-        .map_err(|e| CasError::Corrupt {
-            what: format!("stored xorb {xorb}"),
-            message: e.to_string(),
+        .map_err(|e| CasError::storage_with(format!("decoding xorb {xorb}"), e))?
+        .map_err(|e| {
+            CasError::corrupt_with(format!("stored xorb {xorb}"), "its chunks do not decode", e)
         })
 }
 
 fn corrupt(file: &MerkleHash, message: String) -> CasError {
-    CasError::Corrupt {
-        what: format!("stored file {file}"),
-        message,
-    }
+    CasError::corrupt(format!("stored file {file}"), message)
 }
 
 /// The sha256 and size of a stored file, read through once (hashed on a blocking
@@ -149,5 +145,5 @@ pub(crate) async fn sha256_of(
         Ok((h.finalize().into(), n))
     })
     .await
-    .map_err(|e| CasError::Storage(format!("hashing file {file}: {e}")))?
+    .map_err(|e| CasError::storage_with(format!("hashing file {file}"), e))?
 }

@@ -91,15 +91,16 @@ async fn register_with_progress(cas: &dyn Cas, shard: Bytes, tx: &mpsc::Sender<B
         }
         Err(e) => {
             let retry = retryable(&e);
+            let message = xet_cas::error_chain(&e);
             if retry {
-                tracing::error!("shard upload failed: {e}");
+                tracing::error!("shard upload failed: {message}");
             } else {
-                tracing::debug!("shard rejected: {e}");
+                tracing::debug!("shard rejected: {message}");
             }
             let _ = tx
                 .send(frame(serde_json::json!({
                     "type": "error",
-                    "message": e.to_string(),
+                    "message": message,
                     "retryable": retry,
                     "error": ApiError::code_of(&e),
                 })))
@@ -117,7 +118,7 @@ fn frame(v: serde_json::Value) -> Bytes {
 
 /// Whether an error frame for `e` should tell the client to retry.
 fn retryable(e: &CasError) -> bool {
-    matches!(e, CasError::Storage(_)) || e.is_retryable()
+    matches!(e, CasError::Storage { .. }) || e.is_retryable()
 }
 
 /// `GET /v1/chunks/{prefix}/{chunk}`: a shard naming the xorb that holds `chunk`, for

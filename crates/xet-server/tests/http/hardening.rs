@@ -139,8 +139,10 @@ impl Cas for FailingPuts {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()
         {
-            return Err(CasError::Storage(
-                "cannot write xorb: No space left on device (os error 28)".into(),
+            // ENOSPC: the server's answer must carry the cause, not only "storage error".
+            return Err(CasError::storage_with(
+                "cannot write xorb",
+                std::io::Error::from_raw_os_error(28),
             ));
         }
         self.inner.put_xorb(hash, body).await

@@ -554,9 +554,9 @@ async fn hf_xet_shows_shard_rejection_reason() {
     let tmp = tempfile::tempdir().unwrap();
     let work = tmp.path();
     let mut counting = Counting::new(MemoryStore::in_memory().await.unwrap());
-    counting.shard_error = Some(xet_cas::CasError::InvalidShard {
-        reason: "synthetic rejection 4711".into(),
-    });
+    counting.shard_error = Some(xet_cas::CasError::invalid_shard(std::io::Error::other(
+        "synthetic rejection 4711",
+    )));
     let cas = Arc::new(counting);
     let log = RequestLog::default();
     let server =

@@ -314,7 +314,7 @@ impl<B: ObjectBackend + ?Sized> ObjectBackend for Arc<B> {
 /// Check `range` against an object of `size` bytes (shared by backends).
 pub fn check_range(key: &ObjectKey, range: ByteRange, size: u64) -> Result<()> {
     if range.start > range.end || range.end > size {
-        return Err(CasError::Storage(format!(
+        return Err(CasError::storage(format!(
             "range {}..{} is outside object {key} of {size} bytes",
             range.start, range.end
         )));

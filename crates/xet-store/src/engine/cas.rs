@@ -84,7 +84,7 @@ fn now_secs() -> u64 {
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| CasError::Storage(format!("validation task failed: {e}")))
+        .map_err(|e| CasError::storage_with("the validation task failed", e))
 }
 
 impl<B: ObjectBackend> StoreCas<B> {
@@ -133,7 +133,9 @@ impl<B: ObjectBackend> StoreCas<B> {
             match self.index_stored_shard(h, &key).await {
                 Ok(true) => added += 1,
                 Ok(false) => {}
-                Err(e) => tracing::warn!(shard = %key, error = %e, "skipping stored shard"),
+                Err(e) => {
+                    tracing::warn!(shard = %key, error = %xet_cas::error_chain(&e), "skipping stored shard")
+                }
             }
         }
         Ok(added)
@@ -161,10 +163,12 @@ impl<B: ObjectBackend> StoreCas<B> {
                     Ok(n) => {
                         tracing::info!(shards = n, "indexed shards written by other processes")
                     }
-                    Err(e) => tracing::warn!(error = %e, "cannot refresh the store index"),
+                    Err(e) => {
+                        tracing::warn!(error = %xet_cas::error_chain(&e), "cannot refresh the store index")
+                    }
                 }
                 if let Err(e) = store.backend.remove_abandoned().await {
-                    tracing::warn!(error = %e, "cannot remove abandoned temporary files");
+                    tracing::warn!(error = %xet_cas::error_chain(&e), "cannot remove abandoned temporary files");
                 }
             }
         })
@@ -176,7 +180,7 @@ impl<B: ObjectBackend> StoreCas<B> {
         };
         let content = blocking(move || format::parse_stored_shard(&bytes))
             .await?
-            .map_err(|e| CasError::Storage(format!("stored shard {key} does not parse: {e}")))?;
+            .map_err(|e| CasError::storage_with(format!("stored shard {key} does not parse"), e))?;
         let metas = self.metas(&validate::referenced_xorbs(&content)).await?;
         self.index.add_shard(h, &content, &metas);
         Ok(true)
@@ -191,9 +195,12 @@ impl<B: ObjectBackend> StoreCas<B> {
         let Some(len) = self.backend.size(&key).await? else {
             return Ok(None);
         };
-        let corrupt = |e: String| CasError::Storage(format!("stored xorb {h}: {e}"));
+        let corrupt = |e: format::FormatError| CasError::Storage {
+            message: format!("stored xorb {h} is unusable"),
+            source: Some(e.into_cause()),
+        };
         if len < 4 {
-            return Err(corrupt(format!("{len} bytes is too short")));
+            return Err(corrupt(format::FormatError::StoredXorbTooShort { len }));
         }
         let Some(last4) = self
             .backend
@@ -204,9 +211,10 @@ impl<B: ObjectBackend> StoreCas<B> {
         };
         let tail_len = format::stored_xorb_tail_len(&last4).map_err(corrupt)?;
         if tail_len > len {
-            return Err(corrupt(format!(
-                "footer of {tail_len} bytes in a {len}-byte object"
-            )));
+            return Err(corrupt(format::FormatError::FooterTooLong {
+                tail: tail_len,
+                len,
+            }));
         }
         let Some(tail) = self
             .backend
@@ -278,10 +286,13 @@ async fn load_secret<B: ObjectBackend>(backend: &B) -> Result<[u8; 32]> {
     let got = backend
         .get(&key)
         .await?
-        .ok_or_else(|| CasError::Storage("dedup secret vanished".into()))?;
-    got.as_ref()
-        .try_into()
-        .map_err(|_| CasError::Storage(format!("{key} is {} bytes, expected 32", got.len())))
+        .ok_or_else(|| CasError::storage(format!("{key}, the dedup secret, vanished")))?;
+    got.as_ref().try_into().map_err(|_| {
+        CasError::storage(format!(
+            "{key}, the dedup secret, is {} bytes, expected 32",
+            got.len()
+        ))
+    })
 }
 
 impl<B: ObjectBackend> StoreCas<B> {
@@ -306,19 +317,16 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
             Err(body) => body,
         };
         if body.len() as u64 > format::MAX_XORB_UPLOAD_BYTES {
-            return Err(CasError::InvalidXorb {
-                hash: *hash,
-                reason: format!(
-                    "body is {} bytes, more than any valid xorb ({})",
-                    body.len(),
-                    format::MAX_XORB_UPLOAD_BYTES
-                ),
-            });
+            let too_large = format::FormatError::XorbTooLarge {
+                len: body.len() as u64,
+                max: format::MAX_XORB_UPLOAD_BYTES,
+            };
+            return Err(CasError::invalid_xorb(*hash, too_large));
         }
         let h = *hash;
         let valid = blocking(move || format::validate_xorb(&h, &body))
             .await?
-            .map_err(|reason| CasError::InvalidXorb { hash: h, reason })?;
+            .map_err(|e| CasError::invalid_xorb(h, e))?;
         self.store_valid_xorb(&key, valid).await
     }
 
@@ -329,13 +337,17 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
     async fn put_shard(&self, shard: Bytes) -> Result<bool> {
         let max = self.config.max_shard_bytes;
         if shard.len() as u64 > max {
-            return Err(CasError::InvalidShard {
-                reason: format!("shard is {} bytes, the limit is {max}", shard.len()),
-            });
+            let too_large = format::FormatError::ShardTooLarge {
+                len: shard.len() as u64,
+                max,
+            };
+            return Err(CasError::invalid_shard(too_large));
         }
         let upload = blocking(move || format::parse_upload_shard(&shard, max))
             .await?
-            .map_err(|reason| CasError::InvalidShard { reason })?;
+            .map_err(|e| CasError::InvalidShard {
+                source: e.into_cause(),
+            })?;
         let metas = self
             .metas(&validate::referenced_xorbs(&upload.content))
             .await?;
@@ -344,10 +356,7 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
         let (content, key, stored) = blocking(move || -> Result<_> {
             validate::validate_shard(&upload.content, &m2)?;
             let content = upload.content.clone();
-            let (key, stored) =
-                format::stored_shard(upload).map_err(|e| CasError::InvalidShard {
-                    reason: format!("cannot store the shard: {e}"),
-                })?;
+            let (key, stored) = format::stored_shard(upload).map_err(CasError::invalid_shard)?;
             Ok((content, key, stored))
         })
         .await??;
@@ -440,8 +449,9 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
             format::dedup_shard(&refs, key, now, expiry)
         })
         .await?
-        .map_err(|e| {
-            CasError::Storage(format!("building the dedup answer for chunk {chunk}: {e}"))
+        .map_err(|e| CasError::Storage {
+            message: format!("building the dedup answer for chunk {chunk}"),
+            source: Some(e.into_cause()),
         })?;
         Ok(Some(bytes))
     }

@@ -5,11 +5,49 @@
 
 use bytes::Bytes;
 use xet_hash::MerkleHash;
-use xet_shard::{CasInfo, ParsedShard, Shard, StoredOptions};
-use xet_xorb::XorbInfo;
+use xet_shard::{CasInfo, ParsedShard, Shard, ShardError, StoredOptions};
+use xet_xorb::{XorbError, XorbInfo};
 
 use super::meta::XorbMeta;
-use xet_cas::{ChunkRange, ReceivedXorb};
+use xet_cas::{Cause, ChunkRange, ReceivedXorb};
+
+/// Why the store refuses an upload or cannot use a stored object: the format crates'
+/// own errors as they are, or a rule of the store's.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error(transparent)]
+    Xorb(#[from] XorbError),
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    #[error("the body is {len} bytes, more than any valid xorb ({max})")]
+    XorbTooLarge { len: u64, max: u64 },
+    #[error("the shard is {len} bytes, the limit is {max}")]
+    ShardTooLarge { len: u64, max: u64 },
+    #[error("the shard has keyed chunk hashes (key {key}); upload raw hashes")]
+    KeyedChunkHashes { key: MerkleHash },
+    #[error("{len} bytes is too short for a stored xorb (it ends in a 4-byte footer length)")]
+    StoredXorbTooShort { len: u64 },
+    #[error("a footer of {tail} bytes does not fit in the {len}-byte object")]
+    FooterTooLong { tail: u64, len: u64 },
+    #[error("its footer names xorb {found}")]
+    FooterHash { found: MerkleHash },
+    #[error("its footer is v0, without unpacked chunk offsets")]
+    V0Footer,
+    #[error("xorb {hash} is {len} bytes, more than a shard's CAS block can describe")]
+    XorbTooLargeForShard { hash: MerkleHash, len: u64 },
+}
+
+impl FormatError {
+    /// The error to keep as a `CasError`'s cause: a format crate's own error unwrapped,
+    /// so a caller can downcast the cause to `XorbError` or `ShardError`.
+    pub fn into_cause(self) -> Cause {
+        match self {
+            FormatError::Xorb(e) => Cause::new(e),
+            FormatError::Shard(e) => Cause::new(e),
+            e => Cause::new(e),
+        }
+    }
+}
 
 // ---------------------------------------------------------------------------------------
 // Xorbs
@@ -38,15 +76,12 @@ fn meta_from_info(info: &XorbInfo) -> XorbMeta {
 /// every chunk decompressed and rehashed, limits of 8192 chunks and 64 MiB uncompressed.
 /// A body whose tail parses as a footer is treated as footered (and the footer must then
 /// agree with the chunks).
-pub fn validate_xorb(hash: &MerkleHash, body: &Bytes) -> Result<ValidXorb, String> {
+pub fn validate_xorb(hash: &MerkleHash, body: &Bytes) -> Result<ValidXorb, XorbError> {
     let limits = xet_xorb::Limits::PROTOCOL;
     let (info, region_len) = match xet_xorb::parse_footer(body, &limits) {
-        Ok((_, body_len)) => (
-            xet_xorb::verify(body, Some(hash), &limits).map_err(|e| e.to_string())?,
-            body_len,
-        ),
+        Ok((_, body_len)) => (xet_xorb::verify(body, Some(hash), &limits)?, body_len),
         Err(_) => (
-            xet_xorb::verify_body(body, Some(hash), &limits).map_err(|e| e.to_string())?,
+            xet_xorb::verify_body(body, Some(hash), &limits)?,
             body.len(),
         ),
     };
@@ -79,10 +114,12 @@ pub fn stored_xorb_len(m: &XorbMeta) -> u64 {
 
 /// How many bytes at the end of a stored xorb hold its footer and `info_length`, from
 /// the last 4 bytes of the object.
-pub fn stored_xorb_tail_len(last4: &[u8]) -> Result<u64, String> {
+pub fn stored_xorb_tail_len(last4: &[u8]) -> Result<u64, FormatError> {
     let b: [u8; 4] = last4
         .try_into()
-        .map_err(|_| "need the last 4 bytes".to_string())?;
+        .map_err(|_| FormatError::StoredXorbTooShort {
+            len: last4.len() as u64,
+        })?;
     Ok(u64::from(u32::from_le_bytes(b)) + 4)
 }
 
@@ -93,20 +130,16 @@ pub fn meta_from_stored_tail(
     hash: &MerkleHash,
     tail: &[u8],
     total_len: u64,
-) -> Result<XorbMeta, String> {
+) -> Result<XorbMeta, FormatError> {
     let limits = xet_xorb::Limits::PROTOCOL;
-    let (footer, _region_len) = xet_xorb::parse_footer_tail(tail, total_len, &limits)
-        .map_err(|e| format!("stored xorb {hash}: {e}"))?;
+    let (footer, _region_len) = xet_xorb::parse_footer_tail(tail, total_len, &limits)?;
     if footer.xorb_hash != *hash {
-        return Err(format!(
-            "stored xorb {hash} has footer hash {}",
-            footer.xorb_hash
-        ));
+        return Err(FormatError::FooterHash {
+            found: footer.xorb_hash,
+        });
     }
     if footer.unpacked_chunk_offsets.len() != footer.chunk_hashes.len() {
-        return Err(format!(
-            "stored xorb {hash} has a v0 footer without unpacked offsets"
-        ));
+        return Err(FormatError::V0Footer);
     }
     Ok(XorbMeta {
         hash: *hash,
@@ -223,17 +256,15 @@ pub fn content_of(shard: &Shard) -> ShardContent {
 /// ([`ParsedShard::check_strict`]: reserved fields zero, no undefined flag bits, footer
 /// statistics 0 or right), so that no two uploads differ only in bits the store ignores.
 /// Keyed chunk hashes are refused: they cannot be checked.
-pub fn parse_upload_shard(bytes: &[u8], max_bytes: u64) -> Result<UploadedShard, String> {
+pub fn parse_upload_shard(bytes: &[u8], max_bytes: u64) -> Result<UploadedShard, FormatError> {
     let limits = xet_shard::Limits {
         max_bytes,
         max_entries: u64::MAX,
     };
-    let parsed = ParsedShard::parse(bytes, &limits).map_err(|e| e.to_string())?;
-    parsed.check_strict().map_err(|e| e.to_string())?;
-    if let Some(k) = parsed.shard.chunk_hash_key() {
-        return Err(format!(
-            "shard has keyed chunk hashes (key {k}); upload raw hashes"
-        ));
+    let parsed = ParsedShard::parse(bytes, &limits)?;
+    parsed.check_strict()?;
+    if let Some(key) = parsed.shard.chunk_hash_key() {
+        return Err(FormatError::KeyedChunkHashes { key });
     }
     let shard = parsed.shard.into_upload();
     Ok(UploadedShard {
@@ -252,7 +283,7 @@ pub fn parse_upload_shard(bytes: &[u8], max_bytes: u64) -> Result<UploadedShard,
 /// xorbs plus the files' sha256 claims: an upload that differs from a stored shard only
 /// in what the store ignores (timestamps, those flags and lengths, a footer or lookup
 /// tables, the order of its blocks) finds that shard's name taken and stores nothing.
-pub fn stored_shard(upload: UploadedShard) -> Result<(MerkleHash, Bytes), String> {
+pub fn stored_shard(upload: UploadedShard) -> Result<(MerkleHash, Bytes), ShardError> {
     let mut shard = upload.shard;
     shard.sort_canonical();
     for c in &mut shard.cas {
@@ -267,15 +298,14 @@ pub fn stored_shard(upload: UploadedShard) -> Result<(MerkleHash, Bytes), String
         creation_timestamp: 0,
         key_expiry: 0,
     };
-    let stored = shard.into_stored(opts).map_err(|e| e.to_string())?;
-    let bytes = stored.to_bytes().map_err(|e| e.to_string())?;
+    let stored = shard.into_stored(opts)?;
+    let bytes = stored.to_bytes()?;
     Ok((xet_shard::shard_hash(&bytes), Bytes::from(bytes)))
 }
 
 /// Parse a shard as the store wrote it.
-pub fn parse_stored_shard(bytes: &[u8]) -> Result<ShardContent, String> {
-    let parsed =
-        ParsedShard::parse(bytes, &xet_shard::Limits::unlimited()).map_err(|e| e.to_string())?;
+pub fn parse_stored_shard(bytes: &[u8]) -> Result<ShardContent, ShardError> {
+    let parsed = ParsedShard::parse(bytes, &xet_shard::Limits::unlimited())?;
     Ok(content_of(&parsed.shard))
 }
 
@@ -286,19 +316,18 @@ pub fn dedup_shard(
     key: Option<MerkleHash>,
     creation: u64,
     expiry: u64,
-) -> Result<Bytes, String> {
+) -> Result<Bytes, FormatError> {
     let mut cas = Vec::with_capacity(xorbs.len());
     for m in xorbs {
         let on_disk =
-            u32::try_from(m.region_len()).map_err(|_| format!("xorb {} too large", m.hash))?;
-        cas.push(
-            CasInfo::from_chunks(m.hash, &m.chunk_list(), on_disk).map_err(|e| e.to_string())?,
-        );
+            u32::try_from(m.region_len()).map_err(|_| FormatError::XorbTooLargeForShard {
+                hash: m.hash,
+                len: m.region_len(),
+            })?;
+        cas.push(CasInfo::from_chunks(m.hash, &m.chunk_list(), on_disk)?);
     }
     let mut shard = Shard::new(Vec::new(), cas);
     shard.sort_canonical();
-    let stored = shard
-        .into_stored(StoredOptions::dedup_answer(key, creation, expiry))
-        .map_err(|e| e.to_string())?;
-    Ok(Bytes::from(stored.to_bytes().map_err(|e| e.to_string())?))
+    let stored = shard.into_stored(StoredOptions::dedup_answer(key, creation, expiry))?;
+    Ok(Bytes::from(stored.to_bytes()?))
 }

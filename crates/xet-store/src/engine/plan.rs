@@ -196,7 +196,7 @@ pub fn fetches(
 }
 
 fn storage(xorb: &MerkleHash, what: &str) -> CasError {
-    CasError::Storage(format!("xorb {xorb}: {what}"))
+    CasError::storage(format!("xorb {xorb}: {what}"))
 }
 
 #[cfg(test)]

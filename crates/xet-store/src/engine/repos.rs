@@ -84,7 +84,7 @@ struct ClaimRefreshState {
     /// When the latest refresh that succeeded started.
     succeeded: Option<Instant>,
     /// When the latest refresh that failed started, and why.
-    failed: Option<(Instant, String)>,
+    failed: Option<(Instant, CasError)>,
 }
 
 /// What a miss does next.
@@ -92,7 +92,7 @@ enum Step {
     /// A refresh that started after the miss has succeeded: look again.
     Fresh,
     /// A refresh that started after the miss has failed.
-    Failed(String),
+    Failed(CasError),
     /// Another refresh is in flight: wait for it to end.
     WaitForRunning,
     /// The last refresh ended too recently: wait until this time.
@@ -136,7 +136,7 @@ impl ClaimRefresh {
 struct Running<'a> {
     refresh: &'a ClaimRefresh,
     start: Instant,
-    outcome: Option<std::result::Result<(), String>>,
+    outcome: Option<Result<()>>,
 }
 
 impl Drop for Running<'_> {
@@ -182,7 +182,7 @@ impl<B: ObjectBackend> StoreCas<B> {
             ended.as_mut().enable();
             match refresh.next_step(since) {
                 Step::Fresh => return Ok(()),
-                Step::Failed(why) => return Err(CasError::Storage(why)),
+                Step::Failed(why) => return Err(why),
                 Step::WaitForRunning => ended.await,
                 Step::WaitUntil(t) => tokio::time::sleep_until(t).await,
                 Step::Run(start) => {
@@ -194,7 +194,10 @@ impl<B: ObjectBackend> StoreCas<B> {
                     let result = self.refresh().await;
                     running.outcome = Some(match &result {
                         Ok(_) => Ok(()),
-                        Err(e) => Err(format!("refreshing the store index: {e}")),
+                        Err(e) => Err(CasError::storage_with(
+                            "refreshing the store index",
+                            e.clone(),
+                        )),
                     });
                     drop(running);
                     return result.map(drop);
@@ -217,7 +220,7 @@ impl<B: ObjectBackend> StoreCas<B> {
             return Ok(None);
         };
         if obj.name != name.as_str() {
-            return Err(CasError::Storage(format!(
+            return Err(CasError::storage(format!(
                 "{key}, read as version {version} of branch {name} of repository {repo}, \
                  belongs to branch {:?}",
                 obj.name
@@ -235,9 +238,9 @@ impl<B: ObjectBackend> StoreCas<B> {
             return Ok(None);
         };
         serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            CasError::Storage(format!(
-                "{key}, a branch of repository {repo}, is not a valid branch object: {e}"
-            ))
+            let what =
+                format!("{key}, a branch of repository {repo}, is not a valid branch object");
+            CasError::storage_with(what, e)
         })
     }
 
@@ -264,7 +267,7 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
         // A record naming another repository would make every later read of this one
         // fail (see `repo`); refuse to write it.
         if record.kind != repo.kind.as_str() || record.id != repo.id.to_string() {
-            return Err(CasError::Storage(format!(
+            return Err(CasError::storage(format!(
                 "refusing to store a record of {} {} as repository {repo}",
                 record.kind, record.id
             )));
@@ -283,7 +286,7 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
         let record = RepoRecord::decode(repo, &bytes)?;
         // Keys are hashes of the names; this catches a record put under the wrong one.
         if record.kind != repo.kind.as_str() || record.id != repo.id.to_string() {
-            return Err(CasError::Storage(format!(
+            return Err(CasError::storage(format!(
                 "{key}, the record of repository {repo}, describes {} {}",
                 record.kind, record.id
             )));
@@ -314,7 +317,7 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
             .branch_object(repo, &rk, name, version)
             .await?
             .ok_or_else(|| {
-                CasError::Storage(format!(
+                CasError::storage(format!(
                     "version {version} of branch {name} of repository {repo} was listed but \
                      cannot be read"
                 ))
@@ -329,7 +332,7 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
         for (bk, version) in self.latest_versions(&prefix).await? {
             let key = ObjectKey::hub_branch_version(&rk, &bk, version);
             let obj = self.read_branch_object(repo, &key).await?.ok_or_else(|| {
-                CasError::Storage(format!(
+                CasError::storage(format!(
                     "{key}, a branch of repository {repo}, was listed but cannot be read"
                 ))
             })?;
@@ -337,7 +340,7 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
                 .ok()
                 .filter(|n| hub_branch_name(n) == bk)
                 .ok_or_else(|| {
-                    CasError::Storage(format!(
+                    CasError::storage(format!(
                         "{key}, a branch of repository {repo}, names branch {:?}, which is not \
                          the branch of that key",
                         obj.name
@@ -374,7 +377,7 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
                     return Ok(None);
                 }
                 from.version.checked_add(1).ok_or_else(|| {
-                    CasError::Storage(format!(
+                    CasError::storage(format!(
                         "branch {name} of repository {repo} cannot move past version {}",
                         from.version
                     ))
@@ -386,7 +389,7 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
             name: name.as_str().to_string(),
             commit: *to,
         })
-        .map_err(|e| CasError::Storage(format!("encoding {key}: {e}")))?;
+        .map_err(|e| CasError::storage_with(format!("encoding {key}"), e))?;
         let moved = self
             .backend()
             .put_if_absent(&key, Bytes::from(body))
@@ -419,7 +422,7 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
             .and_then(|s| MerkleHash::from_hex(s).ok())
             .map(Some)
             .ok_or_else(|| {
-                CasError::Storage(format!(
+                CasError::storage(format!(
                     "{key} holds {} bytes that are not a Xet hash string",
                     bytes.len()
                 ))
@@ -516,7 +519,7 @@ mod tests {
             burst.spawn(async move { store.files_claiming_sha256(&[i; 32]).await });
         }
         while let Some(r) = burst.join_next().await {
-            assert_eq!(r.unwrap(), Ok(vec![]));
+            assert_eq!(xet_cas_conformance::text_err(r.unwrap()), Ok(vec![]));
         }
         let after_burst = listings(&store);
         assert!(
@@ -529,7 +532,7 @@ mod tests {
         let t = Instant::now();
         for i in 0..3u8 {
             assert_eq!(
-                store.files_claiming_sha256(&[100 + i; 32]).await,
+                xet_cas_conformance::text_err(store.files_claiming_sha256(&[100 + i; 32]).await),
                 Ok(vec![])
             );
         }
@@ -558,7 +561,10 @@ mod tests {
             store.files_claiming_sha256(&[2; 32]),
         )
         .await;
-        assert_eq!(next.expect("a later miss is answered"), Ok(vec![]));
+        assert_eq!(
+            xet_cas_conformance::text_err(next.expect("a later miss is answered")),
+            Ok(vec![])
+        );
     }
 
     #[test]

@@ -10,8 +10,14 @@ use super::format::{self, ShardContent};
 use super::meta::XorbMeta;
 use xet_cas::{CasError, Result};
 
-fn invalid(reason: String) -> CasError {
-    CasError::InvalidShard { reason }
+/// How an uploaded shard disagrees with the stored xorbs, or what it lacks that the
+/// store requires: the cause of its [`CasError::InvalidShard`].
+#[derive(Debug, thiserror::Error)]
+pub enum ShardMismatch {
+    #[error("CAS entry for xorb {xorb}: {detail}")]
+    CasEntry { xorb: MerkleHash, detail: String },
+    #[error("file {file}: {detail}")]
+    File { file: MerkleHash, detail: String },
 }
 
 /// The sha256 of no bytes.
@@ -43,7 +49,12 @@ pub(crate) fn validate_shard(
     let meta = |h: &MerkleHash| metas.get(h).ok_or(CasError::MissingXorb { hash: *h });
     for x in &c.xorbs {
         let m = meta(&x.hash)?;
-        let what = |detail: String| invalid(format!("CAS entry for xorb {}: {detail}", x.hash));
+        let what = |detail: String| {
+            CasError::invalid_shard(ShardMismatch::CasEntry {
+                xorb: x.hash,
+                detail,
+            })
+        };
         if x.chunks.len() != m.chunk_hashes.len() {
             return Err(what(format!(
                 "lists {} chunks, the stored xorb has {}",
@@ -84,7 +95,12 @@ pub(crate) fn validate_shard(
         }
     }
     for f in &c.files {
-        let what = |detail: String| invalid(format!("file {}: {detail}", f.hash));
+        let what = |detail: String| {
+            CasError::invalid_shard(ShardMismatch::File {
+                file: f.hash,
+                detail,
+            })
+        };
         let Some(sha256) = f.sha256 else {
             return Err(what(
                 "no FileMetadataExt (sha256); uploaded shards must carry one per file".into(),

@@ -288,3 +288,58 @@ async fn hub_layout_is_as_documented_and_ignored_by_the_cas() {
         "the head survives a restart"
     );
 }
+
+/// A refused upload's `CasError` keeps the format crate's verdict as its `source()`,
+/// typed, and its message does not repeat it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_upload_keeps_the_format_error_as_its_cause() {
+    use std::error::Error as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open_store(dir.path()).await.expect("open");
+    let hash = xet_hash::chunk_hash(b"not a xorb");
+    let body = bytes::Bytes::from_static(b"these bytes are not a serialized chunk");
+    let e = store.put_xorb(&hash, body.into()).await.unwrap_err();
+    assert!(
+        matches!(e, xet_cas::CasError::InvalidXorb { hash: h, .. } if h == hash),
+        "{e:?}"
+    );
+    let xorb_err = e
+        .source()
+        .and_then(|s| s.downcast_ref::<xet_xorb::XorbError>())
+        .unwrap_or_else(|| panic!("the source is the XorbError: {e:?}"));
+    assert!(!e.to_string().contains(&xorb_err.to_string()), "{e}");
+
+    let e = store
+        .put_shard(bytes::Bytes::from_static(b"not a shard either"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, xet_cas::CasError::InvalidShard { .. }), "{e:?}");
+    let shard_err = e
+        .source()
+        .and_then(|s| s.downcast_ref::<xet_shard::ShardError>());
+    assert!(shard_err.is_some(), "the source is the ShardError: {e:?}");
+}
+
+/// A failed read of the store's files keeps the `io::Error`, so its kind is visible:
+/// here the dedup secret's path is a directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_failure_keeps_its_io_error() {
+    use std::error::Error as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    drop(open_store(dir.path()).await.expect("open"));
+    let secret = dir.path().join("meta").join(xet_store::DEDUP_SECRET_KEY);
+    std::fs::remove_file(&secret).expect("the store wrote its dedup secret");
+    std::fs::create_dir(&secret).unwrap();
+    let e = open_store(dir.path()).await.unwrap_err();
+    assert!(matches!(e, xet_cas::CasError::Storage { .. }), "{e:?}");
+    let kind = e
+        .source()
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .map(|io| io.kind());
+    assert_eq!(kind, Some(std::io::ErrorKind::IsADirectory), "{e:?}");
+    // The message names the file; the chain adds the cause once.
+    assert!(e.to_string().contains(&secret.display().to_string()), "{e}");
+    let chain = xet_cas::error_chain(&e);
+    let cause = e.source().unwrap().to_string();
+    assert_eq!(chain.matches(&cause).count(), 1, "{chain}");
+}

@@ -38,9 +38,11 @@ async fn reference_xorbs_and_shards_are_accepted() {
     for p in &xorbs {
         let bytes = std::fs::read(p).unwrap();
         assert_eq!(
-            store
-                .put_xorb(&xorb_hash(p), Bytes::from(bytes).into())
-                .await,
+            xet_cas_conformance::text_err(
+                store
+                    .put_xorb(&xorb_hash(p), Bytes::from(bytes).into())
+                    .await
+            ),
             Ok(true),
             "{}",
             p.display()
@@ -49,7 +51,7 @@ async fn reference_xorbs_and_shards_are_accepted() {
     for p in &shards {
         let bytes = std::fs::read(p).unwrap();
         assert_eq!(
-            store.put_shard(Bytes::from(bytes)).await,
+            xet_cas_conformance::text_err(store.put_shard(Bytes::from(bytes)).await),
             Ok(true),
             "{}",
             p.display()
@@ -86,7 +88,13 @@ async fn reference_xorbs_and_shards_are_accepted() {
         let size = store.xorb_size(&h).await.unwrap().unwrap();
         let bytes = std::fs::read(p).unwrap();
         let body = Bytes::copy_from_slice(&bytes[..size as usize]);
-        assert_eq!(store2.put_xorb(&h, body.into()).await, Ok(true));
-        assert_eq!(store2.xorb_size(&h).await, Ok(Some(size)));
+        assert_eq!(
+            xet_cas_conformance::text_err(store2.put_xorb(&h, body.into()).await),
+            Ok(true)
+        );
+        assert_eq!(
+            xet_cas_conformance::text_err(store2.xorb_size(&h).await),
+            Ok(Some(size))
+        );
     }
 }

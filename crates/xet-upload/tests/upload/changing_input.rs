@@ -115,7 +115,9 @@ async fn upload_while(change: fn(&Path)) -> String {
     assert_eq!(store.stats().files, 0);
     let original = xet_chunk::file_hash(&data);
     assert_eq!(
-        xet_cas::Cas::file_size(store.as_ref(), &original).await,
+        xet_cas::Cas::file_size(store.as_ref(), &original)
+            .await
+            .map_err(|e| xet_cas::error_chain(&e)),
         Ok(None)
     );
     err.to_string()

@@ -283,6 +283,7 @@ impl RangeStream for Pieces {
                     MidStream::Break => Err(CasError::Network {
                         what: "test stream".into(),
                         message: "connection reset mid-body".into(),
+                        source: None,
                     }),
                     MidStream::Stall => std::future::pending().await,
                     MidStream::Expire => Err(CasError::UrlExpired { hash: self.xorb }),
@@ -356,7 +357,7 @@ impl Cas for Wrapper {
             Fault::None | Fault::Untrimmed(_) => {}
             Fault::FailAfter(k) => {
                 if self.fetches.load(Ordering::SeqCst) >= k {
-                    return Err(CasError::Storage("injected failure".into()));
+                    return Err(CasError::storage("injected failure"));
                 }
             }
             Fault::Stall => std::future::pending::<()>().await,
@@ -370,6 +371,7 @@ impl Cas for Wrapper {
                     return Err(CasError::Network {
                         what: "test".into(),
                         message: "connection reset".into(),
+                        source: None,
                     });
                 }
             }

@@ -62,6 +62,7 @@ impl Cas for Counting {
             return Err(CasError::Network {
                 what: format!("xorb {hash}"),
                 message: "injected failure".into(),
+                source: None,
             });
         }
         self.inner.put_xorb(hash, body).await
