@@ -19,8 +19,9 @@
 //! 1. The empty file (hash zero) is created with no request at all.
 //! 2. The size comes from the request; for a whole file without one, from the first
 //!    segment's reconstruction (an answer cut before the segment's end was cut at the
-//!    end of the file), and only for files larger than a segment from
-//!    [`Cas::file_size`] after it: no request comes before the reconstruction query.
+//!    end of the file; the first segment is four segments long, 2 GiB by default), and
+//!    only for files larger than that from [`Cas::file_size`] after it: no request
+//!    comes before the reconstruction query.
 //!    With a [`FileRange`] and no size, [`Cas::file_size`] first. The wanted bytes (the whole
 //!    file or a [`FileRange`]) are walked front to back in **segments**: the
 //!    reconstruction is queried for about [`DownloadOptions::segment_bytes`] at a time

@@ -165,7 +165,8 @@ pub(crate) async fn prepare_file(
             }
             // The first segment, asked for as `walk_segments` would ask for it.
             let out = wanted_bytes(file, range, size)?;
-            let query = plan::segment_query(out.start, out.end, shared.opts.segment_bytes);
+            let first_len = plan::segment_len(0, shared.opts.segment_bytes);
+            let query = plan::segment_query(out.start, out.end, first_len);
             let first = fetch::query_reconstruction(&shared, file, query).await?;
             Ok::<_, DownloadError>((size, Some(first)))
         };
@@ -266,13 +267,14 @@ pub(crate) async fn download_file(shared: Arc<Shared>, prepared: Prepared) -> Re
 /// The size of a file asked for whole, and the first segment's reconstruction, with no
 /// request of their own: the first segment is asked for first, and an answer ending
 /// before the segment does was cut at the end of the file, whose size it then gives
-/// (every file smaller than a segment costs one request, not two). A larger file needs
-/// the size query as well; its first segment is the answer already in hand.
+/// (every file smaller than the first segment, [`plan::FIRST_SEGMENTS`] segments, costs
+/// one request, not two). A larger file needs the size query as well; its first segment
+/// is the answer already in hand.
 async fn first_segment_and_size(
     shared: &Shared,
     file: MerkleHash,
 ) -> Result<(u64, Option<Reconstruction>)> {
-    let seg = shared.opts.segment_bytes.max(1);
+    let seg = plan::segment_len(0, shared.opts.segment_bytes);
     let first = fetch::query_reconstruction(shared, file, ByteRange::new(0, seg)).await?;
     let len = first
         .unpacked_len()
@@ -565,7 +567,8 @@ async fn walk_segments(
                 .expect("pending segments have tasks");
             handle(j, &mut results, &mut pending)?;
         }
-        let query = plan::segment_query(covered, out.end, opts.segment_bytes);
+        let seg_len = plan::segment_len(seg_id, opts.segment_bytes);
+        let query = plan::segment_query(covered, out.end, seg_len);
         let recon = match first.take() {
             Some(r) => r,
             None => fetch::query_reconstruction(shared, ctx.file, query).await?,

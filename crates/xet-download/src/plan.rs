@@ -215,6 +215,22 @@ pub(crate) fn group_items(
 
 /// Split `[start, end)` into segment queries of `seg` bytes (used for the first query
 /// of each segment; later ones start wherever the previous answer ended).
+/// How many segments long the first query of a download is: a file up to that size
+/// (2 GiB at the default 512 MiB) learns its size from that one answer, which ends
+/// before the query does, instead of spending a round trip on a size query before its
+/// first fetch; later segments keep presigned URLs fresh.
+pub(crate) const FIRST_SEGMENTS: u64 = 4;
+
+/// The length of segment `index` (0 = the first) of a download.
+pub(crate) fn segment_len(index: usize, seg: u64) -> u64 {
+    let seg = seg.max(1);
+    if index == 0 {
+        seg.saturating_mul(FIRST_SEGMENTS)
+    } else {
+        seg
+    }
+}
+
 pub(crate) fn segment_query(covered: u64, out_end: u64, seg: u64) -> ByteRange {
     ByteRange::new(covered, covered.saturating_add(seg.max(1)).min(out_end))
 }

@@ -142,7 +142,8 @@ pub fn default_cache_dir() -> Option<PathBuf> {
 #[derive(Debug, Clone)]
 pub struct DownloadOptions {
     /// Reconstructions are queried for ranges of about this many bytes (each answer
-    /// is extended to whole terms, so a segment may be up to one xorb longer).
+    /// is extended to whole terms, so a segment may be up to one xorb longer); the
+    /// first query of a download asks for four times as much.
     pub segment_bytes: u64,
     /// Most reconstruction segments of one file being fetched at once.
     pub segments_in_flight: usize,

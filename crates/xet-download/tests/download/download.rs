@@ -160,11 +160,18 @@ async fn segmented_reconstruction_and_one_fetch_per_range() {
 }
 
 /// A download of a whole file whose size is not given asks for its first segment
-/// first: a file smaller than a segment costs that one query, a larger one the size
-/// query after it, and the first answer is used, not asked for again.
+/// first (four segments long): a file smaller than that costs that one query, a larger
+/// one the size query after it, and the first answer is used, not asked for again.
 #[tokio::test]
 async fn no_request_before_the_reconstruction_query() {
-    let c = build(&[random(600_000, 9), random(2_000_000, 10)], 300_000);
+    let c = build(
+        &[
+            random(600_000, 9),
+            random(2_000_000, 10),
+            random(5_000_000, 11),
+        ],
+        300_000,
+    );
     let (store, _) = store(&c).await;
     let w = Wrapper::new(store);
     let dir = tempfile::tempdir().unwrap();
@@ -172,22 +179,25 @@ async fn no_request_before_the_reconstruction_query() {
         segment_bytes: 1_000_000,
         ..opts()
     };
-    let small = dir.path().join("small");
-    get(w.clone(), vec![req(&c.files[0], &small)], o.clone())
-        .await
-        .unwrap();
-    assert_eq!(std::fs::read(&small).unwrap(), c.files[0].data);
-    assert_eq!(*w.queries.lock().unwrap(), ["reconstruction"]);
-    w.queries.lock().unwrap().clear();
+    // Below one segment, and above one segment but below the first (4 MB): one query.
+    for (i, name) in [(0, "small"), (1, "two segments")] {
+        let p = dir.path().join(name);
+        get(w.clone(), vec![req(&c.files[i], &p)], o.clone())
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), c.files[i].data);
+        assert_eq!(*w.queries.lock().unwrap(), ["reconstruction"], "{name}");
+        w.queries.lock().unwrap().clear();
+    }
     let large = dir.path().join("large");
-    get(w.clone(), vec![req(&c.files[1], &large)], o)
+    get(w.clone(), vec![req(&c.files[2], &large)], o)
         .await
         .unwrap();
-    assert_eq!(std::fs::read(&large).unwrap(), c.files[1].data);
+    assert_eq!(std::fs::read(&large).unwrap(), c.files[2].data);
     assert_eq!(
         *w.queries.lock().unwrap(),
         ["reconstruction", "size", "reconstruction"],
-        "two segments of 1 MB, the first asked for once"
+        "a first segment of 4 MB, asked for once, then one of 1 MB"
     );
 }
 
