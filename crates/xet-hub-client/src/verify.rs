@@ -145,18 +145,8 @@ pub async fn check_file(path: &Path, size: u64, expect: &Expect) -> Result<(), M
     let path = path.to_path_buf();
     let expect = expect.clone();
     tokio::task::spawn_blocking(move || {
-        let mut f = std::fs::File::open(&path)?;
         let mut running = Running::new(&expect, size);
-        let mut buf = vec![0u8; 1 << 20];
-        let mut got = 0u64;
-        loop {
-            let n = std::io::Read::read(&mut f, &mut buf)?;
-            if n == 0 {
-                break;
-            }
-            got += n as u64;
-            running.update(&buf[..n]);
-        }
+        let got = read_overlapped(&path, |piece| running.update(piece))?;
         if got != size {
             return Err(Mismatch::Size { got, want: size });
         }
@@ -164,6 +154,57 @@ pub async fn check_file(path: &Path, size: u64, expect: &Expect) -> Result<(), M
     })
     .await
     .map_err(|e| Mismatch::Io(std::io::Error::other(e.to_string())))?
+}
+
+/// Bytes read ahead of the hashing, in buffers of this size (two in flight).
+const CHECK_BUF: usize = 4 << 20;
+
+/// Reads the file at `path` on a thread of its own while `hash` takes each piece in
+/// order, so reading and hashing overlap: a downloaded file was written past the page
+/// cache (direct writes), so its check reads it from the disk. Returns the bytes read.
+fn read_overlapped(path: &Path, mut hash: impl FnMut(&[u8])) -> std::io::Result<u64> {
+    let mut f = std::fs::File::open(path)?;
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(1);
+    let (free_tx, free_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(2);
+    for _ in 0..2 {
+        free_tx.send(vec![0u8; CHECK_BUF]).expect("receiver alive");
+    }
+    let reader = std::thread::spawn(move || {
+        for mut buf in free_rx.iter() {
+            buf.resize(CHECK_BUF, 0);
+            let mut n = 0;
+            while n < buf.len() {
+                match std::io::Read::read(&mut f, &mut buf[n..]) {
+                    Ok(0) => break,
+                    Ok(k) => n += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        let _ = full_tx.send(Err(e));
+                        return;
+                    }
+                }
+            }
+            buf.truncate(n);
+            if n == 0 || full_tx.send(Ok(buf)).is_err() {
+                return;
+            }
+        }
+    });
+    let mut got = 0u64;
+    let res = (|| {
+        for buf in full_rx.iter() {
+            let buf = buf?;
+            got += buf.len() as u64;
+            hash(&buf);
+            // The reader may have stopped at the end of the file: nothing to recycle to.
+            let _ = free_tx.send(buf);
+        }
+        Ok(got)
+    })();
+    drop(free_tx);
+    drop(full_rx);
+    let _ = reader.join();
+    res
 }
 
 /// A writer that passes bytes on and keeps their sha256, which [`Sha256Tap::finish`]
@@ -243,6 +284,24 @@ mod tests {
             check_file(&p, 6, &git).await,
             Err(Mismatch::Hash { .. })
         ));
+    }
+
+    /// Files of 0 bytes, of whole read buffers and of a few buffers and a bit are hashed
+    /// in order, every byte once.
+    #[test]
+    fn overlapped_reads_hash_every_byte_in_order() {
+        use sha2::Digest;
+        let dir = tempfile::tempdir().unwrap();
+        for len in [0, 1, CHECK_BUF, 2 * CHECK_BUF, 3 * CHECK_BUF + 12_345] {
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let p = dir.path().join(format!("f{len}"));
+            std::fs::write(&p, &data).unwrap();
+            let mut sha = sha2::Sha256::new();
+            let got = read_overlapped(&p, |piece| sha.update(piece)).unwrap();
+            assert_eq!(got, len as u64);
+            assert_eq!(sha.finalize()[..], sha2::Sha256::digest(&data)[..], "{len}");
+        }
+        assert!(read_overlapped(&dir.path().join("missing"), |_| ()).is_err());
     }
 
     #[test]
