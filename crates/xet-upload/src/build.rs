@@ -176,7 +176,13 @@ pub(crate) trait BodySink {
     ) -> bool;
 }
 
-impl BodySink for Vec<u8> {
+/// A body built as one buffer: each chunk's header and payload appended in turn.
+pub(crate) trait Contiguous {
+    /// Append `bytes`; `false` if they do not fit.
+    fn append(&mut self, bytes: &[u8]) -> bool;
+}
+
+impl<T: Contiguous> BodySink for T {
     fn put_chunk(
         &mut self,
         header: &[u8],
@@ -184,21 +190,23 @@ impl BodySink for Vec<u8> {
         compressed: Option<Vec<u8>>,
         _: Option<u64>,
     ) -> bool {
-        self.extend_from_slice(header);
-        self.extend_from_slice(compressed.as_deref().unwrap_or(data));
-        true
+        self.append(header) && self.append(compressed.as_deref().unwrap_or(data))
     }
 }
 
-impl BodySink for crate::pool::Body {
-    fn put_chunk(
-        &mut self,
-        header: &[u8],
-        data: &Bytes,
-        compressed: Option<Vec<u8>>,
-        _: Option<u64>,
-    ) -> bool {
-        self.push(header) && self.push(compressed.as_deref().unwrap_or(data))
+/// The page-aligned body the embedded store writes straight to disk.
+impl Contiguous for crate::pool::Body {
+    fn append(&mut self, bytes: &[u8]) -> bool {
+        self.push(bytes)
+    }
+}
+
+/// A growable body (the tests' reference for the other sinks).
+#[cfg(test)]
+impl Contiguous for Vec<u8> {
+    fn append(&mut self, bytes: &[u8]) -> bool {
+        self.extend_from_slice(bytes);
+        true
     }
 }
 
