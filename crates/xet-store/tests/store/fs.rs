@@ -24,7 +24,7 @@ async fn make_unkeyed() -> Subject {
     Subject::with_guard(store, dir)
 }
 
-mod fs {
+mod fs_keyed {
     xet_cas_conformance::cas_conformance_tests!(super::make);
 }
 

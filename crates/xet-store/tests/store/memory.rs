@@ -23,7 +23,7 @@ async fn make_unkeyed() -> Subject {
     )
 }
 
-mod memory {
+mod memory_keyed {
     xet_cas_conformance::cas_conformance_tests!(super::make);
 }
 
