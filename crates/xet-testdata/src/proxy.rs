@@ -693,3 +693,55 @@ fn send_half(
     out.flush()?;
     Ok(half.len() as u64)
 }
+
+/// A loopback port that accepts every connection and closes it at once, counting them: a
+/// server that cannot be reached, whose connection attempts a test counts (how often a
+/// client tries before it gives up, where a timed bound would only say how long).
+pub struct ClosingPort {
+    port: u16,
+    accepted: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl ClosingPort {
+    pub fn start() -> ClosingPort {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let port = listener.local_addr().expect("bound address").port();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (a, s) = (accepted.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    return;
+                }
+                if let Ok(conn) = conn {
+                    a.fetch_add(1, Ordering::SeqCst);
+                    let _ = conn.shutdown(Shutdown::Both);
+                }
+            }
+        });
+        ClosingPort {
+            port,
+            accepted,
+            stop,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Connections accepted (and closed) so far.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ClosingPort {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accepting thread so it sees the flag.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
