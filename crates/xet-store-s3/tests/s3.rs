@@ -497,16 +497,12 @@ async fn unreachable_server_and_missing_bucket_are_clear_errors() {
         .local_addr()
         .unwrap()
         .port();
-    let e = S3Backend::open(config(
-        s3,
-        &format!("http://127.0.0.1:{port}"),
-        "some-bucket",
-        "",
-        ConditionalPut::Auto,
-    ))
-    .await
-    .unwrap_err()
-    .to_string();
+    let open_at = |port: u16| async move {
+        let url = format!("http://127.0.0.1:{port}");
+        let c = config(s3, &url, "some-bucket", "", ConditionalPut::Auto);
+        S3Backend::open(c).await.unwrap_err().to_string()
+    };
+    let e = open_at(port).await;
     assert!(
         e.contains("cannot reach bucket \"some-bucket\"") && e.contains(&port.to_string()),
         "{e}"
@@ -514,16 +510,7 @@ async fn unreachable_server_and_missing_bucket_are_clear_errors() {
     // A server that takes connections and closes them: opening gives up after its
     // first request and the quick client's two retries, not after minutes of them.
     let closing = xet_testdata::proxy::ClosingPort::start();
-    let e = S3Backend::open(config(
-        s3,
-        &format!("http://127.0.0.1:{}", closing.port()),
-        "some-bucket",
-        "",
-        ConditionalPut::Auto,
-    ))
-    .await
-    .unwrap_err()
-    .to_string();
+    let e = open_at(closing.port()).await;
     assert!(e.contains("cannot reach bucket \"some-bucket\""), "{e}");
     let tries = closing.accepted();
     assert!((1..=3).contains(&tries), "{tries} connections: {e}");
