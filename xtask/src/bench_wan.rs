@@ -351,30 +351,45 @@ fn rate_cell(bytes: u64, r: &Run, p: &Profile) -> String {
     )
 }
 
-fn big_upload(ctx: &Ctx<'_>, input: &Path, size: u64) -> Result<Row> {
-    let inp = input.to_str().context("input path")?;
+/// `xet upload -q --endpoint URL <xet_input>` and the reference's `script` with its
+/// arguments, taken in turn, each run into a fresh store and its own fresh cache
+/// (`caches`: xet's, the reference's) with `warm` read into the page cache first.
+fn upload_runs(
+    ctx: &Ctx<'_>,
+    warm: &Path,
+    xet_input: &str,
+    (script, ref_args): (&str, &[&str]),
+    [xet_cache, ref_cache]: [&str; 2],
+) -> Result<[Vec<Run>; 2]> {
     let url = ctx.link.serve_url();
+    let fresh = |cache: &str| -> Result<()> {
+        super::warm(warm)?;
+        ctx.restart("store", &[cache])
+    };
     let runs = alternate(
         ctx,
         &[
             Side::new(
-                || Ok(ctx.xet(&["upload", "-q", "--endpoint", &url, inp], "xc")),
                 || {
-                    super::warm(input)?;
-                    ctx.restart("store", &["xc"])
+                    let args = ["upload", "-q", "--endpoint", &url, xet_input];
+                    Ok(ctx.xet(&args, xet_cache))
                 },
+                || fresh(xet_cache),
             ),
             Side::new(
-                || Ok(ctx.reference(REF_UPLOAD, &[inp, &url], "rc")),
-                || {
-                    super::warm(input)?;
-                    ctx.restart("store", &["rc"])
-                },
+                || Ok(ctx.reference(script, ref_args, ref_cache)),
+                || fresh(ref_cache),
             ),
         ],
     )?;
     *ctx.server.borrow_mut() = None;
-    let [x, r] = pair(runs);
+    Ok(pair(runs))
+}
+
+fn big_upload(ctx: &Ctx<'_>, input: &Path, size: u64) -> Result<Row> {
+    let inp = input.to_str().context("input path")?;
+    let url = ctx.link.serve_url();
+    let [x, r] = upload_runs(ctx, input, inp, (REF_UPLOAD, &[inp, &url]), ["xc", "rc"])?;
     let p = ctx.link.profile;
     let (cpu, server_cpu) = cpu_cols(&x, &r, size);
     Ok(Row {
@@ -704,27 +719,13 @@ fn small_upload(ctx: &Ctx<'_>, tree: &Path, list: &Path, bytes: u64) -> Result<R
         tree.to_str().context("tree path")?,
         list.to_str().context("list path")?,
     );
-    let runs = alternate(
+    let [x, r] = upload_runs(
         ctx,
-        &[
-            Side::new(
-                || Ok(ctx.xet(&["upload", "-q", "--endpoint", &url, tree_s], "xsc")),
-                || {
-                    super::warm(tree)?;
-                    ctx.restart("store", &["xsc"])
-                },
-            ),
-            Side::new(
-                || Ok(ctx.reference(REF_UPLOAD_LIST, &[list_s, &url], "rsc")),
-                || {
-                    super::warm(tree)?;
-                    ctx.restart("store", &["rsc"])
-                },
-            ),
-        ],
+        tree,
+        tree_s,
+        (REF_UPLOAD_LIST, &[list_s, &url]),
+        ["xsc", "rsc"],
     )?;
-    *ctx.server.borrow_mut() = None;
-    let [x, r] = pair(runs);
     let p = ctx.link.profile;
     let link_secs = bytes as f64 / p.bytes_per_sec();
     let (cpu, server_cpu) = cpu_cols(&x, &r, bytes);
