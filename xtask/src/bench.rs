@@ -94,7 +94,7 @@ pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
 }
 
 /// Clock ticks per second, the unit of `/proc/<pid>/stat`'s times.
-fn clock_ticks() -> f64 {
+pub fn clock_ticks() -> f64 {
     static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *TICKS.get_or_init(|| {
         Command::new("getconf")

@@ -653,23 +653,11 @@ fn hub_download(ctx: &Ctx<'_>, list: &Path) -> Result<Row> {
     )?;
     *ctx.server.borrow_mut() = None;
     let [x, r] = pair(runs);
-    let p = ctx.link.profile;
-    let link_secs = bytes as f64 / p.bytes_per_sec();
-    let (cpu, server_cpu) = cpu_cols(&x, &r, bytes);
-    let cell = |r: &Run| format!("{:.2} s ({:.1}x the link time)", r.secs, r.secs / link_secs);
-    Ok(Row {
-        link: p.label(),
-        case: format!(
-            "Hub download of a repository of {HUB_FILES} files of 1-64 KiB ({:.1} MiB; `xet download hf://` / `hf download`)",
-            bytes as f64 / (1 << 20) as f64
-        ),
-        xet: cell(&best(&x)),
-        reference: cell(&best(&r)),
-        ratio: format!("{:.2}x", best(&r).secs / best(&x).secs),
-        link_note: format!("{link_secs:.2} s"),
-        cpu,
-        server_cpu,
-    })
+    let case = format!(
+        "Hub download of a repository of {HUB_FILES} files of 1-64 KiB ({:.1} MiB; `xet download hf://` / `hf download`)",
+        bytes as f64 / (1 << 20) as f64
+    );
+    Ok(link_time_row(ctx, case, &x, &r, bytes))
 }
 
 /// The Hub client environment both `xet` and `hf` read, everything under `home`.
@@ -726,32 +714,30 @@ fn small_upload(ctx: &Ctx<'_>, tree: &Path, list: &Path, bytes: u64) -> Result<R
         (REF_UPLOAD_LIST, &[list_s, &url]),
         ["xsc", "rsc"],
     )?;
+    let case = format!(
+        "upload {SMALL_FILES} files of 1-64 KiB ({:.1} MiB)",
+        bytes as f64 / (1 << 20) as f64
+    );
+    Ok(link_time_row(ctx, case, &x, &r, bytes))
+}
+
+/// A row of many small files: each side's best time next to the time `bytes` alone
+/// need at the link's rate.
+fn link_time_row(ctx: &Ctx<'_>, case: String, x: &[Run], r: &[Run], bytes: u64) -> Row {
     let p = ctx.link.profile;
     let link_secs = bytes as f64 / p.bytes_per_sec();
-    let (cpu, server_cpu) = cpu_cols(&x, &r, bytes);
+    let (cpu, server_cpu) = cpu_cols(x, r, bytes);
     let cell = |r: &Run| format!("{:.2} s ({:.1}x the link time)", r.secs, r.secs / link_secs);
-    Ok(Row {
+    Row {
         link: p.label(),
-        case: format!(
-            "upload {SMALL_FILES} files of 1-64 KiB ({:.1} MiB)",
-            bytes as f64 / (1 << 20) as f64
-        ),
-        xet: cell(&best(&x)),
-        reference: cell(&best(&r)),
-        ratio: format!("{:.2}x", best(&r).secs / best(&x).secs),
+        case,
+        xet: cell(&best(x)),
+        reference: cell(&best(r)),
+        ratio: format!("{:.2}x", best(r).secs / best(x).secs),
         link_note: format!("{link_secs:.2} s"),
         cpu,
         server_cpu,
-    })
-}
-
-fn clock_ticks() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
-        .unwrap_or(100.0)
+    }
 }
 
 /// The check line printed above each profile's rows.
@@ -795,7 +781,7 @@ pub fn run(args: &[String]) -> Result<()> {
     // the same binary.
     let xet = work.join("xet");
     std::fs::copy(&built, &xet).with_context(|| format!("copying {}", built.display()))?;
-    let tick = clock_ticks();
+    let tick = super::clock_ticks();
     let (tree, list, small_bytes) = small_files(&work)?;
 
     let mut rows = Vec::new();
