@@ -58,19 +58,25 @@ const SMALL_FILES: usize = 20_000;
 const SMALL_MIN: usize = 64;
 const SMALL_MAX: usize = 4096;
 
-/// `SMALL_FILES` files of pseudo-random sizes and bytes in 20 directories under `work`,
-/// and a file listing their paths (made once per bench run). Returns the tree, the
-/// list and the total size.
-fn small_files(work: &Path) -> Result<(PathBuf, PathBuf, u64)> {
+/// `count` files of pseudo-random sizes in `sizes` and pseudo-random bytes (from
+/// `seed`) in 20 directories under `work`, and a file listing their paths. Returns the
+/// tree, the list and the total size.
+pub fn small_files(
+    work: &Path,
+    count: usize,
+    sizes: std::ops::RangeInclusive<usize>,
+    seed: u64,
+) -> Result<(PathBuf, PathBuf, u64)> {
     let tree = work.join("small-files");
     fresh(&tree)?;
-    let mut rng = xet_testdata::Rng::new(7);
+    let mut rng = xet_testdata::Rng::new(seed);
     let mut list = String::new();
     let mut total = 0u64;
-    for i in 0..SMALL_FILES {
+    let span = (sizes.end() - sizes.start() + 1) as u64;
+    for i in 0..count {
         let dir = tree.join(format!("d{:02}", i % 20));
         std::fs::create_dir_all(&dir)?;
-        let len = SMALL_MIN + (rng.next_u64() as usize) % (SMALL_MAX - SMALL_MIN + 1);
+        let len = sizes.start() + rng.below(span) as usize;
         let mut data = vec![0u8; len];
         rng.fill(&mut data);
         let path = dir.join(format!("f{i:05}.bin"));
@@ -326,7 +332,7 @@ pub fn run(
 
     if want("small") {
         // A dataset of many small files: per-file costs rather than bytes.
-        let (tree, list, bytes) = small_files(&work)?;
+        let (tree, list, bytes) = small_files(&work, SMALL_FILES, SMALL_MIN..=SMALL_MAX, 7)?;
         let tree_s = tree.to_str().context("tree path")?.to_string();
         let list_s = list.to_str().context("list path")?.to_string();
         let [ours, reference] = pair(bench_interleaved(

@@ -676,31 +676,6 @@ fn hub_env(c: &mut Command, url: &str, home: &Path) {
         .env_remove("XET_TOKEN_URL");
 }
 
-/// `SMALL_FILES` files of 1-64 KiB (pseudo-random sizes and bytes, fixed seed) in 20
-/// directories, and a file listing them; returns the tree, the list and the total size.
-fn small_files(work: &Path) -> Result<(PathBuf, PathBuf, u64)> {
-    let tree = work.join("small-files");
-    fresh(&tree)?;
-    let mut rng = xet_testdata::Rng::new(26);
-    let mut list = String::new();
-    let mut total = 0u64;
-    for i in 0..SMALL_FILES {
-        let dir = tree.join(format!("d{:02}", i % 20));
-        std::fs::create_dir_all(&dir)?;
-        let len = SMALL_MIN + rng.below((SMALL_MAX - SMALL_MIN + 1) as u64) as usize;
-        let mut data = vec![0u8; len];
-        rng.fill(&mut data);
-        let path = dir.join(format!("f{i:04}.bin"));
-        std::fs::write(&path, &data)?;
-        list.push_str(path.to_str().context("path")?);
-        list.push('\n');
-        total += len as u64;
-    }
-    let list_path = work.join("small-files.txt");
-    std::fs::write(&list_path, list)?;
-    Ok((tree, list_path, total))
-}
-
 fn small_upload(ctx: &Ctx<'_>, tree: &Path, list: &Path, bytes: u64) -> Result<Row> {
     let url = ctx.link.serve_url();
     let (tree_s, list_s) = (
@@ -782,7 +757,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let xet = work.join("xet");
     std::fs::copy(&built, &xet).with_context(|| format!("copying {}", built.display()))?;
     let tick = super::clock_ticks();
-    let (tree, list, small_bytes) = small_files(&work)?;
+    let (tree, list, small_bytes) =
+        crate::bench_transfer::small_files(&work, SMALL_FILES, SMALL_MIN..=SMALL_MAX, 26)?;
 
     let mut rows = Vec::new();
     let mut checks = Vec::new();
