@@ -35,6 +35,9 @@ pub const USAGE: &str =
   --window-kib N   bytes in flight per connection and direction (default 4096: the
                    emulated TCP window, see wan.rs)
   --no-write       do not update docs/BENCHMARKS.md (also not with --only)
+  --keep           keep the work directory (target/bench-wan/PID): each run's client
+                   stderr (stderr-ROUND-SIDE.txt) and the server's request log
+                   (store.log); set XET_LOG for more
   --xet PATH       measure this xet binary instead of building target/release/xet
                    (e.g. a copy of a baseline build, for a before/after)
   --check          only build each profile's link and print its check (no clients)";
@@ -57,6 +60,7 @@ struct Opts {
     runs: usize,
     only: Option<String>,
     write: bool,
+    keep: bool,
     check_only: bool,
     xet: Option<PathBuf>,
 }
@@ -68,6 +72,7 @@ fn parse(args: &[String]) -> Result<Opts> {
         runs: 2,
         only: None,
         write: true,
+        keep: false,
         check_only: false,
         xet: None,
     };
@@ -84,6 +89,7 @@ fn parse(args: &[String]) -> Result<Opts> {
             "--runs" => o.runs = val()?.parse()?,
             "--only" => o.only = Some(val()?),
             "--no-write" => o.write = false,
+            "--keep" => o.keep = true,
             "--check" => o.check_only = true,
             "--xet" => o.xet = Some(PathBuf::from(val()?)),
             "-h" | "--help" => {
@@ -117,7 +123,13 @@ impl Serve {
         Serve::start_with(link, xet, store, &[])
     }
 
+    /// Its log (one line per request) is appended to `<store>.log`, for reading a run
+    /// afterwards.
     fn start_with(link: &Link, xet: &Path, store: &Path, extra: &[&str]) -> Result<Serve> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(store.with_extension("log"))?;
         let mut child = link
             .server(xet)
             .args(["serve", "--listen", SERVE_ADDR, "--store"])
@@ -126,7 +138,7 @@ impl Serve {
             .env_remove("XET_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .context("starting xet serve in the server namespace")?;
         let mut line = String::new();
@@ -227,7 +239,9 @@ fn alternate(ctx: &Ctx<'_>, sides: &[Side<'_>]) -> Result<Vec<Vec<Run>>> {
             (sides[i].before)()?;
             let _ = Command::new("sync").status();
             let srv_before = ctx.server_cpu()?;
-            let mut r = timed((sides[i].make)()?, &ctx.work.join("stderr.txt"), ctx.tick)?;
+            // Kept per run and side, for reading a run afterwards (`XET_LOG`).
+            let stderr = ctx.work.join(format!("stderr-{round}-{i}.txt"));
+            let mut r = timed((sides[i].make)()?, &stderr, ctx.tick)?;
             r.server_cpu = ctx.server_cpu()? - srv_before;
             eprintln!(
                 "  run {round} side {i}: {:.2} s, client CPU {:.2} s, server CPU {:.2} s",
@@ -812,7 +826,11 @@ pub fn run(args: &[String]) -> Result<()> {
     if o.write && o.only.is_none() {
         write_doc(&root, &o, &table)?;
     }
-    std::fs::remove_dir_all(&work).ok();
+    if o.keep {
+        eprintln!("kept {}", work.display());
+    } else {
+        std::fs::remove_dir_all(&work).ok();
+    }
     Ok(())
 }
 
