@@ -21,9 +21,11 @@ pub fn init(serve: bool, quiet: bool) -> Result<(), Failure> {
         (true, true) | (false, true) => "error",
         (false, false) => "warn",
     };
-    let spec = match std::env::var(ENV) {
-        Ok(s) if !s.trim().is_empty() => s,
-        Ok(_) | Err(std::env::VarError::NotPresent) => default.to_string(),
+    // A filter asked for explicitly is for diagnosis: client lines then carry the time
+    // since the start.
+    let (spec, asked) = match std::env::var(ENV) {
+        Ok(s) if !s.trim().is_empty() => (s, true),
+        Ok(_) | Err(std::env::VarError::NotPresent) => (default.to_string(), false),
         Err(std::env::VarError::NotUnicode(_)) => {
             return Err(usage(format!("{ENV} is not valid UTF-8")));
         }
@@ -45,6 +47,11 @@ pub fn init(serve: bool, quiet: bool) -> Result<(), Failure> {
     // (`try_init` only fails if a subscriber is already installed: never, from `main`.)
     let _ = if serve {
         builder.try_init()
+    } else if asked {
+        builder
+            .with_timer(tracing_subscriber::fmt::time::uptime())
+            .with_target(false)
+            .try_init()
     } else {
         builder.without_time().with_target(false).try_init()
     };

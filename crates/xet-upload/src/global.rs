@@ -114,9 +114,13 @@ impl GlobalDedup {
     async fn query(&self, chunk: MerkleHash, order: (u64, u64)) -> Answer {
         let _slot = self.slots.clone().acquire(order).await;
         self.queries.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(%chunk, "global dedup query");
         let bytes = match self.cas.dedup_shard(&chunk).await {
             Ok(Some(b)) => b,
-            Ok(None) => return Ok(None),
+            Ok(None) => {
+                tracing::trace!(%chunk, "global dedup answer: none");
+                return Ok(None);
+            }
             // As the reference: a failed query is a miss, except bad credentials.
             Err(e @ CasError::Unauthorized { .. }) => return Err(e),
             Err(e) => {

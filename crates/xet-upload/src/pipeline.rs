@@ -546,6 +546,9 @@ fn dedup_batch(
 
 /// Wait for a global dedup answer and let the session know the xorbs it names.
 fn add_answer(mut rx: AnswerRx, session: &mut Session, shared: &Shared) -> Result<(), StageError> {
+    if rx.borrow().is_none() {
+        tracing::trace!("dedup stage waits for a global dedup answer");
+    }
     let answer = shared.handle.block_on(async {
         tokio::select! {
             r = rx.wait_for(Option::is_some) => r.ok().and_then(|v| v.clone()),
@@ -574,6 +577,7 @@ impl SealedSender<'_> {
     fn flush(&self, session: &mut Session) -> Result<(), StageError> {
         let shared = self.shared;
         for sealed in session.take_sealed() {
+            tracing::trace!(slot = sealed.slot, "xorb sealed");
             let permit = shared
                 .handle
                 .block_on(async {
@@ -700,6 +704,7 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
     // next one while this one is sent.
     let sending = shared.uploads.acquire().await;
     drop(permit);
+    tracing::trace!(slot, %hash, body_len, "xorb upload starts");
     let mut built = BuiltXorb {
         slot,
         hash,
@@ -728,6 +733,7 @@ async fn upload_one(job: XorbJob, shared: Arc<Shared>) -> Result<BuiltXorb> {
         return Ok(built);
     }
     shared.cas.put_xorb(&hash, body).await?;
+    tracing::trace!(slot, %hash, "xorb stored");
     sending.stored(body_len);
     drop(sending);
     shared.progress.uploaded(body_len);
