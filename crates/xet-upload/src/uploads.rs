@@ -19,6 +19,7 @@
 //!
 //! The limit decides only when xorbs are sent, never which xorbs are formed.
 
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -132,6 +133,21 @@ pub(crate) struct UploadSlots {
 struct State {
     in_flight: usize,
     ctl: Controller,
+    /// Tickets, so that slots go out in the order they were asked for: the xorbs sealed
+    /// first are sent first, and the last one of an upload is not overtaken by later
+    /// ones (it would end the upload alone, at one connection's rate).
+    next_ticket: u64,
+    serving: u64,
+    /// Tickets given up while waiting (their task was dropped), skipped when reached.
+    abandoned: BTreeSet<u64>,
+}
+
+impl State {
+    fn skip_abandoned(&mut self) {
+        while self.abandoned.remove(&self.serving) {
+            self.serving += 1;
+        }
+    }
 }
 
 /// One upload slot, given back when dropped; [`Slot::stored`] records what it moved.
@@ -145,6 +161,9 @@ impl UploadSlots {
             state: Mutex::new(State {
                 in_flight: 0,
                 ctl: Controller::new(initial, max),
+                next_ticket: 0,
+                serving: 0,
+                abandoned: BTreeSet::new(),
             }),
             freed: Notify::new(),
             origin: Instant::now(),
@@ -155,7 +174,18 @@ impl UploadSlots {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Waits for a free slot; slots are handed out in the order `acquire` was called.
     pub async fn acquire(&self) -> Slot<'_> {
+        let ticket = {
+            let mut s = self.lock();
+            s.next_ticket += 1;
+            s.next_ticket - 1
+        };
+        // Gives the ticket up if this future is dropped before it got its slot.
+        let mut queued = Queued {
+            slots: self,
+            ticket: Some(ticket),
+        };
         let mut counted = false;
         loop {
             let freed = self.freed.notified();
@@ -164,12 +194,18 @@ impl UploadSlots {
             freed.as_mut().enable();
             {
                 let mut s = self.lock();
-                if s.in_flight < s.ctl.limit() {
+                if s.serving == ticket && s.in_flight < s.ctl.limit() {
                     s.in_flight += 1;
+                    s.serving += 1;
+                    s.skip_abandoned();
                     s.ctl.started(self.origin.elapsed());
+                    queued.ticket = None;
+                    drop(s);
+                    // The next in line may fit too.
+                    self.freed.notify_waiters();
                     return Slot { slots: self };
                 }
-                if !counted {
+                if !counted && s.in_flight >= s.ctl.limit() {
                     s.ctl.waited();
                     counted = true;
                 }
@@ -189,6 +225,24 @@ impl Slot<'_> {
         if s.ctl.limit() != before {
             tracing::debug!(from = before, to = s.ctl.limit(), "xorb upload limit");
         }
+    }
+}
+
+/// A place in the line for a slot; leaving the line early (the waiting task was
+/// cancelled) must not hold up those behind it.
+struct Queued<'a> {
+    slots: &'a UploadSlots,
+    ticket: Option<u64>,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let Some(ticket) = self.ticket else { return };
+        let mut s = self.slots.lock();
+        s.abandoned.insert(ticket);
+        s.skip_abandoned();
+        drop(s);
+        self.slots.freed.notify_waiters();
     }
 }
 
@@ -274,6 +328,50 @@ mod tests {
         assert_eq!(Controller::new(100, 16).limit(), 16);
         assert_eq!(Controller::new(0, 16).limit(), MIN_UPLOADS);
         assert_eq!(Controller::new(4, 1).limit(), 1);
+    }
+
+    /// Waiters `0..n`, queued in that order behind one slot held; the order in which they
+    /// got it.
+    async fn order_of_service(n: usize, give_up: Option<usize>) -> Vec<usize> {
+        use std::sync::Arc;
+        let slots = Arc::new(UploadSlots::new(1, 1));
+        let held = slots.acquire().await;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..n {
+            let (s, o) = (slots.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let _slot = s.acquire().await;
+                o.lock().unwrap().push(i);
+                tokio::task::yield_now().await;
+            }));
+            // Queued before the next one asks.
+            while slots.lock().next_ticket < i as u64 + 2 {
+                tokio::task::yield_now().await;
+            }
+        }
+        if let Some(i) = give_up {
+            let t = tasks.remove(i);
+            t.abort();
+            let _ = t.await;
+        }
+        drop(held);
+        for t in tasks {
+            let _ = t.await;
+        }
+        let o = order.lock().unwrap().clone();
+        o
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slots_go_out_in_the_order_they_were_asked_for() {
+        assert_eq!(order_of_service(6, None).await, [0, 1, 2, 3, 4, 5]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_that_gives_up_does_not_hold_up_the_others() {
+        assert_eq!(order_of_service(4, Some(1)).await, [0, 2, 3]);
+        assert_eq!(order_of_service(3, Some(0)).await, [1, 2]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
