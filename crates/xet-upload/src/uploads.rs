@@ -359,8 +359,7 @@ mod tests {
         for t in tasks {
             let _ = t.await;
         }
-        let o = order.lock().unwrap().clone();
-        o
+        order.lock().unwrap().clone()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
