@@ -45,11 +45,11 @@
 //! files or 4 MiB) by one reader; a file of one block is read, hashed and chunked on its
 //! reader's thread alone. At most `max_xorbs_in_flight` (4) sealed xorbs of ≤ 64 MiB are
 //! being compressed or waiting for an upload slot, plus the one being filled, and at most
-//! as many are being sent as there are upload slots: `xorb_uploads_initial` (8) at the
+//! as many are being sent as there are upload slots: `xorb_uploads_initial` (12) at the
 //! start, then what the throughput measured calls for, between 2 and `max_xorb_uploads`
 //! (16) (see *Upload slots* below). Memory therefore stays flat whatever the input size
-//! (≈ 128 MiB read-ahead + 5 × 64 MiB xorbs + the bodies being sent: under 1 GiB for a
-//! 10 GiB file on a link 8 uploads fill). A xorb's new chunks stay slices of the blocks
+//! (≈ 128 MiB read-ahead + 5 × 64 MiB xorbs + the bodies being sent: about 1.2 GiB for
+//! a 10 GiB file on a link 12 uploads fill). A xorb's new chunks stay slices of the blocks
 //! they were read in where most of a block was new, and are copied out of it otherwise,
 //! so a xorb keeps at most a third more than its data alive, plus a block at either end. CPU work never runs on the async executor:
 //! reading, chunking, sha256 and dedup run on blocking threads, chunk hashes and
@@ -74,11 +74,15 @@
 //!
 //! A link whose bandwidth-delay product is larger than what a few TCP connections carry
 //! needs more xorb uploads at once; a loopback or a slow link gains nothing from more
-//! and would only hold more bodies. Uploads start with `xorb_uploads_initial` (8) slots
+//! and would only hold more bodies. Uploads start with `xorb_uploads_initial` (12) slots
 //! (the reference starts lower and climbs); the count is raised by half while xorbs wait
 //! for a slot and each raise brought at least 15% more throughput, and a raise that did
 //! not is undone and retried a few rounds later (`uploads.rs`). It decides when xorbs
-//! are sent, never which.
+//! are sent, never which; slots go to xorbs in the order they were sealed. Why 12: a
+//! round lasts as many uploads as there are slots, so on a long link (a 64 MiB xorb
+//! takes 3-6 s at 200 ms) the first raise comes late; at 200 ms / 1 Gbit with 4 MiB TCP
+//! windows a 1 GiB upload took 11.0-11.8 s starting at 12 against 12.0-12.8 s at 8
+//! (`bench --wan`), and where uploads keep up (loopback) the count changes nothing.
 //!
 //! # Inputs that change while they are read
 //!

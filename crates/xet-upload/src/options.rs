@@ -15,7 +15,7 @@ pub const DEFAULT_MIN_DEDUP_RUN_BYTES: u64 = 1 << 20;
 /// Byte limit of an upload's first xorb (the next ones double up to the xorb limit).
 pub const DEFAULT_XORB_FIRST_BYTES: u64 = 4 << 20;
 /// Xorb uploads at once when an upload starts ([`UploadOptions::xorb_uploads_initial`]).
-pub const DEFAULT_XORB_UPLOADS_INITIAL: usize = 8;
+pub const DEFAULT_XORB_UPLOADS_INITIAL: usize = 12;
 /// Most xorb uploads at once ([`UploadOptions::max_xorb_uploads`]).
 pub const DEFAULT_MAX_XORB_UPLOADS: usize = 16;
 /// Uploaded shards are split to stay below this (the protocol's 64 MiB, with margin).
