@@ -282,6 +282,15 @@ pub trait Cas: Send + Sync {
         false
     }
 
+    /// A hint for downloads: `true` if [`Cas::stream_xorb_range`] hands a range over as
+    /// it arrives, holding little of it (the HTTP client), so a caller need not reserve
+    /// memory for a whole range, and a large range is worth asking for in parts (each
+    /// request is one TCP window per round trip); `false` (the default) if it hands each
+    /// range over whole. A caller that is not told learns it from the first piece.
+    fn streams_ranges(&self) -> bool {
+        false
+    }
+
     /// `true` if this implementation retries each request itself (the HTTP client), so
     /// its errors are final: a caller retrying them would multiply the attempts and the
     /// time a dead server takes to fail. In-process stores answer `false`.

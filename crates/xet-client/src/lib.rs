@@ -120,6 +120,11 @@ impl Cas for HttpCas {
         true
     }
 
+    /// Ranges arrive as the HTTP body does.
+    fn streams_ranges(&self) -> bool {
+        true
+    }
+
     async fn xorb_size(&self, hash: &MerkleHash) -> Result<Option<u64>> {
         self.t.head_size(&routes::xorb(hash)).await
     }

@@ -37,11 +37,12 @@
 //!    run in parallel, limited by [`DownloadOptions::fetch_concurrency`] (count: by
 //!    default adapted to the measured throughput, see below) and by
 //!    [`DownloadOptions::memory_budget`] (a semaphore over KiB of fetched bytes held in
-//!    memory, across all files of the call): a fetch first reserves its whole range (a
-//!    local store hands a range over in one piece) and, once its first piece shows that
-//!    it streams, keeps only what a stream holds (its queue of pieces and one write
-//!    batch); once one range of the call has streamed, later fetches reserve only that
-//!    from the start. A single fetch larger than the budget still runs, alone.
+//!    memory, across all files of the call): a fetch reserves only what a stream holds
+//!    (its queue of pieces and one write batch) where the CAS says it streams
+//!    ([`Cas::streams_ranges`]: the HTTP client); elsewhere it first reserves its whole
+//!    range (a local store hands a range over in one piece) and keeps only what a
+//!    stream holds once its first piece shows that it streams, and once one range of
+//!    the call has streamed, later fetches reserve only that from the start. A single fetch larger than the budget still runs, alone.
 //!    Once the CAS is known to stream, a range of more than 16 MiB is asked for in
 //!    **parts** of at most 8 MiB (one request moves one TCP window per round trip, so
 //!    a long fat link needs several at once, and the last range of a file must not
@@ -236,12 +237,15 @@ pub async fn download(
             floor: options.min_throughput,
         }),
     };
+    // Told, a download splits and streams its first ranges too, instead of learning it
+    // from them.
+    let streams = AtomicBool::new(cas.streams_ranges());
     let shared = Arc::new(Shared {
         cas,
         cache,
         fetches,
         memory: MemoryBudget::new(options.memory_budget),
-        streams: AtomicBool::new(false),
+        streams,
         progress,
         cancel: options.cancel.clone().unwrap_or_default(),
         opts: options,

@@ -37,8 +37,9 @@ pub(crate) struct Shared {
     pub cache: Option<Arc<ChunkCache>>,
     pub fetches: Arc<FetchLimit>,
     pub memory: MemoryBudget,
-    /// Some range arrived in more than one piece: the CAS streams, so a fetch reserves
-    /// what a stream holds from the start rather than its whole range.
+    /// The CAS said it streams ([`xet_cas::Cas::streams_ranges`]), or some range arrived
+    /// in more than one piece: a fetch reserves what a stream holds from the start rather
+    /// than its whole range, and a large range is fetched in parts.
     pub streams: AtomicBool,
     pub progress: Option<ProgressFn>,
     pub cancel: CancellationToken,
@@ -729,9 +730,8 @@ async fn stream_and_write(
     let (c2, f2) = (ctx.clone(), fetch.clone());
     let decoder = tokio::task::spawn_blocking(move || decode_and_write(&c2, &f2, &items, rx));
     let shared = &ctx.shared;
-    // A CAS known to stream (by now: the first ranges of a download wait for memory
-    // while others arrive) gets a large range asked for in parts, those ahead of their
-    // turn with memory of their own.
+    // A CAS known to stream (it says so, or an earlier range showed it) gets a large
+    // range asked for in parts, those ahead of their turn with memory of their own.
     let parts = if shared.streams.load(Ordering::Relaxed) {
         shared.memory.shrink(mem, STREAM_MEMORY);
         split::parts(fetch.bytes, split::PART_BYTES)
