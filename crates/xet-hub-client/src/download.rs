@@ -462,8 +462,21 @@ fn settle(
 ) -> Result<()> {
     let subject = subject.clone().path(file.path.as_str());
     match (checked, paths) {
-        (Ok(()), Some((tmp, path))) => std::fs::rename(tmp, path)
-            .map_err(|e| HubError::local("cannot rename into place", path, e)),
+        // Synced before the rename: after a crash the cache holds the whole file or
+        // none, never an empty or short one under its final name.
+        (Ok(()), Some((tmp, path))) => {
+            let placed = std::fs::File::open(tmp)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| HubError::local("cannot sync", tmp, e))
+                .and_then(|()| {
+                    xet_mmap::durable::rename_durably(tmp, path)
+                        .map_err(|e| HubError::local("cannot rename into place", path, e))
+                });
+            if placed.is_err() {
+                let _ = std::fs::remove_file(tmp);
+            }
+            placed
+        }
         (Ok(()), None) => Ok(()),
         (Err(e), paths) => {
             if let Some((tmp, _)) = paths {
