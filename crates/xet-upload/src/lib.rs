@@ -78,11 +78,13 @@
 //! (the reference starts lower and climbs); the count is raised by half while xorbs wait
 //! for a slot and each raise brought at least 15% more throughput, and a raise that did
 //! not is undone and retried a few rounds later (`uploads.rs`). It decides when xorbs
-//! are sent, never which; slots go to xorbs in the order they were sealed. Why 12: a
-//! round lasts as many uploads as there are slots, so on a long link (a 64 MiB xorb
-//! takes 3-6 s at 200 ms) the first raise comes late; at 200 ms / 1 Gbit with 4 MiB TCP
-//! windows a 1 GiB upload took 11.0-11.8 s starting at 12 against 12.0-12.8 s at 8
-//! (`bench --wan`), and where uploads keep up (loopback) the count changes nothing.
+//! are sent, never which. Slots go to xorbs in the order they were built (about the
+//! order they were sealed; a slower build does not hold the others back), so the last
+//! xorb of an upload is not overtaken and left to finish alone. Why 12: a round lasts
+//! as many uploads as there are slots, so on a long link (a 64 MiB xorb takes 3-6 s at
+//! 200 ms) the first raise comes late; at 200 ms / 1 Gbit with 4 MiB TCP windows a
+//! 1 GiB upload took 11.0-11.8 s starting at 12 against 12.0-12.8 s at 8 (`bench
+//! --wan`), and where uploads keep up (loopback) the count changes nothing.
 //!
 //! # Inputs that change while they are read
 //!
