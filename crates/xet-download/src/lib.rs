@@ -42,7 +42,8 @@
 //!    ([`Cas::streams_ranges`]: the HTTP client); elsewhere it first reserves its whole
 //!    range (a local store hands a range over in one piece) and keeps only what a
 //!    stream holds once its first piece shows that it streams, and once one range of
-//!    the call has streamed, later fetches reserve only that from the start. A single fetch larger than the budget still runs, alone.
+//!    the call has streamed, later fetches reserve only that from the start. A single
+//!    fetch larger than the budget still runs, alone.
 //!    Once the CAS is known to stream, a range of more than 16 MiB is asked for in
 //!    **parts** of at most 8 MiB (one request moves one TCP window per round trip, so
 //!    a long fat link needs several at once, and the last range of a file must not
