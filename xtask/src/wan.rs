@@ -756,6 +756,20 @@ pub mod probe {
         }
     }
 
+    /// Reads `s` to its end, calling `each` with the length of every read; the total.
+    async fn drain(s: &mut TcpStream, mut each: impl FnMut(u64)) -> std::io::Result<u64> {
+        let mut buf = vec![0u8; 256 << 10];
+        let mut total = 0u64;
+        loop {
+            let n = s.read(&mut buf).await? as u64;
+            if n == 0 {
+                return Ok(total);
+            }
+            total += n;
+            each(n);
+        }
+    }
+
     async fn serve_one(mut s: TcpStream) -> std::io::Result<()> {
         s.set_nodelay(true)?;
         let mut b = [0u8; 1];
@@ -779,15 +793,7 @@ pub mod probe {
                 s.shutdown().await?;
             }
             UP => {
-                let mut buf = vec![0u8; 256 << 10];
-                let mut total = 0u64;
-                loop {
-                    let n = s.read(&mut buf).await?;
-                    if n == 0 {
-                        break;
-                    }
-                    total += n as u64;
-                }
+                let total = drain(&mut s, |_| {}).await?;
                 s.write_all(&total.to_le_bytes()).await?;
             }
             _ => {}
@@ -847,20 +853,14 @@ pub mod probe {
                 let mut cmd = vec![DOWN];
                 cmd.extend_from_slice(&each.to_le_bytes());
                 s.write_all(&cmd).await?;
-                let mut buf = vec![0u8; 256 << 10];
-                let mut mine = 0u64;
-                loop {
-                    let n = s.read(&mut buf).await?;
-                    if n == 0 {
-                        break;
-                    }
-                    mine += n as u64;
-                    let total = got.fetch_add(n as u64, Ordering::AcqRel) + n as u64;
+                let mine = drain(&mut s, |n| {
+                    let total = got.fetch_add(n, Ordering::AcqRel) + n;
                     let mut st = started.lock().expect("start");
                     if st.is_none() && total >= skip.max(1) {
                         *st = Some((Instant::now(), total));
                     }
-                }
+                })
+                .await?;
                 if mine != each {
                     bail!("probe download: {mine} bytes of {each}");
                 }
