@@ -82,10 +82,10 @@ pub(crate) struct DedupParams {
 impl DedupParams {
     /// The byte limit of the xorb in `slot` where a file starts: `xorb_first_bytes <<
     /// slot`, at most `xorb_max_bytes`. The first xorbs of a session are sealed early so
-    /// the link is busy while the dedup stage is still deciding the rest (an upload of
-    /// less than 64 MiB would otherwise send its one xorb only after every file was
-    /// decided); by the fifth xorb the limit is the full one. It depends on the slot
-    /// alone, so the xorbs formed stay a function of the inputs.
+    /// the link is busy while the dedup stage is still deciding the rest (an upload
+    /// would otherwise send nothing until a full xorb of files was decided); with the
+    /// default limits the third xorb has the full limit. It depends on the slot alone,
+    /// so the xorbs formed stay a function of the inputs.
     pub fn slot_max_bytes(&self, slot: u32) -> u64 {
         let first = self.xorb_first_bytes.clamp(1, self.xorb_max_bytes);
         match 1u64.checked_shl(slot) {

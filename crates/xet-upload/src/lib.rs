@@ -43,28 +43,31 @@
 //! input order, so the file being deduplicated always proceeds); each holds at most 7
 //! blocks of `block_size` (8 MiB). Files of at most 256 KiB are read in groups (up to 64
 //! files or 4 MiB) by one reader; a file of one block is read, hashed and chunked on its
-//! reader's thread alone. At most `max_xorbs_in_flight` (4) sealed xorbs of ≤ 64 MiB are
+//! reader's thread alone. At most `max_xorbs_in_flight` (4) sealed xorbs of ≤ 16 MiB are
 //! being compressed or waiting for an upload slot, plus the one being filled, and at most
 //! as many are being sent as there are upload slots: `xorb_uploads_initial` (12) at the
 //! start, then what the throughput measured calls for, between 2 and `max_xorb_uploads`
 //! (16) (see *Upload slots* below). Memory therefore stays flat whatever the input size
-//! (≈ 128 MiB read-ahead + 5 × 64 MiB xorbs + the bodies being sent: about 1.2 GiB for
+//! (≈ 128 MiB read-ahead + 5 × 16 MiB xorbs + the bodies being sent: about 400 MiB for
 //! a 10 GiB file on a link 12 uploads fill). A xorb's new chunks stay slices of the blocks
 //! they were read in where most of a block was new, and are copied out of it otherwise,
-//! so a xorb keeps at most a third more than its data alive, plus a block at either end. CPU work never runs on the async executor:
+//! so a xorb keeps at most a third more than its data alive, plus a block at either end.
+//! CPU work never runs on the async executor:
 //! reading, chunking, sha256 and dedup run on blocking threads, chunk hashes and
 //! compression on rayon. No lock is held across an `.await`.
 //!
 //! The dedup stage is sequential and processes files in input order, so the xorbs
 //! formed are a deterministic function of the inputs, the options and what the CAS and
 //! the local cache answer: a rerun forms the same xorbs, which is what makes resume work.
-//! New chunks are packed into xorbs across files, in order, up to 8192 chunks / 64 MiB
-//! uncompressed, except the first xorbs of an upload: where a file starts (its first
-//! chunk is new), the first xorb is sealed once it holds `xorb_first_bytes` (4 MiB), the
-//! second at twice that, and so on up to 64 MiB from the fifth on. An upload of 2,000
-//! small files (64 MiB in all) would otherwise form one xorb and send it only once
-//! every file was decided; this way bytes go out from the first 4 MiB on. It costs at
-//! most four more xorbs per upload; the early boundaries are all file starts, whose
+//! New chunks are packed into xorbs across files, in order, up to 8192 chunks /
+//! `xorb_max_bytes` (16 MiB: a quarter of the protocol's limit, see
+//! [`DEFAULT_XORB_MAX_BYTES`] for why) uncompressed, except the first xorbs of an
+//! upload: where a file starts (its first chunk is new), the first xorb is sealed once
+//! it holds `xorb_first_bytes` (4 MiB), the second at twice that, and so on up to 16 MiB
+//! from the third on. An upload of 2,000 small files (64 MiB in all) would otherwise
+//! send its first bytes only once 16 MiB of files were decided; this way bytes go out
+//! from the first 4 MiB on. It costs at most two more xorbs per upload; the early
+//! boundaries are all file starts, whose
 //! first chunks global dedup queries, so a later upload of the same files from another
 //! client finds the xorb after such a boundary (a boundary inside a file would hide it
 //! until one of its rare eligible chunks came up). It depends on the xorb's place in the
@@ -81,10 +84,10 @@
 //! are sent, never which. Slots go to xorbs in the order they were built (about the
 //! order they were sealed; a slower build does not hold the others back), so the last
 //! xorb of an upload is not overtaken and left to finish alone. Why 12: a round lasts
-//! as many uploads as there are slots, so on a long link (a 64 MiB xorb takes 3-6 s at
+//! as many uploads as there are slots, so on a long link (a 64 MiB xorb took 3-6 s at
 //! 200 ms) the first raise comes late; at 200 ms / 1 Gbit with 4 MiB TCP windows a
-//! 1 GiB upload took 11.0-11.8 s starting at 12 against 12.0-12.8 s at 8 (`bench
-//! --wan`), and where uploads keep up (loopback) the count changes nothing.
+//! 1 GiB upload of 64 MiB xorbs took 11.0-11.8 s starting at 12 against 12.0-12.8 s at
+//! 8 (`bench --wan`), and where uploads keep up (loopback) the count changes nothing.
 //!
 //! # Inputs that change while they are read
 //!
@@ -214,7 +217,8 @@ pub use input::InputChanged;
 pub use options::{
     DEFAULT_BLOCK_SIZE, DEFAULT_MAX_XORB_UPLOADS, DEFAULT_MIN_DEDUP_RUN_BYTES,
     DEFAULT_MIN_DEDUP_RUN_CHUNKS, DEFAULT_SHARD_CACHE_BYTES, DEFAULT_SHARD_MAX_BYTES,
-    DEFAULT_XORB_FIRST_BYTES, DEFAULT_XORB_UPLOADS_INITIAL, UploadOptions, cache_dir_for,
+    DEFAULT_XORB_FIRST_BYTES, DEFAULT_XORB_MAX_BYTES, DEFAULT_XORB_UPLOADS_INITIAL, UploadOptions,
+    cache_dir_for,
 };
 pub use progress::{NoProgress, Progress};
 pub use report::{FileReport, Totals, UploadReport};

@@ -14,6 +14,15 @@ pub const DEFAULT_MIN_DEDUP_RUN_CHUNKS: usize = 8;
 pub const DEFAULT_MIN_DEDUP_RUN_BYTES: u64 = 1 << 20;
 /// Byte limit of an upload's first xorb (the next ones double up to the xorb limit).
 pub const DEFAULT_XORB_FIRST_BYTES: u64 = 4 << 20;
+/// Uncompressed bytes packed into a xorb: 16 MiB, a quarter of what the protocol allows
+/// (and of what hf_xet packs). One xorb is one `POST`, and one TCP connection carries at
+/// most its window per round trip: on a long link the last 64 MiB xorbs of an upload
+/// were each left on a connection of their own, at that rate, and the first ones waited
+/// for 64 MiB to be decided before anything went out. 1 GiB at 200 ms / 1 Gbit took
+/// 10.6-10.9 s with 16 MiB xorbs against 11.3-12.3 s with 64 MiB (8 and 32 MiB: as 16);
+/// loopback uploads went from 825-835 to 881-890 MB/s (embedded) and 688-720 to 719-744
+/// MB/s (to `xet serve`), with half the peak memory (`docs/BENCHMARKS.md`, S20).
+pub const DEFAULT_XORB_MAX_BYTES: u64 = 16 << 20;
 /// Xorb uploads at once when an upload starts ([`UploadOptions::xorb_uploads_initial`]).
 pub const DEFAULT_XORB_UPLOADS_INITIAL: usize = 12;
 /// Most xorb uploads at once ([`UploadOptions::max_xorb_uploads`]).
@@ -59,7 +68,8 @@ pub struct UploadOptions {
     /// ... and shorter than this many bytes is not used, unless it reaches the end of
     /// the file (see the crate docs for the exact rule).
     pub min_dedup_run_bytes: u64,
-    /// Xorb limits. The defaults are the protocol's (8192 chunks, 64 MiB uncompressed);
+    /// Xorb limits: at most the protocol's (8192 chunks, 64 MiB uncompressed). The chunk
+    /// limit defaults to the protocol's, the byte limit to [`DEFAULT_XORB_MAX_BYTES`];
     /// smaller values are valid xorbs too, and make tests with many xorbs cheap.
     pub xorb_max_chunks: usize,
     pub xorb_max_bytes: u64,
@@ -97,7 +107,7 @@ impl Default for UploadOptions {
             min_dedup_run_chunks: DEFAULT_MIN_DEDUP_RUN_CHUNKS,
             min_dedup_run_bytes: DEFAULT_MIN_DEDUP_RUN_BYTES,
             xorb_max_chunks: xet_xorb::MAX_XORB_CHUNKS,
-            xorb_max_bytes: xet_xorb::MAX_XORB_UNPACKED_BYTES,
+            xorb_max_bytes: DEFAULT_XORB_MAX_BYTES,
             xorb_first_bytes: DEFAULT_XORB_FIRST_BYTES,
             shard_max_bytes: DEFAULT_SHARD_MAX_BYTES,
             rehash: false,

@@ -81,7 +81,7 @@ impl Drop for Pooled {
 /// Recycled buffers for xorb bodies built in one piece, for a CAS that does not take them
 /// in pieces (the embedded store) ([`xet_mmap::IoBuf`] in ordinary pages): page-aligned,
 /// so the embedded store writes a body with `O_DIRECT` straight from it. Not in huge
-/// pages: an upload uses each 64 MiB body only a few times, and on the bench VM faulting
+/// pages: an upload uses each body only a few times, and on the bench VM faulting
 /// fresh huge pages in cost more than pinning small ones saves (a 1 GiB upload to `xet
 /// serve` took 1.76-1.77 s of wall and 3.16-3.17 s of CPU, client and server, with small
 /// pages against 2.05-2.12 s and 3.83-3.93 s with huge ones).

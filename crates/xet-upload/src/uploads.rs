@@ -4,7 +4,7 @@
 //! A link whose bandwidth-delay product is larger than what a few connections carry
 //! (each TCP connection moves at most its window per round trip) needs more uploads in
 //! flight; a loopback or a slow link gains nothing from them and would only hold more
-//! 64 MiB bodies. So the limit is raised only while raising it pays:
+//! bodies. So the limit is raised only while raising it pays:
 //!
 //! - The uploads are measured in *rounds*: a round ends when as many uploads have
 //!   finished as the limit allows at once; its throughput is the bytes they stored over
@@ -274,8 +274,8 @@ mod tests {
             if busy {
                 c.waited();
             }
-            // One round: n uploads of 64 MiB at the link's rate for n.
-            let bytes = 64u64 << 20;
+            // One round: n uploads of 16 MiB at the link's rate for n.
+            let bytes = 16u64 << 20;
             let secs = (n as u64 * bytes) as f64 / rate(n);
             for i in 1..=n {
                 c.finished(

@@ -411,6 +411,29 @@ async fn many_xorbs_and_split_shards() {
     }
 }
 
+/// With the default options a large file goes out as several xorbs of at most 16 MiB
+/// (`DEFAULT_XORB_MAX_BYTES`), not one 64 MiB xorb: on a long link one xorb is one
+/// connection's worth of throughput.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_xorbs_hold_at_most_16_mib() {
+    let d = tempfile::tempdir().unwrap();
+    let data = xet_testdata::generate(xet_testdata::Kind::Random, 40 << 20, 2026);
+    let path = d.path().join("big.bin");
+    std::fs::write(&path, &data).unwrap();
+    let store = memory_store().await;
+    let cas = Counting::new(store.clone());
+    let r = run(cas.clone(), &[path], &UploadOptions::default()).await;
+    let rec = store.reconstruction(&r.files[0].hash, None).await.unwrap();
+    let mut per_xorb = std::collections::HashMap::<MerkleHash, u64>::new();
+    for t in &rec.terms {
+        *per_xorb.entry(t.xorb).or_default() += t.unpacked_length;
+    }
+    assert_eq!(xet_upload::DEFAULT_XORB_MAX_BYTES, 16 << 20);
+    assert_eq!((cas.xorbs(), per_xorb.len()), (3, 3), "40 MiB: 16 + 16 + 8");
+    assert!(per_xorb.values().all(|&b| b <= 16 << 20), "{per_xorb:?}");
+    assert!(reassemble(store.as_ref(), &r.files[0].hash).await == data);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_name_the_input_and_cancel_interrupts() {
     let d = tempfile::tempdir().unwrap();
