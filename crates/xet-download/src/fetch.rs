@@ -32,8 +32,60 @@ fn backoff(base: Duration, attempt: u32) -> Duration {
 enum Outcome<T> {
     Done(T),
     /// A retryable failure, and whether this layer may retry it.
-    Retry(String, bool),
+    Retry(Failure, bool),
     Fail(DownloadError),
+}
+
+/// Why an attempt failed in a way another attempt may not.
+enum Failure {
+    /// A retryable error of the CAS (network, 429, 5xx).
+    Cas(CasError),
+    /// No answer to a query within the stall timeout.
+    NoAnswer(Duration),
+    /// A transfer made no progress by its deadline.
+    Stalled(Duration),
+    /// The stream ended short or ran long.
+    Short(String),
+}
+
+impl Failure {
+    /// The [`DownloadError::Network`] for this failure once the retries are spent: a
+    /// transport error keeps its source (its message alone goes into the text).
+    fn exhausted(
+        self,
+        file: MerkleHash,
+        what: String,
+        host: Option<Box<str>>,
+        attempts: u32,
+    ) -> DownloadError {
+        let (message, source) = match self {
+            Failure::Cas(CasError::Network {
+                message, source, ..
+            }) => (message, source),
+            Failure::Cas(e) => (e.to_string(), None),
+            other => (other.to_string(), None),
+        };
+        DownloadError::Network {
+            file,
+            what,
+            host,
+            attempts,
+            message,
+            source,
+        }
+    }
+}
+
+/// For logs: the whole chain.
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Cas(e) => f.write_str(&xet_cas::error_chain(e)),
+            Failure::NoAnswer(d) => write!(f, "no answer within {:.1}s", d.as_secs_f64()),
+            Failure::Stalled(d) => write!(f, "no progress for {:.1}s (stalled)", d.as_secs_f64()),
+            Failure::Short(m) => f.write_str(m),
+        }
+    }
 }
 
 /// Query the reconstruction of `file` for `range`, with retries.
@@ -56,29 +108,20 @@ pub(crate) async fn query_reconstruction(
                 Outcome::Done(r)
             }
             Ok(Err(e)) if e.is_retryable() => {
-                Outcome::Retry(xet_cas::error_chain(&e), !shared.cas.retries_requests())
+                Outcome::Retry(Failure::Cas(e), !shared.cas.retries_requests())
             }
             Ok(Err(e)) => Outcome::Fail(DownloadError::from_cas(file, e)),
-            Err(_) => Outcome::Retry(
-                format!("no answer within {:.1}s", opts.stall_timeout.as_secs_f64()),
-                true,
-            ),
+            Err(_) => Outcome::Retry(Failure::NoAnswer(opts.stall_timeout), true),
         };
         match outcome {
             Outcome::Done(r) => return Ok(r),
             Outcome::Fail(e) => return Err(e),
-            Outcome::Retry(msg, again) if !again || attempt >= opts.max_retries => {
-                return Err(DownloadError::Network {
-                    source: None,
-                    file,
-                    what: format!("reconstruction of bytes {}..{}", range.start, range.end),
-                    host: None,
-                    attempts: attempt + 1,
-                    message: msg,
-                });
+            Outcome::Retry(failure, again) if !again || attempt >= opts.max_retries => {
+                let what = format!("reconstruction of bytes {}..{}", range.start, range.end);
+                return Err(failure.exhausted(file, what, None, attempt + 1));
             }
-            Outcome::Retry(msg, _) => {
-                tracing::debug!("reconstruction of {file} failed ({msg}); retrying");
+            Outcome::Retry(failure, _) => {
+                tracing::debug!("reconstruction of {file} failed ({failure}); retrying");
                 tokio::time::sleep(backoff(opts.retry_base_delay, attempt)).await;
                 attempt += 1;
             }
@@ -99,22 +142,13 @@ pub(crate) async fn query_file_size(
             Ok(Ok(None)) => return Err(DownloadError::NotFound { file }),
             Ok(Err(e)) if !e.is_retryable() => return Err(DownloadError::from_cas(file, e)),
             res => {
-                let (msg, again) = match res {
-                    Ok(Err(e)) => (xet_cas::error_chain(&e), !shared.cas.retries_requests()),
-                    _ => (
-                        format!("no answer within {:.1}s", opts.stall_timeout.as_secs_f64()),
-                        true,
-                    ),
+                let (failure, again) = match res {
+                    Ok(Err(e)) => (Failure::Cas(e), !shared.cas.retries_requests()),
+                    _ => (Failure::NoAnswer(opts.stall_timeout), true),
                 };
                 if !again || attempt >= opts.max_retries {
-                    return Err(DownloadError::Network {
-                        source: None,
-                        file,
-                        what: "file size query".into(),
-                        host: None,
-                        attempts: attempt + 1,
-                        message: msg,
-                    });
+                    let what = "file size query".into();
+                    return Err(failure.exhausted(file, what, None, attempt + 1));
                 }
                 tokio::time::sleep(backoff(opts.retry_base_delay, attempt)).await;
                 attempt += 1;
@@ -240,12 +274,9 @@ pub(crate) async fn pump_range(
         .await;
         let outcome: Outcome<std::convert::Infallible> = match res {
             Ok(p) => return Ok(p),
-            Err(Broke::Stalled) => Outcome::Retry(
-                format!("no progress for {:.1}s (stalled)", limit.as_secs_f64()),
-                true,
-            ),
+            Err(Broke::Stalled) => Outcome::Retry(Failure::Stalled(limit), true),
             // Not what the CAS promised: worth another try whoever retries errors.
-            Err(Broke::Short(message)) => Outcome::Retry(message, true),
+            Err(Broke::Short(message)) => Outcome::Retry(Failure::Short(message), true),
             Err(Broke::Cas(CasError::UrlExpired { .. })) => {
                 if refreshes >= opts.max_url_refreshes {
                     Outcome::Fail(DownloadError::Network {
@@ -281,7 +312,7 @@ pub(crate) async fn pump_range(
                 }
             }
             Err(Broke::Cas(e)) if e.is_retryable() => {
-                Outcome::Retry(xet_cas::error_chain(&e), !shared.cas.retries_requests())
+                Outcome::Retry(Failure::Cas(e), !shared.cas.retries_requests())
             }
             Err(Broke::Cas(CasError::NotFound { .. })) => {
                 Outcome::Fail(DownloadError::XorbNotFound {
@@ -309,18 +340,11 @@ pub(crate) async fn pump_range(
         match outcome {
             Outcome::Done(never) => match never {},
             Outcome::Fail(e) => return Err(e),
-            Outcome::Retry(message, again) if !again || attempt >= opts.max_retries => {
-                return Err(DownloadError::Network {
-                    source: None,
-                    file,
-                    what: what(),
-                    host,
-                    attempts: attempt + 1,
-                    message,
-                });
+            Outcome::Retry(failure, again) if !again || attempt >= opts.max_retries => {
+                return Err(failure.exhausted(file, what(), host, attempt + 1));
             }
-            Outcome::Retry(message, _) => {
-                tracing::debug!("{}: {message}; retrying from byte {sent}", what());
+            Outcome::Retry(failure, _) => {
+                tracing::debug!("{}: {failure}; retrying from byte {sent}", what());
                 tokio::time::sleep(backoff(opts.retry_base_delay, attempt)).await;
                 attempt += 1;
             }

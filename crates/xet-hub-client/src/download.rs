@@ -462,10 +462,12 @@ async fn settle_off_executor(
     paths: Option<(PathBuf, PathBuf)>,
     checked: std::result::Result<(), Mismatch>,
 ) -> Result<()> {
-    let target = paths.as_ref().map(|p| p.1.clone()).unwrap_or_default();
     tokio::task::spawn_blocking(move || settle(&subject, &file, paths.as_ref(), checked))
         .await
-        .map_err(|e| HubError::local("cannot place", &target, std::io::Error::other(e)))?
+        .map_err(|source| HubError::Internal {
+            what: "placing a downloaded file",
+            source,
+        })?
 }
 
 /// After a file was written and checked: rename it into place, or remove it and say why.

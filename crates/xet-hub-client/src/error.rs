@@ -196,6 +196,12 @@ pub enum HubError {
     },
     #[error("interrupted; run the same command again to resume")]
     Interrupted,
+    /// A worker task of this process panicked or was cancelled: a bug, not the input.
+    #[error("{what}: a worker task failed")]
+    Internal {
+        what: &'static str,
+        source: tokio::task::JoinError,
+    },
 }
 
 fn private_hint(authenticated: bool) -> &'static str {
@@ -224,6 +230,7 @@ impl HubError {
             Download { source, .. } => download_kind(source.kind()),
             Upload { source, .. } => upload_kind(source),
             Interrupted => ErrorKind::Interrupted,
+            Internal { .. } => ErrorKind::Other,
         }
     }
 
@@ -316,5 +323,22 @@ mod tests {
         let m = e.to_string();
         assert!(m.contains("HF_TOKEN") && m.contains("write access"), "{m}");
         assert_eq!(e.kind(), ErrorKind::Auth);
+    }
+
+    /// A worker task that panicked is an internal failure, not the user's usage error,
+    /// and the panic is the source.
+    #[tokio::test]
+    async fn a_failed_worker_task_is_internal() {
+        let source = tokio::task::spawn_blocking(|| panic!("boom"))
+            .await
+            .unwrap_err();
+        let e = HubError::Internal {
+            what: "hashing",
+            source,
+        };
+        assert_eq!(e.kind(), ErrorKind::Other);
+        assert_eq!(e.to_string(), "hashing: a worker task failed");
+        let cause = std::error::Error::source(&e).expect("the task's error");
+        assert!(cause.to_string().contains("panicked"), "{cause}");
     }
 }

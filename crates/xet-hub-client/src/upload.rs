@@ -353,7 +353,10 @@ async fn preupload(
             .collect()
     })
     .await
-    .map_err(|e| HubError::Usage(format!("reading samples: {e}")))??;
+    .map_err(|source| HubError::Internal {
+        what: "reading samples",
+        source,
+    })??;
     let rev = subject.revision().unwrap_or(DEFAULT_REVISION);
     client.preupload(subject.repo_ref(), rev, &requests).await
 }
@@ -462,7 +465,10 @@ async fn hash_regular(
             })
         })
         .await
-        .map_err(|e| HubError::Usage(format!("hashing: {e}")))??;
+        .map_err(|source| HubError::Internal {
+            what: "hashing",
+            source,
+        })??;
         progress(Progress::Bytes(files[i].size));
         hashed[i] = Some(h);
     }

@@ -876,7 +876,14 @@ async fn retryable_errors_are_retried() {
     .await
     .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Network);
-    assert!(e.to_string().contains("connection reset"), "{e}");
+    // The transport's error is kept as the source, not flattened into the text.
+    assert!(e.to_string().contains("the transfer broke"), "{e}");
+    let source = std::error::Error::source(&e).expect("a source");
+    let io = source
+        .downcast_ref::<std::io::Error>()
+        .expect("the io::Error");
+    assert_eq!(io.kind(), std::io::ErrorKind::ConnectionReset);
+    assert!(!e.to_string().contains(&io.to_string()), "{e}");
 }
 
 /// A CAS that retries each request itself (the HTTP client) returns final errors: the

@@ -370,8 +370,10 @@ impl Cas for Wrapper {
                 if n < k {
                     return Err(CasError::Network {
                         what: "test".into(),
-                        message: "connection reset".into(),
-                        source: None,
+                        message: "the transfer broke".into(),
+                        source: Some(xet_cas::Cause::new(std::io::Error::from(
+                            std::io::ErrorKind::ConnectionReset,
+                        ))),
                     });
                 }
             }
