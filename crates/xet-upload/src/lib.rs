@@ -52,9 +52,9 @@
 //! a 10 GiB file on a link 12 uploads fill). A xorb's new chunks stay slices of the blocks
 //! they were read in where most of a block was new, and are copied out of it otherwise,
 //! so a xorb keeps at most a third more than its data alive, plus a block at either end.
-//! CPU work never runs on the async executor:
-//! reading, chunking, sha256 and dedup run on blocking threads, chunk hashes and
-//! compression on rayon. No lock is held across an `.await`.
+//! CPU work never runs on the async executor: reading, chunking, sha256 and dedup run
+//! on blocking threads, chunk hashes and compression on rayon. No lock is held across
+//! an `.await`.
 //!
 //! The dedup stage is sequential and processes files in input order, so the xorbs
 //! formed are a deterministic function of the inputs, the options and what the CAS and
@@ -67,11 +67,11 @@
 //! from the third on. An upload of 2,000 small files (64 MiB in all) would otherwise
 //! send its first bytes only once 16 MiB of files were decided; this way bytes go out
 //! from the first 4 MiB on. It costs at most two more xorbs per upload; the early
-//! boundaries are all file starts, whose
-//! first chunks global dedup queries, so a later upload of the same files from another
-//! client finds the xorb after such a boundary (a boundary inside a file would hide it
-//! until one of its rare eligible chunks came up). It depends on the xorb's place in the
-//! session and the inputs alone, so the xorbs formed stay a function of the inputs.
+//! boundaries are all file starts, whose first chunks global dedup queries, so a later
+//! upload of the same files from another client finds the xorb after such a boundary
+//! (a boundary inside a file would hide it until one of its rare eligible chunks came
+//! up). It depends on the xorb's place in the session and the inputs alone, so the
+//! xorbs formed stay a function of the inputs.
 //!
 //! # Upload slots
 //!
