@@ -36,7 +36,7 @@ enum Outcome<T> {
     Fail(DownloadError),
 }
 
-/// Why an attempt failed in a way another attempt may not.
+/// Why an attempt failed where another attempt may succeed.
 enum Failure {
     /// A retryable error of the CAS (network, 429, 5xx).
     Cas(CasError),
