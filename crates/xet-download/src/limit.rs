@@ -13,7 +13,12 @@
 //!   off at once;
 //! - when the throughput per fetch stays below the floor for two windows in a row
 //!   (a slow link split too many ways, where each transfer would overrun its deadline),
-//!   the limit drops to what the link carries at the floor per fetch.
+//!   the limit drops to what the link carries at the floor per fetch. Only long
+//!   transfers can overrun a deadline (it is at least the stall timeout): a window in
+//!   which at least as many fetches started as there are slots (each lasted a window or
+//!   less on average) is exempt. Small fetches over a long round trip move little per
+//!   fetch however many run, and cutting their number only made that worse: 1,000
+//!   files of 1-64 KiB from a Hub 80 ms away went down to one fetch at a time.
 //!
 //! [`Controller`] is a pure function of its observations (times are passed in), so its
 //! decisions are unit-tested with synthetic measurements; [`FetchLimit`] applies them
@@ -69,6 +74,8 @@ pub(crate) struct Controller {
     bytes: u64,
     saturated: bool,
     failed: bool,
+    /// Fetches that got their first byte in this window.
+    started: usize,
     /// Shortest time to a first byte seen: the round trip, roughly.
     rtt: Option<Duration>,
     /// The last saturated window's limit and throughput (bytes per second).
@@ -96,6 +103,7 @@ impl Controller {
             bytes: 0,
             saturated: false,
             failed: false,
+            started: 0,
             rtt: None,
             last: None,
             steady: 0,
@@ -119,7 +127,10 @@ impl Controller {
         let start = *self.window_start.get_or_insert(now);
         match event {
             Event::Bytes(n) => self.bytes += n,
-            Event::FirstByte(d) => self.rtt = Some(self.rtt.map_or(d, |r| r.min(d))),
+            Event::FirstByte(d) => {
+                self.rtt = Some(self.rtt.map_or(d, |r| r.min(d)));
+                self.started += 1;
+            }
             Event::Waited => self.saturated = true,
             Event::Failed => {
                 // At once: a server or link in trouble is not asked for more meanwhile.
@@ -139,8 +150,9 @@ impl Controller {
 
     fn end_window(&mut self, elapsed: Duration) {
         let throughput = self.bytes as f64 / elapsed.as_secs_f64().max(1e-6);
-        let (saturated, failed) = (self.saturated, self.failed);
+        let (saturated, failed, started) = (self.saturated, self.failed, self.started);
         self.bytes = 0;
+        self.started = 0;
         self.saturated = false;
         self.failed = false;
         self.windows += 1;
@@ -148,7 +160,7 @@ impl Controller {
             // Warm-up, or the decrease already made: nothing to compare with.
             return;
         }
-        if self.too_slow_per_fetch(throughput) {
+        if self.too_slow_per_fetch(throughput, started) {
             return;
         }
         if saturated {
@@ -161,10 +173,16 @@ impl Controller {
     }
 
     /// Whether the throughput per fetch is below the floor (then the limit does not
-    /// grow; the second such window in a row brings it down to what fits).
-    fn too_slow_per_fetch(&mut self, throughput: f64) -> bool {
+    /// grow; the second such window in a row brings it down to what fits). A window in
+    /// which `started` fetches, at least one per slot, got their first byte held short
+    /// fetches only, which no deadline threatens.
+    fn too_slow_per_fetch(&mut self, throughput: f64, started: usize) -> bool {
         let floor = self.bounds.floor as f64;
-        if floor <= 0.0 || throughput <= 0.0 || throughput / self.limit as f64 >= floor {
+        if floor <= 0.0
+            || throughput <= 0.0
+            || throughput / self.limit as f64 >= floor
+            || started >= self.limit
+        {
             self.slow_windows = 0;
             return false;
         }
@@ -495,6 +513,33 @@ mod tests {
         // And it stays there: two fetches carry 625 KB/s each.
         let limits = run(&mut c, &mut t, 10, true, |_| 1.25e6);
         assert!(limits.iter().all(|&l| l <= 3), "{limits:?}");
+    }
+
+    /// Many small fetches over a long round trip: each moves little, whatever the
+    /// limit, but they come and go within a window. The floor does not apply.
+    #[test]
+    fn short_fetches_are_not_cut_to_the_floor() {
+        let b = Bounds {
+            floor: 512 << 10,
+            ..bounds()
+        };
+        let (mut c, mut t) = started(b);
+        // Windows of 250 ms in which each slot serves 4 fetches of 30 KiB: 480 KiB/s per
+        // slot, under the floor (the old rule cut 16 down to 2 this way).
+        for _ in 0..8 {
+            let limit = c.limit();
+            c.observe(t, Event::Waited);
+            for _ in 0..4 * limit {
+                t += Duration::from_micros(250_000 / (4 * limit as u64));
+                c.observe(t, Event::FirstByte(80 * MS));
+                c.observe(t, Event::Bytes(30 << 10));
+            }
+        }
+        assert!(c.limit() >= 16, "{}", c.limit());
+        // The same bytes in long transfers (no fetch starting) are cut.
+        let (mut c, mut t) = started(b);
+        let limits = run(&mut c, &mut t, 4, true, |l| l as f64 * (480 << 10) as f64);
+        assert!(limits[3] < 16, "{limits:?}");
     }
 
     #[test]
