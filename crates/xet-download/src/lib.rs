@@ -173,7 +173,10 @@
 //! off at once, and when each fetch gets less than
 //! [`DownloadOptions::min_throughput`] for two windows in a row (a slow link split
 //! too many ways, where transfers would overrun their deadlines), the limit drops to
-//! what the link carries at that rate per fetch. Fetches in flight are bounded by the
+//! what the link carries at that rate per fetch; not for a window in which as many
+//! fetches started as there are slots (short fetches, such as many small files over a
+//! long round trip, move little each however many run, and no deadline threatens
+//! them). Fetches in flight are bounded by the
 //! limit in count and by the memory budget in bytes; each part of a range fetched
 //! ahead is a fetch here, and finding no slot free for one counts as having waited.
 //!

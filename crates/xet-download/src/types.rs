@@ -220,8 +220,8 @@ pub enum FetchConcurrency {
     Fixed(usize),
     /// Start at `start` and adapt within `min..=max` to what is measured: more while
     /// the throughput rises with it, less after failures, when more stopped helping,
-    /// or when each fetch would get less than [`DownloadOptions::min_throughput`]
-    /// (the method is in the crate docs).
+    /// or when each of long-running fetches would get less than
+    /// [`DownloadOptions::min_throughput`] (the method is in the crate docs).
     Adaptive {
         start: usize,
         min: usize,
