@@ -19,11 +19,10 @@
 //!
 //! The limit decides only when xorbs are sent, never which xorbs are formed.
 
-use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// The limit never goes below this.
 const MIN_UPLOADS: usize = 2;
@@ -123,49 +122,35 @@ impl Controller {
     }
 }
 
-/// The upload slots: [`UploadSlots::acquire`] waits for a free one.
+/// The upload slots: [`UploadSlots::acquire`] waits for a free one. They are permits of
+/// a tokio semaphore, which serves waiters first come, first served (a waiter whose
+/// task is dropped leaves the line): the xorbs sealed first are sent first, and the last
+/// one of an upload is not overtaken by later ones (it would end the upload alone, at
+/// one connection's rate). The semaphore's size follows the [`Controller`].
 pub(crate) struct UploadSlots {
+    sem: Semaphore,
     state: Mutex<State>,
-    freed: Notify,
     origin: Instant,
 }
 
 struct State {
-    in_flight: usize,
     ctl: Controller,
-    /// Tickets, so that slots go out in the order they were asked for: the xorbs sealed
-    /// first are sent first, and the last one of an upload is not overtaken by later
-    /// ones (it would end the upload alone, at one connection's rate).
-    next_ticket: u64,
-    serving: u64,
-    /// Tickets given up while waiting (their task was dropped), skipped when reached.
-    abandoned: BTreeSet<u64>,
-}
-
-impl State {
-    fn skip_abandoned(&mut self) {
-        while self.abandoned.remove(&self.serving) {
-            self.serving += 1;
-        }
-    }
+    /// Permits to take out of circulation as they come back (after a decrease).
+    owed: usize,
 }
 
 /// One upload slot, given back when dropped; [`Slot::stored`] records what it moved.
 pub(crate) struct Slot<'a> {
     slots: &'a UploadSlots,
+    permit: Option<SemaphorePermit<'a>>,
 }
 
 impl UploadSlots {
     pub fn new(initial: usize, max: usize) -> Self {
+        let ctl = Controller::new(initial, max);
         UploadSlots {
-            state: Mutex::new(State {
-                in_flight: 0,
-                ctl: Controller::new(initial, max),
-                next_ticket: 0,
-                serving: 0,
-                abandoned: BTreeSet::new(),
-            }),
-            freed: Notify::new(),
+            sem: Semaphore::new(ctl.limit()),
+            state: Mutex::new(State { ctl, owed: 0 }),
             origin: Instant::now(),
         }
     }
@@ -176,41 +161,43 @@ impl UploadSlots {
 
     /// Waits for a free slot; slots are handed out in the order `acquire` was called.
     pub async fn acquire(&self) -> Slot<'_> {
-        let ticket = {
-            let mut s = self.lock();
-            s.next_ticket += 1;
-            s.next_ticket - 1
-        };
-        // Gives the ticket up if this future is dropped before it got its slot.
-        let mut queued = Queued {
-            slots: self,
-            ticket: Some(ticket),
-        };
-        let mut counted = false;
-        loop {
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            // Registered before looking, so a slot freed in between wakes this waiter.
-            freed.as_mut().enable();
-            {
-                let mut s = self.lock();
-                if s.serving == ticket && s.in_flight < s.ctl.limit() {
-                    s.in_flight += 1;
-                    s.serving += 1;
-                    s.skip_abandoned();
-                    s.ctl.started(self.origin.elapsed());
-                    queued.ticket = None;
-                    drop(s);
-                    // The next in line may fit too.
-                    self.freed.notify_waiters();
-                    return Slot { slots: self };
-                }
-                if !counted && s.in_flight >= s.ctl.limit() {
-                    s.ctl.waited();
-                    counted = true;
-                }
+        // With waiters in line no permit is free, so this never jumps the line.
+        let permit = match self.sem.try_acquire() {
+            Ok(p) => p,
+            Err(_) => {
+                self.lock().ctl.waited();
+                self.sem
+                    .acquire()
+                    .await
+                    .expect("the upload semaphore is never closed")
             }
-            freed.await;
+        };
+        self.lock().ctl.started(self.origin.elapsed());
+        Slot {
+            slots: self,
+            permit: Some(permit),
+        }
+    }
+
+    /// Resize the semaphore from `old` permits to the controller's limit.
+    fn follow(&self, s: &mut State, old: usize) {
+        let new = s.ctl.limit();
+        if new > old {
+            let repaid = (new - old).min(s.owed);
+            s.owed -= repaid;
+            self.sem.add_permits(new - old - repaid);
+        } else if new < old {
+            s.owed += old - new;
+            // Free permits leave at once; the others as their uploads end.
+            while s.owed > 0
+                && let Ok(p) = self.sem.try_acquire()
+            {
+                p.forget();
+                s.owed -= 1;
+            }
+        }
+        if new != old {
+            tracing::debug!(from = old, to = new, "xorb upload limit");
         }
     }
 }
@@ -222,35 +209,18 @@ impl Slot<'_> {
         let mut s = self.slots.lock();
         let before = s.ctl.limit();
         s.ctl.finished(bytes, now);
-        if s.ctl.limit() != before {
-            tracing::debug!(from = before, to = s.ctl.limit(), "xorb upload limit");
-        }
-    }
-}
-
-/// A place in the line for a slot; leaving the line early (the waiting task was
-/// cancelled) must not hold up those behind it.
-struct Queued<'a> {
-    slots: &'a UploadSlots,
-    ticket: Option<u64>,
-}
-
-impl Drop for Queued<'_> {
-    fn drop(&mut self) {
-        let Some(ticket) = self.ticket else { return };
-        let mut s = self.slots.lock();
-        s.abandoned.insert(ticket);
-        s.skip_abandoned();
-        drop(s);
-        self.slots.freed.notify_waiters();
+        self.slots.follow(&mut s, before);
     }
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self.slots.lock().in_flight -= 1;
-        // Every waiter looks again: a raised limit may admit more than one.
-        self.slots.freed.notify_waiters();
+        let Some(p) = self.permit.take() else { return };
+        let mut s = self.slots.lock();
+        if s.owed > 0 {
+            s.owed -= 1;
+            p.forget();
+        }
     }
 }
 
@@ -331,7 +301,8 @@ mod tests {
     }
 
     /// Waiters `0..n`, queued in that order behind one slot held; the order in which they
-    /// got it.
+    /// got it. On a current-thread runtime, so that yielding lets each spawned waiter
+    /// run up to its `acquire` before the next one is spawned.
     async fn order_of_service(n: usize, give_up: Option<usize>) -> Vec<usize> {
         use std::sync::Arc;
         let slots = Arc::new(UploadSlots::new(1, 1));
@@ -345,8 +316,7 @@ mod tests {
                 o.lock().unwrap().push(i);
                 tokio::task::yield_now().await;
             }));
-            // Queued before the next one asks.
-            while slots.lock().next_ticket < i as u64 + 2 {
+            for _ in 0..4 {
                 tokio::task::yield_now().await;
             }
         }
@@ -362,12 +332,12 @@ mod tests {
         order.lock().unwrap().clone()
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(flavor = "current_thread")]
     async fn slots_go_out_in_the_order_they_were_asked_for() {
         assert_eq!(order_of_service(6, None).await, [0, 1, 2, 3, 4, 5]);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(flavor = "current_thread")]
     async fn a_waiter_that_gives_up_does_not_hold_up_the_others() {
         assert_eq!(order_of_service(4, Some(1)).await, [0, 2, 3]);
         assert_eq!(order_of_service(3, Some(0)).await, [1, 2]);
@@ -387,6 +357,33 @@ mod tests {
         drop(a);
         third.await.unwrap();
         drop(b);
-        assert_eq!(slots.lock().in_flight, 0);
+        assert_eq!(slots.sem.available_permits(), 2);
+    }
+
+    /// A lower limit takes free slots at once and busy ones as their uploads end; a
+    /// higher one first cancels what is still owed.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_slots_follow_the_limit() {
+        let slots = UploadSlots::new(4, 8);
+        let (a, b) = (slots.acquire().await, slots.acquire().await);
+        let set = |limit: usize| {
+            let mut s = slots.lock();
+            let old = s.ctl.limit;
+            s.ctl.limit = limit;
+            slots.follow(&mut s, old);
+        };
+        set(1);
+        assert_eq!((slots.sem.available_permits(), slots.lock().owed), (0, 1));
+        drop(a);
+        assert_eq!((slots.sem.available_permits(), slots.lock().owed), (0, 0));
+        drop(b);
+        assert_eq!(slots.sem.available_permits(), 1);
+        let c = slots.acquire().await;
+        set(2); // 1 → 2: one more free
+        assert_eq!(slots.sem.available_permits(), 1);
+        set(1); // 2 → 1: the free one leaves at once
+        assert_eq!((slots.sem.available_permits(), slots.lock().owed), (0, 0));
+        drop(c);
+        assert_eq!(slots.sem.available_permits(), 1);
     }
 }
