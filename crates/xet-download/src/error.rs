@@ -144,6 +144,24 @@ impl DownloadError {
         }
     }
 
+    /// The file hash the error is about, where it is about one file.
+    pub fn file(&self) -> Option<MerkleHash> {
+        use DownloadError::*;
+        match self {
+            NotFound { file }
+            | XorbNotFound { file, .. }
+            | RangeNotSatisfiable { file, .. }
+            | InvalidRequest { file, .. }
+            | Verification { file, .. }
+            | BadReconstruction { file, .. }
+            | Network { file, .. }
+            | Auth { file, .. }
+            | Cas { file, .. }
+            | Interrupted { file, .. } => Some(*file),
+            Io { .. } | Internal(_) => None,
+        }
+    }
+
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, cause: std::io::Error) -> Self {
         DownloadError::Io {
             op,

@@ -19,6 +19,7 @@ use crate::budget::MemoryBudget;
 use crate::cache::{ChunkCache, PendingEntry};
 use crate::decode;
 use crate::dest::{self, Target};
+use crate::digest::InOrderSha256;
 use crate::error::{DownloadError, Result};
 use crate::fetch;
 use crate::fsio;
@@ -88,6 +89,8 @@ pub(crate) struct FileCtx {
     pub write_turn: Mutex<Option<fsio::DirectWriter>>,
     /// Waits for the direct writer's queued writes (before terms are journaled).
     written: Option<fsio::WriteWaiter>,
+    /// The sha256 the request expects, computed as the bytes are written.
+    pub sha256: Option<InOrderSha256>,
     /// Set after an error: queued groups give up instead of fetching.
     stop: CancellationToken,
 }
@@ -117,6 +120,7 @@ pub(crate) struct Prepared {
     /// `None` for the empty file.
     size: Option<u64>,
     first: Option<Reconstruction>,
+    sha256: Option<[u8; 32]>,
     started: Instant,
 }
 
@@ -147,6 +151,7 @@ pub(crate) async fn prepare_file(
         dest,
         range,
         size,
+        sha256,
     } = req;
     let shown = dest.display();
     let output = resolve_destination(&shared.opts, dest).await?;
@@ -187,6 +192,7 @@ pub(crate) async fn prepare_file(
         shown,
         size,
         first,
+        sha256,
         started,
     })
 }
@@ -201,9 +207,11 @@ pub(crate) async fn download_file(shared: Arc<Shared>, prepared: Prepared) -> Re
         shown,
         size,
         first,
+        sha256,
         started,
     } = prepared;
     let Some(size) = size else {
+        check_empty_sha256(file, sha256)?;
         return download_empty(&shared, index, file, output, shown, started).await;
     };
     // `_staging` keeps a writer's temporary directory until the file is done.
@@ -215,11 +223,21 @@ pub(crate) async fn download_file(shared: Arc<Shared>, prepared: Prepared) -> Re
     let resumable = writer.is_none();
     let out = wanted_bytes(file, range, size)?;
     let whole = out.start == 0 && out.end == size;
+    if sha256.is_some() && !whole {
+        return Err(DownloadError::InvalidRequest {
+            file,
+            reason: "a sha256 can only be checked for the whole file, not a range".into(),
+        });
+    }
     let header = JournalHeader::new(&file, size, out.start, out.end);
     let resume = resumable && shared.opts.resume;
     let opened = open_part_and_journal(&final_path, header, out.len(), resume, resumable).await?;
     let resumed: u64 = opened.done.values().map(|t| t.len).sum();
     let link_cache = links_into_cache(&shared, whole && resumable, size, &opened.part_path).await?;
+    let sha256 = sha256.map(|want| {
+        let resumed = opened.done.iter().map(|(&offset, t)| (offset, t.len));
+        InOrderSha256::new(want, size, resumed)
+    });
     shared.emit(ProgressEvent::FileStarted {
         index,
         file,
@@ -244,6 +262,7 @@ pub(crate) async fn download_file(shared: Arc<Shared>, prepared: Prepared) -> Re
         candidates: Mutex::new(Vec::new()),
         written: opened.direct.as_ref().map(fsio::DirectWriter::waiter),
         write_turn: Mutex::new(opened.direct),
+        sha256,
         stop: CancellationToken::new(),
     });
     let cancel = shared.cancel.clone();
@@ -308,6 +327,24 @@ async fn resolve_destination(opts: &DownloadOptions, destination: Destination) -
             .map_err(|e| DownloadError::io("creating directory", parent, e))?;
     }
     Ok(output)
+}
+
+/// The empty file's content is no bytes: an expected sha256 must be the one of nothing.
+fn check_empty_sha256(file: MerkleHash, sha256: Option<[u8; 32]>) -> Result<()> {
+    use sha2::Digest as _;
+    match sha256 {
+        Some(want) if want[..] != sha2::Sha256::digest([])[..] => {
+            Err(DownloadError::Verification {
+                source: None,
+                file,
+                detail: format!(
+                    "the file is empty, whose sha256 is not the expected {}",
+                    xet_hash::hex::encode(&want)
+                ),
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The empty file has no bytes to ask for: only the whole file (no range) is allowed.
@@ -846,6 +883,9 @@ fn write_clipped<'a>(
         // Only spans written through the page cache in full are worth starting early.
         if ctx.renamed && through_cache == len {
             fsio::start_writeback(&ctx.part, pos, len);
+        }
+        if let Some(d) = &ctx.sha256 {
+            d.wrote(&ctx.part, pos, &bufs);
         }
     }
     Ok(())

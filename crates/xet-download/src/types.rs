@@ -70,6 +70,10 @@ pub struct DownloadRequest {
     pub range: Option<FileRange>,
     /// The file's size if the caller knows it (saves a size query).
     pub size: Option<u64>,
+    /// The sha256 the caller expects of the whole file's content (a Hub listing gives
+    /// one beside the Xet hash), checked before the file is placed: see
+    /// [`DownloadRequest::with_sha256`].
+    pub sha256: Option<[u8; 32]>,
 }
 
 impl DownloadRequest {
@@ -79,6 +83,7 @@ impl DownloadRequest {
             dest: Destination::Path(path.into()),
             range: None,
             size: None,
+            sha256: None,
         }
     }
     pub fn to_writer(file: MerkleHash, w: Box<dyn Write + Send>) -> Self {
@@ -87,6 +92,7 @@ impl DownloadRequest {
             dest: Destination::Writer(w),
             range: None,
             size: None,
+            sha256: None,
         }
     }
     pub fn with_range(mut self, range: FileRange) -> Self {
@@ -95,6 +101,14 @@ impl DownloadRequest {
     }
     pub fn with_size(mut self, size: u64) -> Self {
         self.size = Some(size);
+        self
+    }
+    /// Also check that the content's sha256 is `sha256`, as the file hash is checked:
+    /// a mismatch is a verification error and nothing is placed. It is computed from
+    /// the bytes as they are written (see the crate docs), not by reading the file
+    /// back. Whole files only: with a range the download is refused.
+    pub fn with_sha256(mut self, sha256: [u8; 32]) -> Self {
+        self.sha256 = Some(sha256);
         self
     }
 }

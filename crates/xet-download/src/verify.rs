@@ -117,11 +117,17 @@ fn finish(
     shown: &Path,
 ) -> Result<()> {
     let part_path = &ctx.part_path;
-    if let Some(direct) = lock(&ctx.write_turn).as_mut() {
-        direct
-            .finish()
-            .map_err(|e| DownloadError::io("writing", part_path, e))?;
-    }
+    // Dropped once done, so its staging buffers are free for a direct read-back.
+    let direct = lock(&ctx.write_turn).take();
+    let wrote_directly = match direct {
+        Some(mut d) => {
+            d.finish()
+                .map_err(|e| DownloadError::io("writing", part_path, e))?;
+            d.direct_bytes() > 0
+        }
+        None => false,
+    };
+    check_sha256(ctx, wrote_directly)?;
     // A file renamed into place must be on disk first; a part copied to a writer
     // is deleted right after.
     if writer.is_none() {
@@ -141,6 +147,27 @@ fn finish(
     match writer {
         Some(mut w) => part::copy_to_writer(part_path, &mut w, shown),
         None => part::rename_into_place(part_path, dest, ctx.journal.as_ref().map(Journal::path)),
+    }
+}
+
+/// The sha256 the request expects (once every write has landed: what was not hashed
+/// as it was written is read back from the part, directly if it was written so).
+fn check_sha256(ctx: &FileCtx, wrote_directly: bool) -> Result<()> {
+    let Some(d) = &ctx.sha256 else {
+        return Ok(());
+    };
+    match d.finish(&ctx.part, &ctx.part_path, wrote_directly) {
+        Err(e) => Err(DownloadError::io("reading", &ctx.part_path, e)),
+        Ok(Ok(())) => Ok(()),
+        // The chunks matched the file hash: the content is right, the expectation not.
+        Ok(Err(m)) => Err(DownloadError::Verification {
+            source: None,
+            file: ctx.file,
+            detail: format!(
+                "the content matches the file hash, but its sha256 is {}, not the expected {} (whoever gave that sha256, e.g. a repository listing, disagrees with the file hash)",
+                m.got, m.want
+            ),
+        }),
     }
 }
 

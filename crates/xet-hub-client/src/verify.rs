@@ -1,10 +1,9 @@
 //! Checking bytes against what the tree listing says of them: git blob ids for plain
-//! files, sha256 for LFS and Xet files. Hashing runs on blocking threads, never on the
+//! files, sha256 for LFS files (a Xet file's sha256 is checked by the download pipeline,
+//! `DownloadRequest::with_sha256`). Hashing runs on blocking threads, never on the
 //! async executor.
 
 use std::io::Write;
-use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use sha1::Digest as _;
 
@@ -140,179 +139,35 @@ pub async fn copy_body(
     compare(expect, hash)
 }
 
-/// Check the file at `path` (on a blocking thread).
-pub async fn check_file(path: &Path, size: u64, expect: &Expect) -> Result<(), Mismatch> {
-    let path = path.to_path_buf();
-    let expect = expect.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut running = Running::new(&expect, size);
-        let got = read_overlapped(&path, |piece| running.update(piece))?;
-        if got != size {
-            return Err(Mismatch::Size { got, want: size });
-        }
-        compare(&expect, running.finish())
-    })
-    .await
-    .map_err(|e| Mismatch::Io(std::io::Error::other(e.to_string())))?
-}
-
-/// Bytes read ahead of the hashing, in buffers of this size (two in flight).
-const CHECK_BUF: usize = 4 << 20;
-
-/// Reads the file at `path` on a thread of its own while `hash` takes each piece in
-/// order, so reading and hashing overlap: a downloaded file was written past the page
-/// cache (direct writes), so its check reads it from the disk. Returns the bytes read.
-fn read_overlapped(path: &Path, mut hash: impl FnMut(&[u8])) -> std::io::Result<u64> {
-    let mut f = std::fs::File::open(path)?;
-    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(1);
-    let (free_tx, free_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(2);
-    for _ in 0..2 {
-        free_tx.send(vec![0u8; CHECK_BUF]).expect("receiver alive");
-    }
-    let reader = std::thread::spawn(move || {
-        for mut buf in free_rx.iter() {
-            buf.resize(CHECK_BUF, 0);
-            let mut n = 0;
-            while n < buf.len() {
-                match std::io::Read::read(&mut f, &mut buf[n..]) {
-                    Ok(0) => break,
-                    Ok(k) => n += k,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        let _ = full_tx.send(Err(e));
-                        return;
-                    }
-                }
-            }
-            buf.truncate(n);
-            if n == 0 || full_tx.send(Ok(buf)).is_err() {
-                return;
-            }
-        }
-    });
-    let mut got = 0u64;
-    let res = (|| {
-        for buf in full_rx.iter() {
-            let buf = buf?;
-            got += buf.len() as u64;
-            hash(&buf);
-            // The reader may have stopped at the end of the file: nothing to recycle to.
-            let _ = free_tx.send(buf);
-        }
-        Ok(got)
-    })();
-    drop(free_tx);
-    drop(full_rx);
-    let _ = reader.join();
-    res
-}
-
-/// A writer that passes bytes on and keeps their sha256, which [`Sha256Tap::finish`]
-/// reads after the writer was handed away (to a download pipeline).
-#[derive(Clone)]
-pub struct Sha256Tap(Arc<Mutex<Option<sha2::Sha256>>>);
-
-impl Default for Sha256Tap {
-    fn default() -> Self {
-        Sha256Tap(Arc::new(Mutex::new(Some(sha2::Sha256::new()))))
-    }
-}
-
-impl Sha256Tap {
-    /// `inner` wrapped so that what goes through is hashed.
-    pub fn wrap<W: Write + Send + 'static>(&self, inner: W) -> Box<dyn Write + Send> {
-        Box::new(Tapped {
-            inner,
-            tap: self.clone(),
-        })
-    }
-
-    /// The sha256 of everything written, lowercase hex.
-    pub fn finish(&self) -> String {
-        let h = self.0.lock().map(|mut g| g.take()).ok().flatten();
-        hex(&h.unwrap_or_default().finalize())
-    }
-}
-
-struct Tapped<W> {
-    inner: W,
-    tap: Sha256Tap,
-}
-
-impl<W: Write> Write for Tapped<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        if let Ok(mut g) = self.tap.0.lock()
-            && let Some(h) = g.as_mut()
-        {
-            h.update(&buf[..n]);
-        }
-        Ok(n)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-}
-
-/// Check a finished tap against the listing.
-pub fn check_tap(tap: &Sha256Tap, expect: &Expect) -> Result<(), Mismatch> {
-    compare(expect, tap.finish())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn answer(body: &'static [u8]) -> reqwest::Response {
+        reqwest::Response::from(http::Response::new(body))
+    }
+
+    async fn check(body: &'static [u8], size: u64, expect: &Expect) -> Result<(), Mismatch> {
+        let sink: Box<dyn Write + Send> = Box::new(std::io::sink());
+        copy_body(answer(body), sink, size, expect, &|_| ()).await
+    }
+
     #[tokio::test]
-    async fn files_are_checked_by_git_blob_id_and_sha256() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        std::fs::write(&p, b"hello\n").unwrap();
+    async fn bodies_are_checked_by_git_blob_id_sha256_and_size() {
         // `git hash-object` of "hello\n".
         let git = Expect::GitBlob("ce013625030ba8dba906f756967f9e9ca394464a".into());
-        check_file(&p, 6, &git).await.unwrap();
+        check(b"hello\n", 6, &git).await.unwrap();
         let sha = Expect::Sha256(
             "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03".into(),
         );
-        check_file(&p, 6, &sha).await.unwrap();
+        check(b"hello\n", 6, &sha).await.unwrap();
         assert!(matches!(
-            check_file(&p, 7, &sha).await,
+            check(b"hello\n", 7, &sha).await,
             Err(Mismatch::Size { got: 6, want: 7 })
         ));
-        std::fs::write(&p, b"hellO\n").unwrap();
         assert!(matches!(
-            check_file(&p, 6, &git).await,
+            check(b"hellO\n", 6, &git).await,
             Err(Mismatch::Hash { .. })
         ));
-    }
-
-    /// Files of 0 bytes, of whole read buffers and of a few buffers and a bit are hashed
-    /// in order, every byte once.
-    #[test]
-    fn overlapped_reads_hash_every_byte_in_order() {
-        use sha2::Digest;
-        let dir = tempfile::tempdir().unwrap();
-        for len in [0, 1, CHECK_BUF, 2 * CHECK_BUF, 3 * CHECK_BUF + 12_345] {
-            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-            let p = dir.path().join(format!("f{len}"));
-            std::fs::write(&p, &data).unwrap();
-            let mut sha = sha2::Sha256::new();
-            let got = read_overlapped(&p, |piece| sha.update(piece)).unwrap();
-            assert_eq!(got, len as u64);
-            assert_eq!(sha.finalize()[..], sha2::Sha256::digest(&data)[..], "{len}");
-        }
-        assert!(read_overlapped(&dir.path().join("missing"), |_| ()).is_err());
-    }
-
-    #[test]
-    fn the_tap_hashes_what_passes() {
-        let tap = Sha256Tap::default();
-        let mut w = tap.wrap(Vec::new());
-        w.write_all(b"hello\n").unwrap();
-        drop(w);
-        let sha = Expect::Sha256(
-            "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03".into(),
-        );
-        check_tap(&tap, &sha).unwrap();
     }
 }

@@ -1,4 +1,5 @@
-//! The one `O_DIRECT` writer ([`DirectWriter`]) and the positional writes under it.
+//! The one `O_DIRECT` writer ([`DirectWriter`]) and the positional writes under it, and
+//! the one `O_DIRECT` reader ([`read_range`]), for reading such a file back.
 //!
 //! Stored objects and downloaded files are fsynced before they are placed, so their
 //! bytes go to the disk right away either way. Through the page cache they are first
@@ -417,6 +418,178 @@ impl Drop for DirectWriter {
     }
 }
 
+/// Read `path`'s bytes `from..to` in order, handing them to `each` a piece at a time,
+/// while a second thread reads the next piece. With `O_DIRECT` where the system takes
+/// it (Linux; buffered reads where the open or the first read is refused), so a file
+/// that was written directly and is not in the page cache is read without filling it:
+/// reading 1 GiB written that way through the page cache cost 2.3-2.6 s of CPU on the
+/// bench machine, against 0.7 s for a direct read (hashing it included). For bytes
+/// still in the page cache, a buffered read is cheaper (a direct read first writes back
+/// what is dirty in the range and then reads from the disk). A file shorter than `to` is
+/// an `UnexpectedEof` error.
+pub fn read_range(path: &Path, from: u64, to: u64, mut each: impl FnMut(&[u8])) -> io::Result<()> {
+    if from >= to {
+        return Ok(());
+    }
+    match open_direct(path) {
+        Some(direct) => match read_direct(&direct, from, to, &mut each)? {
+            Read::Done => Ok(()),
+            Read::Refused => read_buffered(&File::open(path)?, from, to, &mut each),
+        },
+        None => read_buffered(&File::open(path)?, from, to, &mut each),
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn open_direct(path: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+        .open(path)
+        .ok()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_direct(_path: &Path) -> Option<File> {
+    None
+}
+
+enum Read {
+    Done,
+    /// The first read was refused: nothing was handed to `each`.
+    Refused,
+}
+
+/// One piece read by [`read_direct`]'s reader: its buffer and the bytes of it to hand
+/// over.
+type Filled = io::Result<(IoBuf, std::ops::Range<usize>)>;
+
+/// `from..to` of `direct` (opened with `O_DIRECT`) in aligned reads of [`STAGE`] bytes
+/// into two staging buffers, one being read while `each` takes the other.
+fn read_direct(direct: &File, from: u64, to: u64, each: &mut dyn FnMut(&[u8])) -> io::Result<Read> {
+    let start = from - from % ALIGN;
+    let bufs = take_idle(2)?;
+    let (full_tx, full_rx) = sync_channel::<Filled>(1);
+    let (free_tx, free_rx) = sync_channel::<IoBuf>(2);
+    let (res, kept) = std::thread::scope(move |s| {
+        let reader = s.spawn(move || {
+            let mut at = start;
+            while at < to {
+                let Ok(mut buf) = free_rx.recv() else { break };
+                let want = ((to - at) as usize).min(STAGE);
+                let skip = from.saturating_sub(at) as usize;
+                let filled = read_aligned(direct, &mut buf, want, at).map(|()| (buf, skip..want));
+                let failed = filled.is_err();
+                if full_tx.send(filled).is_err() || failed {
+                    break;
+                }
+                at += want as u64;
+            }
+            drop(full_tx);
+            free_rx.try_iter().collect::<Vec<IoBuf>>()
+        });
+        // Moved in here, so that however this returns the reader is not left waiting.
+        let (full_rx, free_tx) = (full_rx, free_tx);
+        let mut kept = Vec::new();
+        for b in bufs {
+            free_tx.send(b).expect("the reader takes two buffers");
+        }
+        let mut handed = false;
+        let mut res = Ok(Read::Done);
+        for filled in full_rx.iter() {
+            match filled {
+                Ok((buf, range)) => {
+                    each(&buf[range]);
+                    handed = true;
+                    // The reader may be done: nothing to give the buffer back to.
+                    if let Err(back) = free_tx.send(buf) {
+                        kept.push(back.0);
+                    }
+                }
+                Err(e) if !handed && is_refusal(&e) => res = Ok(Read::Refused),
+                Err(e) => res = Err(e),
+            }
+        }
+        drop(free_tx);
+        kept.extend(reader.join().unwrap_or_default());
+        (res, kept)
+    });
+    give_idle(kept);
+    res
+}
+
+/// Fill `buf[..want]` from `at` (aligned) with aligned reads; the last one may end past
+/// the end of the file, which then must come at or after `want`.
+fn read_aligned(direct: &File, buf: &mut IoBuf, want: usize, at: u64) -> io::Result<()> {
+    let mut got = 0;
+    while got < want {
+        let len = (want - got)
+            .next_multiple_of(ALIGN as usize)
+            .min(buf.len() - got);
+        let n = read_at(direct, &mut buf[got..got + len], at + got as u64)?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        got += n;
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn read_at(f: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
+    loop {
+        match std::os::unix::fs::FileExt::read_at(f, buf, at) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
+    }
+}
+
+#[cfg(windows)]
+fn read_at(f: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(f, buf, at)
+}
+
+/// `from..to` of `f` through the page cache, a piece at a time.
+fn read_buffered(f: &File, from: u64, to: u64, each: &mut dyn FnMut(&[u8])) -> io::Result<()> {
+    let mut buf = vec![0u8; ((to - from) as usize).min(1 << 20)];
+    let mut at = from;
+    while at < to {
+        let len = buf.len().min((to - at) as usize);
+        let n = read_at(f, &mut buf[..len], at)?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        each(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// `n` staging buffers, idle ones first.
+fn take_idle(n: usize) -> io::Result<Vec<IoBuf>> {
+    let mut out: Vec<IoBuf> = {
+        let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+        let k = idle.len().saturating_sub(n);
+        idle.drain(k..).collect()
+    };
+    while out.len() < n {
+        out.push(IoBuf::new(STAGE)?);
+    }
+    Ok(out)
+}
+
+/// Keep staging buffers for the next writer or reader.
+fn give_idle(mut bufs: Vec<IoBuf>) {
+    let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+    while idle.len() < IDLE_MAX
+        && let Some(b) = bufs.pop()
+    {
+        idle.push(b);
+    }
+}
+
 fn writer_gone() -> io::Error {
     io::Error::other("the direct writer's thread stopped")
 }
@@ -614,5 +787,56 @@ mod tests {
         assert!(!e.to_string().is_empty());
         let again = w.write(&f, &[&data], 2 * STAGE as u64);
         assert!(again.is_err(), "later writes report the failure");
+    }
+
+    /// Every range (unaligned ends, within one staging buffer, across several, to the
+    /// end of a file whose length is not aligned) is handed over whole and in order,
+    /// whether the file went to the disk directly or sits in the page cache.
+    #[test]
+    fn ranges_are_read_back_whole_and_in_order() {
+        let len = 2 * STAGE as u64 + 12_345;
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4099) as u8).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let (p, f) = file(dir.path(), len);
+        match DirectWriter::open(&p, f.clone()) {
+            Some(mut w) => {
+                w.write(&f, &[&data], 0).unwrap();
+                w.finish().unwrap();
+            }
+            None => write_all_at(&f, &data, 0).unwrap(),
+        }
+        let ranges = [
+            (0, len),
+            (1, 4095),
+            (4096, 8192),
+            (5000, STAGE as u64 + 3),
+            (STAGE as u64 - 1, len),
+            (len - 1, len),
+            (len, len),
+        ];
+        for (from, to) in ranges {
+            let mut got = Vec::new();
+            let mut pieces = 0;
+            read_range(&p, from, to, |b| {
+                got.extend_from_slice(b);
+                pieces += 1;
+            })
+            .unwrap();
+            assert_eq!(got, &data[from as usize..to as usize], "{from}..{to}");
+            assert!(pieces <= (to - from).div_ceil(1 << 20).max(1) as usize);
+            // The fallback where direct reads are refused.
+            got.clear();
+            read_buffered(&f, from, to, &mut |b| got.extend_from_slice(b)).unwrap();
+            assert_eq!(
+                got,
+                &data[from as usize..to as usize],
+                "buffered {from}..{to}"
+            );
+        }
+        let mut read = 0u64;
+        let e = read_range(&p, len - 10, len + 1, |b| read += b.len() as u64).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(read <= 10);
+        assert!(read_range(&dir.path().join("missing"), 0, 1, |_| ()).is_err());
     }
 }

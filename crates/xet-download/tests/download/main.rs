@@ -6,3 +6,4 @@ mod common;
 mod download;
 mod fs_store;
 mod over_http;
+mod sha256;
