@@ -500,6 +500,9 @@ struct Seen {
 struct FaultProxy {
     url: String,
     refuse_commits: Arc<AtomicBool>,
+    /// While set, every answer has the first string replaced with the second (of the
+    /// same length) where a read from the server holds it whole.
+    rewrite: Rewrite,
     seen: Arc<Mutex<Vec<Seen>>>,
     /// Connections accepted and not yet recorded in `seen`.
     open: Arc<AtomicUsize>,
@@ -516,11 +519,13 @@ impl FaultProxy {
         let proxy = FaultProxy {
             url,
             refuse_commits: Arc::new(AtomicBool::new(true)),
+            rewrite: Arc::default(),
             seen: Arc::default(),
             open: Arc::default(),
         };
-        let (refuse, seen, open) = (
+        let (refuse, rewrite, seen, open) = (
             proxy.refuse_commits.clone(),
+            proxy.rewrite.clone(),
             proxy.seen.clone(),
             proxy.open.clone(),
         );
@@ -528,10 +533,15 @@ impl FaultProxy {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
                 open.fetch_add(1, Ordering::SeqCst);
-                let (upstream, refuse, seen, open) =
-                    (upstream.clone(), refuse.clone(), seen.clone(), open.clone());
+                let (upstream, refuse, rewrite, seen, open) = (
+                    upstream.clone(),
+                    refuse.clone(),
+                    rewrite.clone(),
+                    seen.clone(),
+                    open.clone(),
+                );
                 std::thread::spawn(move || {
-                    let one = proxy_one(conn, &upstream, &refuse);
+                    let one = proxy_one(conn, &upstream, &refuse, &rewrite);
                     if let Some(one) = one {
                         seen.lock().unwrap().push(one);
                     }
@@ -556,12 +566,32 @@ impl FaultProxy {
     }
 }
 
+type Rewrite = Arc<Mutex<Option<(Vec<u8>, Vec<u8>)>>>;
+
+/// `data` with every `from` replaced by `to` (of the same length).
+fn replace_all(data: &mut [u8], rewrite: &Rewrite) {
+    let Some((from, to)) = rewrite.lock().unwrap().clone() else {
+        return;
+    };
+    assert_eq!(from.len(), to.len());
+    let mut at = 0;
+    while let Some(i) = find(&data[at..], &from) {
+        data[at + i..at + i + from.len()].copy_from_slice(&to);
+        at += i + from.len();
+    }
+}
+
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Carry one request and its answer; `None` if the client sent no complete head.
-fn proxy_one(mut client: TcpStream, upstream: &str, refuse_commits: &AtomicBool) -> Option<Seen> {
+fn proxy_one(
+    mut client: TcpStream,
+    upstream: &str,
+    refuse_commits: &AtomicBool,
+    rewrite: &Rewrite,
+) -> Option<Seen> {
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 64 << 10];
     let head_end = loop {
@@ -651,6 +681,7 @@ fn proxy_one(mut client: TcpStream, upstream: &str, refuse_commits: &AtomicBool)
         match up.read(&mut chunk) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                replace_all(&mut chunk[..n], rewrite);
                 let keep = n.min(64usize.saturating_sub(first.len()));
                 first.extend_from_slice(&chunk[..keep]);
                 if client.write_all(&chunk[..n]).is_err() {
@@ -985,4 +1016,59 @@ fn files_from_pushes_exactly_the_listed_paths_in_one_commit() {
     }
     assert_eq!(head(&hub, "hf://datasets/org/ds"), commit);
     assert_eq!(history(&hub.path("store"), &commit).1, 2);
+}
+
+/// A listing whose sha256 of a Xet file disagrees with its Xet hash: the download
+/// fails verification (exit code 7) naming the file, and the cache gets neither the
+/// blob nor a snapshot link for it.
+#[test]
+fn a_xet_file_whose_listed_sha256_is_wrong_is_not_placed() {
+    let hub = Hub::start();
+    let src = hub.path("model");
+    make_model(&src);
+    let up = hub.xet_json(&["upload", src.to_str().unwrap(), "hf://org/lie"]);
+    let sha = file_entry(&up, "sub/nested/weights.bin")["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let wrong: String = sha.chars().rev().collect();
+    assert_ne!(wrong, sha);
+    let proxy = FaultProxy::start(&hub.server.url);
+    proxy.refuse_commits.store(false, Ordering::SeqCst);
+    *proxy.rewrite.lock().unwrap() = Some((sha.clone().into_bytes(), wrong.clone().into_bytes()));
+    let o = hub
+        .xet_cmd(&["download", "hf://org/lie"])
+        .env("HF_ENDPOINT", &proxy.url)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(7), "{err}");
+    assert!(err.contains("sub/nested/weights.bin"), "{err}");
+    assert!(err.contains(&sha) && err.contains(&wrong), "{err}");
+    let repo_dir = hub.path("hub-cache/models--org--lie");
+    let blobs: Vec<String> = std::fs::read_dir(repo_dir.join("blobs"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        !blobs.iter().any(|b| b.contains(&sha) || b.contains(&wrong)),
+        "{blobs:?}"
+    );
+    let commit = up["commit"].as_str().unwrap();
+    let weights = repo_dir
+        .join("snapshots")
+        .join(commit)
+        .join("sub/nested/weights.bin");
+    assert!(std::fs::symlink_metadata(&weights).is_err());
+
+    // Through the server directly, the same command places it.
+    let ok = hub.xet(&["download", "hf://org/lie"]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(weights.is_file());
 }
