@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -503,6 +503,9 @@ struct FaultProxy {
     /// While set, every answer has the first string replaced with the second (of the
     /// same length) where a read from the server holds it whole.
     rewrite: Rewrite,
+    /// Xorb reads (`GET /_xorb/...`) let through before every further one is answered
+    /// `404`; negative: all are let through.
+    xorb_reads_left: Arc<AtomicI64>,
     seen: Arc<Mutex<Vec<Seen>>>,
     /// Connections accepted and not yet recorded in `seen`.
     open: Arc<AtomicUsize>,
@@ -520,28 +523,24 @@ impl FaultProxy {
             url,
             refuse_commits: Arc::new(AtomicBool::new(true)),
             rewrite: Arc::default(),
+            xorb_reads_left: Arc::new(AtomicI64::new(-1)),
             seen: Arc::default(),
             open: Arc::default(),
         };
-        let (refuse, rewrite, seen, open) = (
-            proxy.refuse_commits.clone(),
-            proxy.rewrite.clone(),
-            proxy.seen.clone(),
-            proxy.open.clone(),
-        );
+        let faults = Faults {
+            refuse_commits: proxy.refuse_commits.clone(),
+            rewrite: proxy.rewrite.clone(),
+            xorb_reads_left: proxy.xorb_reads_left.clone(),
+        };
+        let (seen, open) = (proxy.seen.clone(), proxy.open.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
                 open.fetch_add(1, Ordering::SeqCst);
-                let (upstream, refuse, rewrite, seen, open) = (
-                    upstream.clone(),
-                    refuse.clone(),
-                    rewrite.clone(),
-                    seen.clone(),
-                    open.clone(),
-                );
+                let (upstream, faults, seen, open) =
+                    (upstream.clone(), faults.clone(), seen.clone(), open.clone());
                 std::thread::spawn(move || {
-                    let one = proxy_one(conn, &upstream, &refuse, &rewrite);
+                    let one = proxy_one(conn, &upstream, &faults);
                     if let Some(one) = one {
                         seen.lock().unwrap().push(one);
                     }
@@ -568,6 +567,28 @@ impl FaultProxy {
 
 type Rewrite = Arc<Mutex<Option<(Vec<u8>, Vec<u8>)>>>;
 
+/// What the proxy does to requests and answers (see [`FaultProxy`]).
+#[derive(Clone)]
+struct Faults {
+    refuse_commits: Arc<AtomicBool>,
+    rewrite: Rewrite,
+    xorb_reads_left: Arc<AtomicI64>,
+}
+
+impl Faults {
+    /// Whether this xorb read is one too many (counting it if not).
+    fn refuses_xorb_read(&self, method: &str, path: &str) -> bool {
+        method == "GET"
+            && path.starts_with("/_xorb/")
+            && self
+                .xorb_reads_left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                    (n > 0).then(|| n - 1)
+                })
+                .is_err_and(|n| n == 0)
+    }
+}
+
 /// `data` with every `from` replaced by `to` (of the same length).
 fn replace_all(data: &mut [u8], rewrite: &Rewrite) {
     let Some((from, to)) = rewrite.lock().unwrap().clone() else {
@@ -586,12 +607,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// Carry one request and its answer; `None` if the client sent no complete head.
-fn proxy_one(
-    mut client: TcpStream,
-    upstream: &str,
-    refuse_commits: &AtomicBool,
-    rewrite: &Rewrite,
-) -> Option<Seen> {
+fn proxy_one(mut client: TcpStream, upstream: &str, faults: &Faults) -> Option<Seen> {
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 64 << 10];
     let head_end = loop {
@@ -625,7 +641,18 @@ fn proxy_one(
     new_head.push_str("Connection: close\r\n\r\n");
     let early_body = buf[head_end..].to_vec();
 
-    if refuse_commits.load(Ordering::SeqCst)
+    if faults.refuses_xorb_read(&method, &path) {
+        let answer = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        client.write_all(answer.as_bytes()).ok()?;
+        let _ = client.shutdown(Shutdown::Write);
+        return Some(Seen {
+            method,
+            path,
+            sent: head_end as u64,
+            status: 404,
+        });
+    }
+    if faults.refuse_commits.load(Ordering::SeqCst)
         && method == "POST"
         && path.starts_with("/api/")
         && path.contains("/commit/")
@@ -681,7 +708,7 @@ fn proxy_one(
         match up.read(&mut chunk) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                replace_all(&mut chunk[..n], rewrite);
+                replace_all(&mut chunk[..n], &faults.rewrite);
                 let keep = n.min(64usize.saturating_sub(first.len()));
                 first.extend_from_slice(&chunk[..keep]);
                 if client.write_all(&chunk[..n]).is_err() {
@@ -1071,4 +1098,53 @@ fn a_xet_file_whose_listed_sha256_is_wrong_is_not_placed() {
         String::from_utf8_lossy(&ok.stderr)
     );
     assert!(weights.is_file());
+}
+
+/// A Hub download cut off in the middle (the proxy answers xorb reads `404` after the
+/// first few) leaves the pipeline's part file and journal beside the blob, and the same
+/// command resumes from them: what it fetches and takes from the chunk cache is less
+/// than the file.
+#[test]
+fn an_interrupted_hub_download_resumes_from_its_part_file() {
+    let hub = Hub::start();
+    let src = hub.path("big.bin");
+    let size = 40u64 << 20;
+    std::fs::write(
+        &src,
+        xet_testdata::generate(xet_testdata::Kind::Random, size as usize, 7),
+    )
+    .unwrap();
+    let up = hub.xet_json(&["upload", src.to_str().unwrap(), "hf://org/cut"]);
+    let sha = file_entry(&up, "big.bin")["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let proxy = FaultProxy::start(&hub.server.url);
+    proxy.refuse_commits.store(false, Ordering::SeqCst);
+    proxy.xorb_reads_left.store(2, Ordering::SeqCst);
+    let through_proxy = || {
+        let mut c = hub.xet_cmd(&["download", "hf://org/cut", "--json"]);
+        c.env("HF_ENDPOINT", &proxy.url);
+        c.output().unwrap()
+    };
+    let cut = through_proxy();
+    assert!(!cut.status.success(), "the download was not cut");
+    let blobs = hub.path("hub-cache/models--org--cut/blobs");
+    assert!(blobs.join(format!("{sha}.part")).is_file());
+    assert!(blobs.join(format!("{sha}.part.jsonl")).is_file());
+    assert!(!blobs.join(&sha).exists());
+
+    proxy.xorb_reads_left.store(-1, Ordering::SeqCst);
+    let again = through_proxy();
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    let moved = doc["totals"]["bytes_fetched"].as_u64().unwrap()
+        + doc["totals"]["bytes_from_cache"].as_u64().unwrap();
+    assert!(moved < size, "nothing was resumed: {doc}");
+    assert!(std::fs::read(blobs.join(&sha)).unwrap() == std::fs::read(&src).unwrap());
+    assert!(!blobs.join(format!("{sha}.part")).exists());
 }
