@@ -209,9 +209,12 @@ impl Default for DownloadOptions {
         DownloadOptions {
             segment_bytes: 512 << 20,
             segments_in_flight: 2,
-            max_concurrent_files: 32,
+            // 64 and 64, not 32 and 32: a Hub download of 1,000 files of 1-64 KiB at
+            // 80 ms took 3.24-3.50 s against 4.17-4.27 s, each file being two round
+            // trips (reconstruction, fetch); the peak RSS stayed at about 30 MiB.
+            max_concurrent_files: 64,
             max_concurrent_large_files: 4,
-            reconstructions_ahead: 32,
+            reconstructions_ahead: 64,
             fetch_concurrency: FetchConcurrency::default(),
             memory_budget: 256 << 20,
             stall_timeout: Duration::from_secs(60),
