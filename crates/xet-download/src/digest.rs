@@ -4,7 +4,8 @@
 //! Writes land out of order (fetches run in parallel), and sha256 must see the bytes
 //! in order. Whichever writer brings the bytes at the hashed frontier hashes them
 //! (outside the lock), then the bytes held for what follows. Bytes written ahead of the
-//! frontier are copied and held, up to [`HELD_MAX`] per file; terms resumed from an
+//! frontier are copied and held, up to [`HELD_MAX`] per file and [`HELD_TOTAL_MAX`]
+//! across the files of a download call; terms resumed from an
 //! earlier run are read from the part when the frontier reaches them. A write that
 //! does not fit (or overlaps what came before) ends the in-order hashing: from there
 //! the part is read back once every write has landed, as it always was before. So the
@@ -14,7 +15,8 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use sha2::{Digest as _, Sha256};
 
@@ -27,6 +29,28 @@ use crate::pipeline::lock;
 /// loopback and at 200 ms / 1 Gbit with the default fetch limits: TODO.
 pub(crate) const HELD_MAX: u64 = 8 << 20;
 
+/// Bytes held across all files of one download call (64 small files run at once).
+pub(crate) const HELD_TOTAL_MAX: u64 = 32 << 20;
+
+/// What the files of one download call hold, against [`HELD_TOTAL_MAX`].
+#[derive(Default)]
+pub(crate) struct HeldBytes(AtomicU64);
+
+impl HeldBytes {
+    /// Count `n` more bytes held, if they fit.
+    fn try_take(&self, n: u64) -> bool {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                (t + n <= HELD_TOTAL_MAX).then_some(t + n)
+            })
+            .is_ok()
+    }
+
+    fn give(&self, n: u64) {
+        self.0.fetch_sub(n, Ordering::AcqRel);
+    }
+}
+
 /// Bytes read from the part at a time (resumed terms, and a buffered read-back).
 const READ_BUF: usize = 1 << 20;
 
@@ -35,6 +59,8 @@ pub(crate) struct InOrderSha256 {
     want: [u8; 32],
     len: u64,
     state: Mutex<State>,
+    /// The download call's count of held bytes.
+    pool: Arc<HeldBytes>,
 }
 
 struct State {
@@ -63,11 +89,17 @@ pub(crate) struct Mismatch {
 
 impl InOrderSha256 {
     /// For an output of `len` bytes whose spans `on_disk` (offset, length) are already
-    /// in the part.
-    pub fn new(want: [u8; 32], len: u64, on_disk: impl IntoIterator<Item = (u64, u64)>) -> Self {
+    /// in the part; held bytes count in `pool`.
+    pub fn new(
+        want: [u8; 32],
+        len: u64,
+        on_disk: impl IntoIterator<Item = (u64, u64)>,
+        pool: Arc<HeldBytes>,
+    ) -> Self {
         InOrderSha256 {
             want,
             len,
+            pool,
             state: Mutex::new(State {
                 hasher: Some(Sha256::new()),
                 next: 0,
@@ -92,7 +124,7 @@ impl InOrderSha256 {
                 return;
             }
             if pos < st.next || st.overlaps_held(pos, len) || st.overlaps_disk(pos, len) {
-                st.give_up();
+                self.give_up(&mut st);
                 return;
             }
             let at_frontier = pos == st.next;
@@ -112,12 +144,12 @@ impl InOrderSha256 {
                     h.update(b);
                 }
                 self.drain(h, part);
-            } else if st.held_bytes + len <= HELD_MAX {
+            } else if st.held_bytes + len <= HELD_MAX && self.pool.try_take(len) {
                 st.held.insert(pos, bufs.concat());
                 st.held_bytes += len;
                 st.held_peak = st.held_peak.max(st.held_bytes);
             } else {
-                st.give_up();
+                self.give_up(&mut st);
             }
             return;
         }
@@ -135,6 +167,7 @@ impl InOrderSha256 {
                 st.next += buf.len() as u64;
                 st.held_bytes -= buf.len() as u64;
                 drop(st);
+                self.pool.give(buf.len() as u64);
                 h.update(&buf);
                 continue;
             }
@@ -147,7 +180,7 @@ impl InOrderSha256 {
                     // Claimed but not hashed: the read-back at the end starts here.
                     let mut st = lock(&self.state);
                     st.next = at;
-                    st.give_up();
+                    self.give_up(&mut st);
                     st.hasher = Some(h);
                     return;
                 }
@@ -182,7 +215,7 @@ impl InOrderSha256 {
             self.len.saturating_sub(from),
             st.held_peak
         );
-        st.held.clear();
+        self.release(&mut st);
         drop(st);
         if direct {
             xet_mmap::direct::read_range(path, from, self.len, |b| h.update(b))?;
@@ -201,13 +234,28 @@ impl InOrderSha256 {
     }
 }
 
-impl State {
-    fn give_up(&mut self) {
-        self.gave_up = true;
-        self.held.clear();
-        self.held_bytes = 0;
+impl InOrderSha256 {
+    fn give_up(&self, st: &mut State) {
+        st.gave_up = true;
+        self.release(st);
     }
 
+    /// Drop what is held and give it back to the pool.
+    fn release(&self, st: &mut State) {
+        st.held.clear();
+        self.pool.give(std::mem::take(&mut st.held_bytes));
+    }
+}
+
+impl Drop for InOrderSha256 {
+    /// A failed download's held bytes go back to the call's pool.
+    fn drop(&mut self) {
+        let mut st = lock(&self.state);
+        self.release(&mut st);
+    }
+}
+
+impl State {
     fn overlaps_held(&self, pos: u64, len: u64) -> bool {
         overlaps(
             self.held.iter().map(|(&o, b)| (o, b.len() as u64)),
@@ -263,7 +311,12 @@ mod tests {
     ) -> Result<(), Mismatch> {
         let mut part = tempfile::tempfile().unwrap();
         std::io::Write::write_all(&mut part, data).unwrap();
-        let d = InOrderSha256::new(want, data.len() as u64, resumed.iter().copied());
+        let d = InOrderSha256::new(
+            want,
+            data.len() as u64,
+            resumed.iter().copied(),
+            Arc::default(),
+        );
         for &(o, l) in written {
             let s = &data[o as usize..(o + l) as usize];
             // Split in two buffers, as a vectored write gives them.
@@ -321,18 +374,41 @@ mod tests {
         let part = tempfile::tempfile().unwrap();
         part.set_len(len).unwrap();
         let want = sha(&vec![0u8; len as usize]);
-        let d = InOrderSha256::new(want, len, []);
+        let pool = Arc::new(HeldBytes::default());
+        let d = InOrderSha256::new(want, len, [], pool.clone());
         let zeros = vec![0u8; (HELD_MAX / 2) as usize];
         // Two halves of the limit held, then a third write ahead that does not fit.
         d.wrote(&part, 4096, &[&zeros]);
         d.wrote(&part, 4096 + HELD_MAX / 2, &[&zeros]);
         assert!(!lock(&d.state).gave_up);
+        assert_eq!(pool.0.load(Ordering::SeqCst), HELD_MAX);
         d.wrote(&part, 0, &[&[0u8; 10]]);
         d.wrote(&part, 10, &[&[0u8; 1]]);
         assert_eq!(lock(&d.state).next, 11);
         d.wrote(&part, 4096 + HELD_MAX, &[&[0u8; 1]]);
         assert!(lock(&d.state).gave_up);
+        assert_eq!(pool.0.load(Ordering::SeqCst), 0, "given back");
         assert!(d.finish(&part, Path::new("unused"), false).unwrap().is_ok());
+    }
+
+    /// Files of one call share [`HELD_TOTAL_MAX`]: once it is held, another file's write
+    /// ahead is not held; a file dropped (a failed download) gives its bytes back.
+    #[test]
+    fn the_files_of_a_call_share_one_limit() {
+        let part = tempfile::tempfile().unwrap();
+        let pool = Arc::new(HeldBytes::default());
+        let ahead = vec![1u8; HELD_MAX as usize];
+        let n = (HELD_TOTAL_MAX / HELD_MAX) as usize;
+        let files: Vec<InOrderSha256> = (0..=n)
+            .map(|_| InOrderSha256::new([0; 32], 2 * HELD_MAX, [], pool.clone()))
+            .collect();
+        for (i, d) in files.iter().enumerate() {
+            d.wrote(&part, HELD_MAX, &[&ahead]);
+            assert_eq!(lock(&d.state).gave_up, i == n, "file {i}");
+        }
+        assert_eq!(pool.0.load(Ordering::SeqCst), HELD_TOTAL_MAX);
+        drop(files);
+        assert_eq!(pool.0.load(Ordering::SeqCst), 0);
     }
 
     #[test]
@@ -340,7 +416,12 @@ mod tests {
         let data: Vec<u8> = (0..4_000_000u32).map(|i| (i ^ (i >> 9)) as u8).collect();
         let mut part = tempfile::tempfile().unwrap();
         std::io::Write::write_all(&mut part, &data).unwrap();
-        let d = InOrderSha256::new(sha(&data), data.len() as u64, [(1_000_000, 500_000)]);
+        let d = InOrderSha256::new(
+            sha(&data),
+            data.len() as u64,
+            [(1_000_000, 500_000)],
+            Arc::default(),
+        );
         // Four writers, each taking every fourth span of 64 KiB (the resumed ones
         // skipped), so they overtake each other all the time.
         std::thread::scope(|s| {

@@ -85,8 +85,8 @@
 //!    `(hash, size)` in file order and must equal the requested hash, and the total
 //!    must equal the size. A request with [`DownloadRequest::with_sha256`] must also
 //!    have that sha256: it is computed from the bytes as they are written where they
-//!    land at the hashed frontier (small files, in-order writes; up to 8 MiB written
-//!    ahead of it is held), and the rest is read back from the `.part` once every write
+//!    land at the hashed frontier (small files, in-order writes; what is written ahead
+//!    of it is held, up to 8 MiB per file and 32 MiB across the call), and the rest is read back from the `.part` once every write
 //!    has landed, with `O_DIRECT` reads where it was written directly (through the page
 //!    cache, reading back 1 GiB cost 2.3-2.6 s of CPU on the bench machine; directly,
 //!    0.7 s with the hashing). Only then is the `.part` file fsynced and renamed to the
@@ -259,6 +259,7 @@ pub async fn download(
         streams,
         progress,
         cancel: options.cancel.clone().unwrap_or_default(),
+        sha256_held: Arc::default(),
         opts: options,
     });
     let mut files = run_files(shared, requests).await?;

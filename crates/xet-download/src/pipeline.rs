@@ -19,7 +19,7 @@ use crate::budget::MemoryBudget;
 use crate::cache::{ChunkCache, PendingEntry};
 use crate::decode;
 use crate::dest::{self, Target};
-use crate::digest::InOrderSha256;
+use crate::digest::{HeldBytes, InOrderSha256};
 use crate::error::{DownloadError, Result};
 use crate::fetch;
 use crate::fsio;
@@ -44,6 +44,8 @@ pub(crate) struct Shared {
     pub streams: AtomicBool,
     pub progress: Option<ProgressFn>,
     pub cancel: CancellationToken,
+    /// Bytes held to compute expected sha256s in order, across the call's files.
+    pub sha256_held: Arc<HeldBytes>,
 }
 
 impl Shared {
@@ -236,7 +238,7 @@ pub(crate) async fn download_file(shared: Arc<Shared>, prepared: Prepared) -> Re
     let link_cache = links_into_cache(&shared, whole && resumable, size, &opened.part_path).await?;
     let sha256 = sha256.map(|want| {
         let resumed = opened.done.iter().map(|(&offset, t)| (offset, t.len));
-        InOrderSha256::new(want, size, resumed)
+        InOrderSha256::new(want, size, resumed, shared.sha256_held.clone())
     });
     shared.emit(ProgressEvent::FileStarted {
         index,
