@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex};
 use sha2::{Digest as _, Sha256};
 
 use xet_hash::hex::encode as hex;
+use xet_mmap::direct::read_buffered;
 
-use crate::fsio;
 use crate::pipeline::lock;
 
 /// Bytes written ahead of the frontier that one file may hold in memory: enough for a
@@ -54,9 +54,6 @@ impl HeldBytes {
         self.0.fetch_sub(n, Ordering::AcqRel);
     }
 }
-
-/// Bytes read from the part at a time (resumed terms, and a buffered read-back).
-const READ_BUF: usize = 1 << 20;
 
 /// The running sha256 of one file's output, `len` bytes.
 pub(crate) struct InOrderSha256 {
@@ -180,7 +177,7 @@ impl InOrderSha256 {
             {
                 st.next += len;
                 drop(st);
-                if hash_from(part, at, at + len, &mut h).is_err() {
+                if read_buffered(part, at, at + len, &mut |b| h.update(b)).is_err() {
                     // Claimed but not hashed: the read-back at the end starts here.
                     let mut st = lock(&self.state);
                     st.next = at;
@@ -224,7 +221,7 @@ impl InOrderSha256 {
         if direct {
             xet_mmap::direct::read_range(path, from, self.len, |b| h.update(b))?;
         } else {
-            hash_from(part, from, self.len, &mut h)?;
+            read_buffered(part, from, self.len, &mut |b| h.update(b))?;
         }
         let got = h.finalize();
         if got.as_slice() == self.want {
@@ -281,19 +278,6 @@ fn overlaps(spans: impl DoubleEndedIterator<Item = (u64, u64)>, pos: u64, len: u
         .rev()
         .find(|&(o, _)| o < end)
         .is_some_and(|(o, l)| o + l > pos)
-}
-
-/// Hash `part`'s bytes `from..to` into `h`.
-fn hash_from(part: &File, from: u64, to: u64, h: &mut Sha256) -> io::Result<()> {
-    let mut buf = vec![0u8; READ_BUF.min((to.saturating_sub(from)) as usize)];
-    let mut at = from;
-    while at < to {
-        let n = buf.len().min((to - at) as usize);
-        fsio::read_exact_at(part, &mut buf[..n], at)?;
-        h.update(&buf[..n]);
-        at += n as u64;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -551,8 +551,10 @@ fn read_at(f: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
     std::os::windows::fs::FileExt::seek_read(f, buf, at)
 }
 
-/// `from..to` of `f` through the page cache, a piece at a time.
-fn read_buffered(f: &File, from: u64, to: u64, each: &mut dyn FnMut(&[u8])) -> io::Result<()> {
+/// `from..to` of `f` through the page cache, a piece at a time (what [`read_range`]
+/// falls back to; for bytes that are in the page cache, the cheaper read). A file
+/// shorter than `to` is an `UnexpectedEof` error.
+pub fn read_buffered(f: &File, from: u64, to: u64, each: &mut dyn FnMut(&[u8])) -> io::Result<()> {
     let mut buf = vec![0u8; ((to - from) as usize).min(1 << 20)];
     let mut at = from;
     while at < to {

@@ -32,13 +32,6 @@ async fn get(
     download(cas, reqs, o, None).await
 }
 
-fn leftovers(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect()
-}
-
 /// A corpus exercising multi-xorb files, in-file repetition, shared chunks, tiny files.
 fn corpus() -> Corpus {
     let a = random(1_500_000, 1);

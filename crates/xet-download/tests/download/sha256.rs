@@ -4,7 +4,6 @@
 
 use crate::common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use common::*;
@@ -20,15 +19,6 @@ fn opts() -> DownloadOptions {
 
 fn sha(b: &[u8]) -> [u8; 32] {
     sha2::Sha256::digest(b).into()
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 /// Files of every size, the largest (21 MiB, written directly, in parallel fetches that
@@ -70,7 +60,11 @@ async fn the_sha256_is_checked_before_the_file_is_placed() {
         }
     }
     let want: Vec<String> = (0..c.files.len()).map(|i| format!("ok{i}")).collect();
-    assert_eq!(names(dir.path()), want, "no part, journal or bad file left");
+    assert_eq!(
+        leftovers(dir.path()),
+        want,
+        "no part, journal or bad file left"
+    );
 }
 
 #[tokio::test]
@@ -97,7 +91,11 @@ async fn writers_are_checked_and_ranges_refused() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Verification, "{e}");
     assert!(out.contents().is_empty(), "nothing reaches the writer");
-    assert!(names(tmp.path()).is_empty(), "{:?}", names(tmp.path()));
+    assert!(
+        leftovers(tmp.path()).is_empty(),
+        "{:?}",
+        leftovers(tmp.path())
+    );
 
     let rq = DownloadRequest::to_path(f.hash, tmp.path().join("r"))
         .with_range(FileRange::new(1, Some(99)))
@@ -141,7 +139,11 @@ async fn resumed_bytes_count_in_the_sha256() {
         if wrong_on_rerun {
             let e = r.unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Verification, "{e}");
-            assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+            assert!(
+                leftovers(dir.path()).is_empty(),
+                "{:?}",
+                leftovers(dir.path())
+            );
         } else {
             let r = r.unwrap();
             assert!(r.files[0].bytes_resumed > 0);

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -158,6 +159,16 @@ pub async fn corrupt(backend: &MemoryBackend, xorb: &MerkleHash, at: usize) {
 }
 
 /// Deterministic pseudo-random bytes.
+/// The names in `dir`, sorted.
+pub fn leftovers(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
 pub fn random(len: usize, seed: u64) -> Vec<u8> {
     xet_testdata::generate(xet_testdata::Kind::Random, len, seed)
 }
