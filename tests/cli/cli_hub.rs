@@ -1100,6 +1100,62 @@ fn a_xet_file_whose_listed_sha256_is_wrong_is_not_placed() {
     assert!(weights.is_file());
 }
 
+/// A hostile Hub lists files under a `.git` folder (the proxy renames a harmless folder
+/// in every answer): `xet download` refuses, into a folder or the cache, with exit code
+/// 3, naming the path, and writes nothing. Through the server itself the same
+/// repository downloads whole.
+#[test]
+fn a_listing_that_plants_a_git_folder_is_refused_and_nothing_is_written() {
+    let hub = Hub::start();
+    let src = hub.path("planted");
+    for dir in ["a/xgit", "b/gitx1"] {
+        std::fs::create_dir_all(src.join(dir)).unwrap();
+        std::fs::write(
+            src.join(dir).join("config"),
+            b"[core]\n\tfsmonitor = touch pwned\n",
+        )
+        .unwrap();
+    }
+    std::fs::write(src.join("README.md"), b"# planted\n").unwrap();
+    hub.xet_json(&["upload", src.to_str().unwrap(), "hf://org/planted"]);
+    let proxy = FaultProxy::start(&hub.server.url);
+    proxy.refuse_commits.store(false, Ordering::SeqCst);
+    let cases = [
+        ("a/xgit/", "a/.git/", None),
+        ("a/xgit/", "a/.GIT/", Some("out")),
+        ("b/gitx1/", "b/git~1/", Some("out")),
+        ("b/gitx1/", "b/.git./", None),
+    ];
+    for (i, (from, to, into)) in cases.into_iter().enumerate() {
+        *proxy.rewrite.lock().unwrap() = Some((from.into(), to.into()));
+        let mut args = vec!["download", "hf://org/planted"];
+        let out = hub.path(&format!("out{i}"));
+        if into.is_some() {
+            args.extend(["-o", out.to_str().unwrap()]);
+        }
+        let o = hub
+            .xet_cmd(&args)
+            .env("HF_ENDPOINT", &proxy.url)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{to}: {err}");
+        assert!(err.contains(&format!("{to}config")), "{to}: {err}");
+        assert!(err.contains("git refuses"), "{to}: {err}");
+        assert!(!out.exists() || tree(&out).is_empty(), "{to}");
+        let snapshots = hub.path("hub-cache/models--org--planted/snapshots");
+        assert!(
+            !snapshots.exists() || tree(&snapshots).is_empty(),
+            "{to}: {:?}",
+            tree(&snapshots).keys()
+        );
+    }
+
+    let out = hub.path("direct");
+    hub.xet_json(&["download", "hf://org/planted", "-o", out.to_str().unwrap()]);
+    assert_eq!(tree(&out), tree(&src));
+}
+
 /// A Hub download cut off in the middle (the proxy answers xorb reads `404` after the
 /// first few) leaves the pipeline's part file and journal beside the blob, and the same
 /// command resumes from them: what it fetches and takes from the chunk cache is less

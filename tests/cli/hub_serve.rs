@@ -629,6 +629,76 @@ fn bad_requests_change_nothing() {
     );
 }
 
+const PLANT_PY: &str = r#"
+import sys
+from huggingface_hub import HfApi, CommitOperationAdd
+from huggingface_hub.errors import HfHubHTTPError
+api = HfApi()
+for path in sys.argv[1:]:
+    try:
+        api.create_commit("org/planted", [CommitOperationAdd(path, b"[core]\n\tfsmonitor = x\n")], commit_message="plant")
+        print(f"ACCEPTED {path}")
+    except HfHubHTTPError as e:
+        print(f"{e.response.status_code} {path} {e.response.text}")
+"#;
+
+/// The spellings of `.git` that huggingface_hub's own check lets through (it refuses
+/// only a lowercase `.git` segment) reach `xet serve` from the real client and are
+/// refused there (`400`, naming git); the branch does not move. `hf upload` of a folder
+/// holding a nested repository still uploads the rest.
+#[test]
+fn planted_git_folders_are_refused_from_the_real_client() {
+    let store = tempfile::tempdir().unwrap();
+    let server = serve(store.path());
+    let py = Py::new();
+    let src = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(src.path().join("nested/.git")).unwrap();
+    std::fs::write(src.path().join("nested/.git/config"), b"[core]\n").unwrap();
+    std::fs::write(src.path().join("nested/a.txt"), b"a\n").unwrap();
+    py.hf_ok(
+        &server.url,
+        &["upload", "org/planted", src.path().to_str().unwrap()],
+    );
+    let head = head_commit(&py, &server.url, "models/org/planted", "main");
+    let planted = [
+        "sub/.GIT/config",
+        "sub/git~1/config",
+        "sub/.git./config",
+        "sub/.Git/hooks/post-checkout",
+    ];
+    let out = py.python(&server.url, Some(WRITE), PLANT_PY, &planted);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for path in planted {
+        let line = stdout
+            .lines()
+            .find(|l| l.contains(path))
+            .unwrap_or_else(|| panic!("{path} in {stdout}"));
+        assert!(line.starts_with("400 "), "{line}");
+        assert!(line.contains("git refuses"), "{line}");
+    }
+    assert_eq!(
+        head_commit(&py, &server.url, "models/org/planted", "main"),
+        head
+    );
+    let copy = src.path().join("copy");
+    py.hf_ok(
+        &server.url,
+        &[
+            "download",
+            "org/planted",
+            "--local-dir",
+            copy.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(std::fs::read(copy.join("nested/a.txt")).unwrap(), b"a\n");
+    assert!(!copy.join("nested/.git").exists());
+}
+
 const JS: &str = r#"
 import { uploadFile, downloadFile } from "@huggingface/hub";
 import fs from "node:fs";

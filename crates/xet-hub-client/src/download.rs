@@ -30,7 +30,7 @@ use crate::address::HfAddress;
 use crate::cache::RepoCache;
 use crate::client::{HubClient, TokenKind};
 use crate::error::{HubError, Result, Subject};
-use crate::tree::{Content, RemoteFile};
+use crate::tree::{Content, EntryError, RemoteFile};
 use crate::verify::{self, Expect, Mismatch};
 use xet_download::dest::Target;
 
@@ -210,11 +210,18 @@ async fn list(
     };
     let mut files = Vec::new();
     for e in &entries {
-        let f = RemoteFile::from_entry(e).map_err(|why| HubError::BadAnswer {
-            action: "listing",
-            subject: subject.clone(),
-            url: client.endpoint().to_string(),
-            why,
+        let f = RemoteFile::from_entry(e).map_err(|e| match e {
+            EntryError::Unsafe(source) => HubError::UnsafePath {
+                subject: subject.clone(),
+                url: client.endpoint().to_string(),
+                source,
+            },
+            EntryError::Invalid(why) => HubError::BadAnswer {
+                action: "listing",
+                subject: subject.clone(),
+                url: client.endpoint().to_string(),
+                why,
+            },
         })?;
         // A listing of a folder holds only what is below it.
         if let Some(f) = f.filter(|f| addr.path.as_ref().is_none_or(|p| f.path.is_within(p))) {

@@ -163,6 +163,14 @@ pub enum HubError {
         url: String,
         why: String,
     },
+    /// A listing names a path git refuses: nothing is written, whoever the server is.
+    #[error("{subject}: {url} lists a file this machine will not write, so nothing was downloaded")]
+    UnsafePath {
+        subject: Subject,
+        url: String,
+        #[source]
+        source: xet_hub::NameError,
+    },
     #[error("{subject}: the transfer broke off: {why}; run the command again")]
     Transfer { subject: Subject, why: String },
     #[error("{subject} failed verification: {why}; nothing was kept")]
@@ -224,7 +232,7 @@ impl HubError {
             Status { .. } | BadAnswer { .. } => ErrorKind::Rejected,
             Network { .. } | Transfer { .. } => ErrorKind::Network,
             Verify { .. } => ErrorKind::Corrupt,
-            Local { .. } => ErrorKind::Local,
+            Local { .. } | UnsafePath { .. } => ErrorKind::Local,
             Usage(_) => ErrorKind::Usage,
             CasConfig { .. } => ErrorKind::Rejected,
             Download { source, .. } => download_kind(source.kind()),

@@ -26,4 +26,4 @@ pub use address::{DEFAULT_REVISION, HfAddress};
 pub use client::{HubClient, TokenKind};
 pub use env::{HubEnv, HubToken, TokenOrigin};
 pub use error::{ErrorKind, HubError, Result, Subject};
-pub use tree::{Content, RemoteFile};
+pub use tree::{Content, EntryError, RemoteFile};

@@ -3,8 +3,24 @@
 //! form, and the sizes of an LFS entry agree.
 
 use xet_hash::MerkleHash;
-use xet_hub::RepoPath;
 use xet_hub::api::TreeEntry;
+use xet_hub::{NameError, RepoPath};
+
+/// Why a listed entry is refused.
+#[derive(Debug)]
+pub enum EntryError {
+    /// A path git refuses (`sub/.git/config`): written here, it could make the next `git`
+    /// command in that folder run what the repository says.
+    Unsafe(NameError),
+    /// Anything else that does not hold together.
+    Invalid(String),
+}
+
+impl From<String> for EntryError {
+    fn from(why: String) -> Self {
+        EntryError::Invalid(why)
+    }
+}
 
 /// How a file's bytes are fetched and checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +45,7 @@ pub struct RemoteFile {
 
 impl RemoteFile {
     /// The file of a tree entry; `Ok(None)` for a directory.
-    pub fn from_entry(e: &TreeEntry) -> Result<Option<RemoteFile>, String> {
+    pub fn from_entry(e: &TreeEntry) -> Result<Option<RemoteFile>, EntryError> {
         let TreeEntry::File {
             oid,
             path,
@@ -40,19 +56,24 @@ impl RemoteFile {
         else {
             return Ok(None);
         };
-        let path = RepoPath::parse(path).map_err(|e| e.to_string())?;
+        let path = RepoPath::parse(path).map_err(|e| match e {
+            e @ NameError::GitPath { .. } => EntryError::Unsafe(e),
+            e => EntryError::Invalid(e.to_string()),
+        })?;
         if !is_hex(oid, 40) {
-            return Err(format!("{path}: oid {oid:?} is not a git blob id"));
+            return Err(format!("{path}: oid {oid:?} is not a git blob id").into());
         }
         let content = match (lfs, xet_hash) {
             (None, None) => Content::Git,
-            (None, Some(_)) => return Err(format!("{path}: a Xet hash without lfs facts")),
+            (None, Some(_)) => {
+                return Err(format!("{path}: a Xet hash without lfs facts").into());
+            }
             (Some(l), x) => {
                 if !is_hex(&l.oid, 64) {
-                    return Err(format!("{path}: lfs.oid {:?} is not a sha256", l.oid));
+                    return Err(format!("{path}: lfs.oid {:?} is not a sha256", l.oid).into());
                 }
                 if l.size != *size {
-                    return Err(format!("{path}: size {size} but lfs.size {}", l.size));
+                    return Err(format!("{path}: size {size} but lfs.size {}", l.size).into());
                 }
                 let sha256 = l.oid.to_ascii_lowercase();
                 match x {
@@ -155,7 +176,26 @@ mod tests {
             format!(r#"{{"oid":"{oid}","path":"a","size":1,"type":"file","xetHash":"{sha}"}}"#),
         ] {
             let e: TreeEntry = serde_json::from_str(&bad).unwrap();
-            assert!(RemoteFile::from_entry(&e).is_err(), "{bad}");
+            assert!(
+                matches!(RemoteFile::from_entry(&e), Err(EntryError::Invalid(_))),
+                "{bad}"
+            );
+        }
+        for planted in [
+            "sub/.git/config",
+            ".GIT/hooks/x",
+            "a/git~1/config",
+            "a/.git./b",
+        ] {
+            let e = format!(r#"{{"oid":"{oid}","path":"{planted}","size":1,"type":"file"}}"#);
+            let e: TreeEntry = serde_json::from_str(&e).unwrap();
+            assert!(
+                matches!(
+                    RemoteFile::from_entry(&e),
+                    Err(EntryError::Unsafe(NameError::GitPath { .. }))
+                ),
+                "{planted}"
+            );
         }
     }
 }

@@ -290,11 +290,10 @@ fn collect(sources: &[Source], prefix: Option<&RepoPath>) -> Result<Vec<LocalFil
     Ok(out)
 }
 
-/// What `hf upload` leaves out of a folder: git's own files and huggingface_hub's local
-/// metadata.
+/// What `hf upload` leaves out of a folder: git's own files (`.git` in every spelling a
+/// Hub refuses) and huggingface_hub's local metadata.
 fn is_left_out(rel: &str) -> bool {
-    let segs: Vec<&str> = rel.split('/').collect();
-    segs.contains(&".git") || rel.starts_with(".cache/huggingface/")
+    rel.split('/').any(xet_hub::git_reserved) || rel.starts_with(".cache/huggingface/")
 }
 
 /// Create the repository (409: it exists) and the branch if needed; the head commit of
@@ -579,6 +578,11 @@ mod tests {
         std::fs::write(d.join("a.txt"), b"a").unwrap();
         std::fs::write(d.join("sub/b.bin"), b"bb").unwrap();
         std::fs::write(d.join(".git/config"), b"x").unwrap();
+        // A nested repository's git folder, in any spelling a Hub refuses, stays home.
+        std::fs::create_dir_all(d.join("sub/.GIT")).unwrap();
+        std::fs::write(d.join("sub/.GIT/config"), b"x").unwrap();
+        std::fs::create_dir_all(d.join("sub/git~1")).unwrap();
+        std::fs::write(d.join("sub/git~1/config"), b"x").unwrap();
         std::fs::write(d.join(".cache/huggingface/x"), b"x").unwrap();
         let single = dir.path().join("one.json");
         std::fs::write(&single, b"{}").unwrap();

@@ -95,7 +95,29 @@ pub struct Commit {
     /// Seconds since the Unix epoch.
     pub created_at: u64,
     /// Every file of the tree, by path.
+    #[serde(deserialize_with = "stored_files")]
     pub files: BTreeMap<RepoPath, FileEntry>,
+}
+
+/// The files of a stored tree. A tree written before paths were checked against git's
+/// rules may hold one git refuses (`sub/.git/config`): it is left out here, so it is
+/// never listed, served, or carried into a later commit, while the rest of the
+/// repository stays readable. Any other invalid path makes the object invalid.
+fn stored_files<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<RepoPath, FileEntry>, D::Error> {
+    let raw = <BTreeMap<String, FileEntry> as serde::Deserialize>::deserialize(d)?;
+    let mut files = BTreeMap::new();
+    for (path, entry) in raw {
+        match RepoPath::parse(&path) {
+            Ok(p) => {
+                files.insert(p, entry);
+            }
+            Err(crate::NameError::GitPath { .. }) => {}
+            Err(e) => return Err(serde::de::Error::custom(e)),
+        }
+    }
+    Ok(files)
 }
 
 /// Why stored commit bytes could not be read back.
@@ -283,6 +305,33 @@ mod tests {
         let mut other = bytes.clone();
         other[10] ^= 1;
         assert!(Commit::decode(&id, &other).is_err());
+    }
+
+    #[test]
+    fn stored_paths_git_refuses_are_left_out_and_others_fail() {
+        let mut c = Commit {
+            version: Commit::VERSION,
+            parent: None,
+            summary: "s".into(),
+            description: String::new(),
+            author: "u".into(),
+            created_at: 1,
+            files: BTreeMap::new(),
+        };
+        c.files.insert(p("sub/a.txt"), entry(1));
+        let (_, bytes) = c.encode();
+        // A tree stored before the rule: the same object with a planted `.git` file.
+        let text = String::from_utf8(bytes).unwrap();
+        let e = serde_json::to_string(&entry(2)).unwrap();
+        for planted in ["sub/.git/config", "x/GIT~1/hooks/post-checkout", ".Git."] {
+            let old = text.replacen("\"files\":{", &format!("\"files\":{{\"{planted}\":{e},"), 1);
+            let id = CommitId::from_bytes(sha1::Sha1::digest(old.as_bytes()).into());
+            let read = Commit::decode(&id, old.as_bytes()).unwrap();
+            assert_eq!(read.files, c.files, "{planted}");
+        }
+        let broken = text.replacen("\"files\":{", &format!("\"files\":{{\"a/../b\":{e},"), 1);
+        let id = CommitId::from_bytes(sha1::Sha1::digest(broken.as_bytes()).into());
+        assert!(Commit::decode(&id, broken.as_bytes()).is_err());
     }
 
     #[test]

@@ -17,6 +17,44 @@ pub enum NameError {
     Revision { rev: String, why: &'static str },
     #[error("invalid path {path:?}: {why}")]
     Path { path: String, why: &'static str },
+    /// A component git refuses to check out (see [`git_reserved`]): a tree holding it could
+    /// plant a `.git` folder, and with it commands, in a reader's checkout.
+    #[error(
+        "invalid path {path:?}: git refuses the component {component:?} (a spelling of .git); \
+         it could plant git configuration, and commands, in a reader's folder"
+    )]
+    GitPath { path: String, component: String },
+}
+
+/// Code points HFS+ ignores when it compares names, so `.g\u{200c}it` opens `.git` there
+/// (the list git's `is_hfs_dotgit` skips).
+const HFS_IGNORABLE: [char; 16] = [
+    '\u{200c}', '\u{200d}', '\u{200e}', '\u{200f}', '\u{202a}', '\u{202b}', '\u{202c}', '\u{202d}',
+    '\u{202e}', '\u{206a}', '\u{206b}', '\u{206c}', '\u{206d}', '\u{206e}', '\u{206f}', '\u{feff}',
+];
+
+/// Whether git refuses `component` (one segment of a path, no `/`) in a tree it checks
+/// out, by the rules of its `verify_path` with `core.protectNTFS` and `core.protectHFS`
+/// on: `.git` in any case; on NTFS also followed by spaces and periods or by a stream
+/// name after `:` (`.git.`, `.GIT `, `.git::$INDEX_ALLOCATION`), and its short name
+/// `git~1` the same way; on HFS+ with ignorable code points anywhere (`.g\u{200c}it`).
+/// Refused at any depth: `sub/.git/config` is as dangerous as `.git/config`.
+pub fn git_reserved(component: &str) -> bool {
+    // NTFS: the name ends at a stream separator; trailing spaces and periods are dropped.
+    let name = component.split(':').next().unwrap_or_default().as_bytes();
+    let ntfs = |stem: &[u8]| {
+        name.len() >= stem.len()
+            && name[..stem.len()].eq_ignore_ascii_case(stem)
+            && name[stem.len()..].iter().all(|&b| b == b' ' || b == b'.')
+    };
+    if ntfs(b".git") || ntfs(b"git~1") {
+        return true;
+    }
+    let mut hfs = component.chars().filter(|c| !HFS_IGNORABLE.contains(c));
+    ['.', 'g', 'i', 't']
+        .iter()
+        .all(|want| hfs.next().is_some_and(|c| c.eq_ignore_ascii_case(want)))
+        && hfs.next().is_none()
 }
 
 /// `model`, `dataset` or `space`.
@@ -292,7 +330,8 @@ impl fmt::Display for Revision {
 }
 
 /// A file's path in a repository: `/`-separated, relative, UTF-8, at most 4096 bytes; no
-/// empty, `.` or `..` segment, no control character or backslash, nothing under `.git/`.
+/// empty, `.` or `..` segment, no control character or backslash, and no component git
+/// refuses ([`git_reserved`]) at any depth.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RepoPath(String);
 
@@ -320,11 +359,14 @@ impl RepoPath {
             match seg {
                 "" => return bad("the path has an empty segment ('//' or a trailing '/')"),
                 "." | ".." => return bad("'.' and '..' segments are not allowed"),
+                _ if git_reserved(seg) => {
+                    return Err(NameError::GitPath {
+                        path: s.to_string(),
+                        component: seg.to_string(),
+                    });
+                }
                 _ => {}
             }
-        }
-        if s == ".git" || s.starts_with(".git/") {
-            return bad("paths under .git are reserved");
         }
         Ok(RepoPath(s.to_string()))
     }
@@ -392,19 +434,25 @@ mod tests {
             assert!(RepoPath::parse(ok).is_ok(), "{ok}");
         }
         for bad in [
-            "",
-            "/a",
-            "a/",
-            "a//b",
-            "./a",
-            "a/../b",
-            "..",
-            "a\\b",
-            "a\nb",
-            ".git",
-            ".git/config",
+            "", "/a", "a/", "a//b", "./a", "a/../b", "..", "a\\b", "a\nb",
         ] {
             assert!(RepoPath::parse(bad).is_err(), "{bad:?}");
+        }
+        for (bad, component) in [
+            (".git", ".git"),
+            (".git/config", ".git"),
+            ("sub/.git/config", ".git"),
+            ("a/b/.GIT/hooks/pre-commit", ".GIT"),
+            ("a/.Git", ".Git"),
+        ] {
+            assert_eq!(
+                RepoPath::parse(bad),
+                Err(NameError::GitPath {
+                    path: bad.into(),
+                    component: component.into()
+                }),
+                "{bad:?}"
+            );
         }
         assert_eq!(RepoPath::parse_folder("logs/").unwrap().as_str(), "logs");
         let p = RepoPath::parse("a/b/c").unwrap();
@@ -416,6 +464,61 @@ mod tests {
                 .unwrap()
                 .is_within(&RepoPath::parse("a/b").unwrap())
         );
+    }
+
+    #[test]
+    fn git_reserved_components_follow_verify_path() {
+        for bad in [
+            ".git",
+            ".GIT",
+            ".gIt",
+            ".git.",
+            ".git..",
+            ".git ",
+            ".git . .",
+            ".git:",
+            ".git::$INDEX_ALLOCATION",
+            ".GIT:stream",
+            "git~1",
+            "GIT~1",
+            "git~1.",
+            "git~1 ",
+            "git~1::$DATA",
+            ".g\u{200c}it",
+            "\u{feff}.git",
+            ".git\u{200d}",
+            ".\u{202e}G\u{206f}I\u{200e}T",
+        ] {
+            assert!(git_reserved(bad), "{bad:?}");
+            assert!(
+                RepoPath::parse(&format!("sub/{bad}/config")).is_err(),
+                "{bad:?}"
+            );
+        }
+        for ok in [
+            ".gitattributes",
+            ".gitignore",
+            ".gitmodules",
+            ".git-blame-ignore-revs",
+            "git",
+            ".gi",
+            "a.git",
+            ".git_",
+            ".gitx",
+            ".git.x",
+            ".git x",
+            "git~2",
+            "git~10",
+            "xgit~1",
+            "git~1x",
+            ".g\u{00ef}t",
+            ".g\u{200b}it",
+            "..git",
+            "...",
+            "",
+        ] {
+            assert!(!git_reserved(ok), "{ok:?}");
+        }
     }
 
     #[test]

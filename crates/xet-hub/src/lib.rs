@@ -21,6 +21,8 @@ pub mod repos;
 pub mod store;
 
 pub use commit::{Commit, FileEntry, Operation, Storage};
-pub use id::{BranchName, CommitId, NameError, RepoId, RepoPath, RepoRef, RepoType, Revision};
+pub use id::{
+    BranchName, CommitId, NameError, RepoId, RepoPath, RepoRef, RepoType, Revision, git_reserved,
+};
 pub use repos::{CommitMeta, Committed, HubError, Repos};
 pub use store::{BranchHead, RepoRecord, RepoStore};

@@ -25,6 +25,12 @@
 //! `EntryNotFound`); every error has `X-Error-Message` and a `{"error"}` body saying
 //! what was wrong.
 //!
+//! # Paths
+//! Every path a request names is a [`xet_hub::RepoPath`]: no component git refuses to
+//! check out (`.git` in any case and depth, `.git.`, `git~1`, HFS-ignorable spellings;
+//! [`xet_hub::git_reserved`]), so no repository can plant a `.git` folder in a reader's
+//! download. A tree stored before that rule drops such paths when it is read.
+//!
 //! # Auth
 //! Hub routes take the configured tokens (`--token`, `--token-file`): user tokens,
 //! never minted CAS tokens. With none configured (loopback only) everyone may read and

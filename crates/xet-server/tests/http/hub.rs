@@ -395,6 +395,69 @@ async fn xet_files_are_committed_by_checked_sha256_only() {
     assert!(link.contains("rel=\"xet-auth\"") && link.contains("rel=\"xet-reconstruction-info\""));
 }
 
+/// A component git refuses, at any depth and in every spelling `verify_path` knows, is
+/// refused by commits (inline, Xet and deletions) and by preupload, with `400` naming
+/// it; nothing moves.
+#[tokio::test]
+async fn paths_git_refuses_are_refused_at_any_depth() {
+    let hub = Hub::start().await;
+    hub.create("g").await;
+    let ok = hub
+        .commit("org/g", &[header(), inline("a.txt", b"a")])
+        .await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    let before = hub.head_sha("org/g", "main").await;
+    let planted = [
+        ".git/config",
+        "sub/.git/config",
+        "a/b/.GIT/hooks/post-checkout",
+        "sub/.git./config",
+        "sub/.git /config",
+        "sub/.git::$INDEX_ALLOCATION/config",
+        "sub/git~1/config",
+        "sub/GIT~1./config",
+        "sub/.g\u{200c}it/config",
+        "sub/\u{feff}.GiT/config",
+        "sub/.git",
+    ];
+    for path in planted {
+        let lines = [
+            inline(path, b"[core]\n\tfsmonitor = x\n"),
+            json!({"key": "lfsFile", "value": {"path": path, "algo": "sha256", "oid": "ab".repeat(32), "size": 1}}),
+            json!({"key": "deletedFile", "value": {"path": path}}),
+        ];
+        for line in lines {
+            let r = hub.commit("org/g", &[header(), line.clone()]).await;
+            assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{line}");
+            let text = r.text().await.unwrap();
+            assert!(text.contains("git refuses"), "{line}: {text}");
+        }
+        let r = hub
+            .post_json(
+                "/api/models/org/g/preupload/main",
+                Some(W),
+                json!({"files": [{"path": path, "size": 1, "sample": ""}]}),
+            )
+            .await;
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{path}");
+    }
+    assert_eq!(hub.head_sha("org/g", "main").await, before);
+    // What git accepts still commits.
+    let fine = hub
+        .commit(
+            "org/g",
+            &[
+                header(),
+                inline(".gitattributes", b"*.bin filter=lfs\n"),
+                inline("sub/.gitignore", b"x\n"),
+                inline("sub/git~2/a", b"a"),
+                inline("sub/.git.x/a", b"a"),
+            ],
+        )
+        .await;
+    assert_eq!(fine.status(), StatusCode::OK);
+}
+
 #[tokio::test]
 async fn deletions_clashes_and_branches() {
     let hub = Hub::start().await;
