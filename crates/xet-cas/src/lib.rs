@@ -23,6 +23,7 @@
 pub mod backoff;
 mod body;
 pub mod buffers;
+pub mod crc;
 pub mod routes;
 pub mod types;
 pub mod wire;

@@ -136,14 +136,14 @@ impl XorbPieces {
             }
         }
         self.len += n;
-        self.crc = self.crc.map(|c| crate::wire::crc64_nvme_combine(c, crc, n));
+        self.crc = self.crc.map(|c| crate::crc::crc64_nvme_combine(c, crc, n));
     }
 
     /// CRC-64/NVME of the whole body (a grant request's checksum): joined from the CRCs
     /// the pieces came with, or read from the pieces if any came without one.
     pub fn crc64_nvme(&self) -> u64 {
         self.crc.unwrap_or_else(|| {
-            let mut c = crate::wire::Crc64Nvme::default();
+            let mut c = crate::crc::Crc64Nvme::default();
             for piece in &self.pieces {
                 c.update(piece);
             }
@@ -199,7 +199,7 @@ mod tests {
             .map(|i| (i.wrapping_mul(40503) >> 7) as u8)
             .collect::<Vec<u8>>()
             .into();
-        let crc = crate::wire::crc64_nvme;
+        let crc = crate::crc::crc64_nvme;
         let cuts = [0usize, 8, 8, 65_544, 65_552, 130_000, 200_000];
         // Every push with its CRC (empty groups included): joined.
         let mut joined = XorbPieces::new();

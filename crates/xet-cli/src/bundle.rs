@@ -144,7 +144,7 @@ fn selection(a: &CreateArgs) -> CliResult<Selection> {
         });
     }
     if let Some(src) = &a.files_from {
-        for (n, line) in crate::transfer::read_list(src)? {
+        for (n, line) in crate::run::read_list(src)? {
             let (hash, name) = match line.split_once(char::is_whitespace) {
                 Some((h, rest)) => (h, Some(rest.trim().to_string())),
                 None => (line.as_str(), None),

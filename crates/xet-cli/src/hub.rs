@@ -175,7 +175,7 @@ pub async fn download(out: &Out, i: DownloadInput<'_>) -> CliResult {
     };
     let to_stdout = matches!(output, download::Output::Stdout);
     let cancel = xet_upload::CancellationToken::new();
-    crate::transfer::cancel_on_signal(cancel.clone());
+    crate::run::cancel_on_signal(cancel.clone());
     let defaults = xet_download::DownloadOptions::default();
     let pipeline = xet_download::DownloadOptions {
         cache: (i.chunk_cache_size != Some(0)).then(|| {
@@ -272,7 +272,7 @@ pub async fn upload(out: &Out, i: UploadInput<'_>) -> CliResult {
         .map(upload::Source::argument)
         .collect();
     if let Some(src) = i.files_from {
-        for (n, entry) in crate::transfer::read_list(src)? {
+        for (n, entry) in crate::run::read_list(src)? {
             let source = upload::Source::listed(&entry)
                 .map_err(|e| usage(format!("--files-from {} line {n}: {e}", src.display())))?;
             sources.push(source);
@@ -281,7 +281,7 @@ pub async fn upload(out: &Out, i: UploadInput<'_>) -> CliResult {
     let env = HubEnv::from_process();
     let client = client(&env, hub_token_flag(i.remote))?;
     let cancel = xet_upload::CancellationToken::new();
-    crate::transfer::cancel_on_signal(cancel.clone());
+    crate::run::cancel_on_signal(cancel.clone());
     let pipeline = xet_upload::UploadOptions {
         // Shard cache and resume records per Hub: its repositories share one CAS.
         cache_dir: Some(xet_upload::cache_dir_for(

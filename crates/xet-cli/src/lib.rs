@@ -12,6 +12,7 @@ mod log;
 mod output;
 mod progress;
 mod remote;
+mod run;
 mod transfer;
 
 use clap::{Parser, Subcommand};

@@ -4,34 +4,12 @@ use crate::dest;
 use crate::exit::{CliResult, Code, Failure};
 use crate::output::Out;
 use crate::remote::{self, RemoteArgs};
+use crate::run::{cancel_on_signal, read_list};
 use anyhow::{Context, anyhow};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use xet_hash::MerkleHash;
-
-/// Read `--files-from`: one entry per line, blank lines and `#` comments skipped; each
-/// with its line number (from 1).
-pub fn read_list(src: &Path) -> CliResult<Vec<(usize, String)>> {
-    let text = if src == Path::new("-") {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
-            .context("reading the list from stdin")
-            .map_err(Failure::input)?;
-        s
-    } else {
-        std::fs::read_to_string(src)
-            .with_context(|| format!("cannot read the list {}", src.display()))
-            .map_err(Failure::input)?
-    };
-    Ok(text
-        .lines()
-        .map(str::trim)
-        .enumerate()
-        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
-        .map(|(i, l)| (i + 1, l.to_string()))
-        .collect())
-}
 
 /// `START-END` (inclusive) or `START-`.
 pub fn parse_range(s: &str) -> CliResult<xet_download::FileRange> {
@@ -69,22 +47,6 @@ pub(crate) fn download_code(k: xet_download::ErrorKind) -> Code {
         Interrupted => Code::Interrupted,
         Other => Code::Failure,
     }
-}
-
-/// Cancel `token` on Ctrl-C or SIGTERM, so pipelines stop cleanly and keep resume records.
-pub fn cancel_on_signal(token: tokio_util::sync::CancellationToken) {
-    tokio::spawn(async move {
-        #[cfg(unix)]
-        {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("SIGTERM handler");
-            tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
-        }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        token.cancel();
-    });
 }
 
 #[derive(clap::Args, Debug)]

@@ -45,7 +45,7 @@ pub use config::{
     ClientConfig, ConfigError, LegacyOptions, RetryPolicy, Secret, TokenRefresh, TokenSource,
 };
 pub use util::{join_url, redact_url};
-pub use xet_cas::wire::crc64_nvme;
+pub use xet_cas::crc::crc64_nvme;
 pub use xorbs::MAX_GRANTS_PER_XORB;
 
 use bytes::Bytes;

@@ -32,7 +32,7 @@ use tokio::io::AsyncWriteExt;
 use xet_cas::{ReceivedXorb, XorbReceiver};
 use xet_hash::MerkleHash;
 
-pub use xet_cas::wire::crc64_nvme;
+pub use xet_cas::crc::crc64_nvme;
 
 /// The `x-amz-checksum-crc64nvme` header value: base64 of the big-endian CRC.
 pub fn amz_checksum_header(crc: u64) -> String {
@@ -642,7 +642,7 @@ impl Grants {
                 Sink::File(spooled, tokio::fs::File::from_std(f))
             }
         };
-        let mut digest = xet_cas::wire::Crc64Nvme::default();
+        let mut digest = xet_cas::crc::Crc64Nvme::default();
         let mut received: u64 = 0;
         let mut body = body;
         while let Some(frame) = body.frame().await {

@@ -4,10 +4,10 @@ use bytes::Bytes;
 use rayon::prelude::*;
 use xet_cas::XorbPieces;
 use xet_hash::MerkleHash;
-use xet_xorb::CompressionScheme;
 
 use crate::dedup::SealedXorb;
 use crate::error::{Result, UploadError};
+use crate::prepare::{Prepared, prepare};
 
 /// Serialize a sealed xorb at the end of `body`: every chunk [`prepare`]d in parallel
 /// (unless the reader did it already, taken from `sealed.prepared`), appended in order:
@@ -29,7 +29,7 @@ pub(crate) fn build_xorb(sealed: &mut SealedXorb, body: &mut impl BodySink) -> R
         )));
     }
     let want_crc = body.wants_crc64();
-    // Chunks the reader already compressed (see [`Speculation`]) are taken as they are.
+    // Chunks the reader already compressed (see `prepare::Speculation`) are taken as they are.
     let mut prepared = std::mem::take(&mut sealed.prepared);
     prepared.resize_with(sealed.data.len(), || None);
     let built: Vec<Prepared> = prepared
@@ -71,89 +71,6 @@ pub(crate) fn build_xorb(sealed: &mut SealedXorb, body: &mut impl BodySink) -> R
 fn warm(piece: &[u8]) {
     let x = piece.iter().step_by(64).fold(0u8, |a, &b| a ^ b);
     std::hint::black_box(x);
-}
-
-/// One chunk made ready for its xorb: its header, its compressed payload if compression
-/// paid (else the chunk is stored as it is), and, if asked for, the CRC of both.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Prepared {
-    header: [u8; xet_xorb::CHUNK_HEADER_LEN],
-    compressed: Option<Vec<u8>>,
-    crc: Option<u64>,
-}
-
-/// Compress chunk `c` with the scheme [`xet_xorb::choose_scheme`] picks, falling back to
-/// storing it when that does not shrink it (as `XorbBuilder::add_chunk` does); with
-/// `want_crc`, the CRC-64/NVME of its header and payload too, while both are in this
-/// core's cache. `out` and `scratch` are reused between calls.
-pub(crate) fn prepare(
-    c: &[u8],
-    want_crc: bool,
-    out: &mut Vec<u8>,
-    scratch: &mut Vec<u8>,
-) -> Prepared {
-    out.clear();
-    let scheme = xet_xorb::choose_scheme(c);
-    let (scheme, compressed) = match xet_xorb::try_compress_into(scheme, c, out, scratch) {
-        CompressionScheme::None => (CompressionScheme::None, None),
-        used => (used, Some(out.clone())),
-    };
-    let payload = compressed.as_deref().unwrap_or(c);
-    let header = xet_xorb::ChunkHeader {
-        compressed_size: payload.len() as u32,
-        scheme,
-        uncompressed_size: c.len() as u32,
-    }
-    .to_bytes();
-    let crc = want_crc.then(|| {
-        let mut d = xet_cas::wire::Crc64Nvme::default();
-        d.update(&header);
-        d.update(payload);
-        d.finalize()
-    });
-    Prepared {
-        header,
-        compressed,
-        crc,
-    }
-}
-
-/// Whether readers compress each chunk right after hashing it, while it is in the
-/// core's cache, rather than when its xorb is built, when it has to come from memory
-/// again (client CPU per GiB sent to `xet serve` about 0.05 s lower). A chunk that
-/// deduplicates wastes that work, so the dedup stage turns it off while most of what
-/// it sees is already stored (a re-upload, `--rehash`) and on again when it is not.
-#[derive(Debug)]
-pub(crate) struct Speculation {
-    on: std::sync::atomic::AtomicBool,
-    /// Whether the xorb bodies want each chunk's CRC ([`BodySink::wants_crc64`]).
-    crc: bool,
-}
-
-impl Speculation {
-    pub fn new(crc: bool) -> Self {
-        Speculation {
-            on: std::sync::atomic::AtomicBool::new(true),
-            crc,
-        }
-    }
-
-    /// `Some(want_crc)` if readers are to prepare chunks now.
-    pub fn wanted(&self) -> Option<bool> {
-        self.on
-            .load(std::sync::atomic::Ordering::Relaxed)
-            .then_some(self.crc)
-    }
-
-    /// The dedup stage found `new` of `bytes` new: go on preparing while at least half is.
-    pub fn observe(&self, new: u64, bytes: u64) {
-        if bytes > 0 {
-            self.on.store(
-                new.saturating_mul(2) >= bytes,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-        }
-    }
 }
 
 /// Where a xorb body is built, a chunk at a time.
@@ -260,6 +177,7 @@ impl PiecesSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use xet_xorb::CompressionScheme;
 
     #[test]
     fn same_bytes_as_the_sequential_builder() {
@@ -302,7 +220,7 @@ mod tests {
         assert_eq!(pieces.len(), body.len() as u64);
         assert_eq!(&pieces.concat()[..], &body[..]);
         // The CRC joined from the chunks' is the body's.
-        assert_eq!(pieces.crc64_nvme(), xet_cas::wire::crc64_nvme(&body));
+        assert_eq!(pieces.crc64_nvme(), xet_cas::crc::crc64_nvme(&body));
         let shared = pieces
             .pieces()
             .iter()
@@ -397,18 +315,5 @@ mod tests {
         let mut again = Vec::new();
         build_xorb(&mut sealed, &mut again).unwrap();
         assert!(again.len() < 1000, "{}", again.len());
-    }
-
-    #[test]
-    fn speculation_follows_what_is_new() {
-        let s = Speculation::new(true);
-        assert_eq!(s.wanted(), Some(true));
-        s.observe(10, 100);
-        assert_eq!(s.wanted(), None);
-        s.observe(5, 0); // nothing seen: no change
-        assert_eq!(s.wanted(), None);
-        s.observe(50, 100);
-        assert_eq!(s.wanted(), Some(true));
-        assert_eq!(Speculation::new(false).wanted(), Some(false));
     }
 }

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use xet_hash::MerkleHash;
 use xet_shard::Shard;
 
-use crate::build::Prepared;
+use crate::prepare::Prepared;
 
 /// A xorb a term points into: one formed in this session (by slot, its hash is known
 /// once it is built) or a stored one.

@@ -202,6 +202,7 @@ mod input;
 mod options;
 mod pipeline;
 mod pool;
+mod prepare;
 mod progress;
 mod read;
 mod report;

@@ -19,13 +19,13 @@ use xet_cas::{Cas, XorbBody};
 use xet_hash::MerkleHash;
 use xet_shard::Shard;
 
-use crate::build::Speculation;
 use crate::cache::{LocalCache, now_secs};
 use crate::dedup::{DedupParams, FileDedup, KnownIndex, SealedXorb, Session, TermRec, XorbRef};
 use crate::error::{Result, UploadError};
 use crate::global::{AnswerRx, GlobalDedup};
 use crate::options::UploadOptions;
 use crate::pool::{BodyPool, BufPool};
+use crate::prepare::Speculation;
 use crate::progress::Progress;
 use crate::read::{BLOCKS_PER_FILE, Batch, FileMsg};
 use crate::report::{FileReport, Totals, UploadReport};

@@ -18,13 +18,13 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use xet_hash::MerkleHash;
 
-use crate::build::{Prepared, Speculation};
 use crate::cut::BlockCutter;
 use crate::dedup::BlockId;
 use crate::error::UploadError;
 use crate::global::{AnswerRx, FileQueries};
 use crate::input::Snapshot;
 use crate::pool::BufPool;
+use crate::prepare::{Prepared, Speculation};
 
 /// Chunks of one block, in file order.
 pub(crate) struct Batch {
@@ -243,7 +243,7 @@ impl HashJob {
                     || (Vec::new(), Vec::new()),
                     |(out, scratch), d| {
                         let h = xet_hash::chunk_hash(d);
-                        let p = prepare.map(|crc| crate::build::prepare(d, crc, out, scratch));
+                        let p = prepare.map(|crc| crate::prepare::prepare(d, crc, out, scratch));
                         (h, p)
                     },
                 )
@@ -532,7 +532,7 @@ mod tests {
                 assert_eq!(g.0, w.hash);
                 assert_eq!(&g.1[..], &data[w.range()]);
                 if let (Some(p), Some(crc)) = (p, spec) {
-                    let direct = crate::build::prepare(&g.1, *crc, &mut out, &mut scratch);
+                    let direct = crate::prepare::prepare(&g.1, *crc, &mut out, &mut scratch);
                     assert_eq!(*p, direct, "length {len}, block size {bs}");
                 }
             }

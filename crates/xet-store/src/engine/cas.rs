@@ -8,12 +8,12 @@ use bytes::Bytes;
 use xet_hash::MerkleHash;
 
 use super::backend::{ObjectBackend, ObjectKey, SHARD_PREFIX};
+use super::claims::ClaimRefresh;
 use super::format;
 use super::index::{Index, IndexStats};
 use super::keys::{DedupKeys, KeyRing};
 use super::meta::XorbMeta;
 use super::plan;
-use super::repos::ClaimRefresh;
 use super::validate;
 use xet_cas::{ByteRange, Cas, CasError, ObjectKind, Reconstruction, Result, XorbBody, XorbFetch};
 
@@ -118,6 +118,13 @@ impl<B: ObjectBackend> StoreCas<B> {
 
     pub fn stats(&self) -> IndexStats {
         self.index.stats()
+    }
+
+    /// Return once a refresh of the index that started at or after `since` has
+    /// completed: a miss of a sha256 claim looks again only after one (see
+    /// [`ClaimRefresh::since`] for why they are shared and paced).
+    pub(super) async fn refresh_since(&self, since: tokio::time::Instant) -> Result<()> {
+        self.claim_refresh.since(since, || self.refresh()).await
     }
 
     /// Index shards written since open (by another process sharing the backend).

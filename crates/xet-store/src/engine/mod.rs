@@ -4,6 +4,7 @@
 
 mod backend;
 mod cas;
+mod claims;
 pub mod format;
 mod index;
 mod keys;
