@@ -433,6 +433,28 @@ fn errors_name_what_was_asked_and_exit_with_the_documented_codes() {
     );
 }
 
+/// A Hub nothing listens at fails at once with the network code (6), naming the
+/// endpoint, without retries (the CAS client's rule): no "retrying" warning.
+#[test]
+fn a_refused_hub_connection_fails_at_once() {
+    let hub = Hub::start();
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    for args in [vec!["ls", "hf://org/m"], vec!["download", "hf://org/m"]] {
+        let o = hub
+            .xet_cmd(&args)
+            .env("HF_ENDPOINT", &closed)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(6), "{args:?}: {err}");
+        assert!(err.contains(&closed), "{args:?}: {err}");
+        assert!(!err.contains("retrying"), "{args:?}: {err}");
+    }
+}
+
 /// `-o DIR` treats what is already there as `xet download HASH -o` does: a symbolic link
 /// to a file is followed (the link stays, its target gets the bytes), and a link that
 /// would lead a repository path out of DIR is refused before anything is written.

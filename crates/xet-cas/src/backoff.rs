@@ -1,10 +1,31 @@
-//! The one retry backoff of the workspace, used by the HTTP client for each request and
-//! by the download pipeline for what it retries itself: the delay before retry number
-//! `retry` (1 for the first) is `base · 2^(retry-1)`, capped at `max`, then jittered
-//! uniformly into `[d/2, d]` so clients that failed together do not retry together.
+//! The one retry policy of the workspace, used by the CAS client and the Hub client for
+//! each request and by the download pipeline for what it retries itself: which answers
+//! are worth another try ([`retryable_status`]), how long a server asks to wait
+//! ([`parse_retry_after`]), and the delay otherwise: before retry number `retry` (1 for
+//! the first) it is `base · 2^(retry-1)`, capped at `max`, then jittered uniformly into
+//! `[d/2, d]` so clients that failed together do not retry together.
 
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
+
+/// Whether an answer with this HTTP status may succeed when sent again: 429 (too many
+/// requests) and every 5xx.
+pub fn retryable_status(status: u16) -> bool {
+    status == 429 || status >= 500
+}
+
+/// `Retry-After` in delay-seconds (integer or decimal). HTTP-dates are not honoured
+/// (the normal backoff applies instead).
+pub fn parse_retry_after(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    if let Ok(s) = v.parse::<u64>() {
+        return Some(Duration::from_secs(s));
+    }
+    match v.parse::<f64>() {
+        Ok(s) if (0.0..1e9).contains(&s) => Some(Duration::from_secs_f64(s)),
+        _ => None,
+    }
+}
 
 /// The delay before retry `retry` without jitter: `base · 2^(retry-1)`, at most `max`.
 pub fn ceiling(base: Duration, max: Duration, retry: u32) -> Duration {
@@ -34,6 +55,26 @@ fn random_u64() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_seconds() {
+        assert_eq!(parse_retry_after("3"), Some(Duration::from_secs(3)));
+        assert_eq!(parse_retry_after(" 0 "), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after("1.5"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(parse_retry_after("-1"), None);
+        assert_eq!(parse_retry_after("nan"), None);
+    }
+
+    #[test]
+    fn retryable_statuses() {
+        for s in [429, 500, 502, 503, 504, 599] {
+            assert!(retryable_status(s), "{s}");
+        }
+        for s in [200, 400, 401, 403, 404, 409, 412, 416, 422, 428] {
+            assert!(!retryable_status(s), "{s}");
+        }
+    }
 
     #[test]
     fn grows_is_capped_and_jittered() {

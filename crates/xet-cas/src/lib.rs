@@ -115,7 +115,7 @@ impl CasError {
     pub fn is_retryable(&self) -> bool {
         match self {
             CasError::Network { .. } => true,
-            CasError::Server { status, .. } => *status == 429 || *status >= 500,
+            CasError::Server { status, .. } => backoff::retryable_status(*status),
             _ => false,
         }
     }

@@ -44,6 +44,7 @@ mod xorbs;
 pub use config::{
     ClientConfig, ConfigError, LegacyOptions, RetryPolicy, Secret, TokenRefresh, TokenSource,
 };
+pub use transport::connection_refused;
 pub use util::{join_url, redact_url};
 pub use xet_cas::crc::crc64_nvme;
 pub use xorbs::MAX_GRANTS_PER_XORB;

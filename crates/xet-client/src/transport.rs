@@ -110,8 +110,10 @@ fn transport_error(what: &str, message: &str, e: reqwest::Error) -> CasError {
     }
 }
 
-/// Whether the connection was refused (an `ECONNREFUSED` somewhere in the causes).
-fn refused(e: &reqwest::Error) -> bool {
+/// Whether the connection was refused (an `ECONNREFUSED` somewhere in the causes):
+/// nothing listens there, so neither client retries it before it has reached the server
+/// once.
+pub fn connection_refused(e: &reqwest::Error) -> bool {
     let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = src {
         if s.downcast_ref::<std::io::Error>()
@@ -185,7 +187,7 @@ impl Rejection {
                 "{what} answered 403: {reason}; the token does not allow this \
                  (check its scope and the repository)"
             ))),
-            429 | 500..=599 => Fail::Retry {
+            s if xet_cas::backoff::retryable_status(s) => Fail::Retry {
                 err: CasError::Server {
                     status: self.status,
                     what: what.to_string(),
@@ -392,7 +394,7 @@ impl Transport {
                     Ok(resp)
                 }
                 Err(e) if !self.reached.load(Ordering::Relaxed)
-                    && refused(&e) => Err(Fail::Fatal(network(
+                    && connection_refused(&e) => Err(Fail::Fatal(network(
                     what,
                     format!(
                         "cannot connect: connection refused: nothing is listening at {} \
@@ -477,7 +479,7 @@ impl Transport {
         let retry_after = headers
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
-            .and_then(util::parse_retry_after);
+            .and_then(xet_cas::backoff::parse_retry_after);
         let mut body = BytesMut::new();
         while body.len() < 64 * 1024 {
             match self.chunk(&mut resp, "error body", p).await {

@@ -1,4 +1,4 @@
-//! Small pure helpers: checksums, URLs, Range headers, Retry-After, backoff.
+//! Small pure helpers: checksums, URLs, Range headers, backoff.
 
 use crate::config::RetryPolicy;
 use std::time::Duration;
@@ -34,19 +34,6 @@ pub fn range_header(r: &ByteRange) -> Option<String> {
         return None;
     }
     Some(format!("bytes={}-{}", r.start, r.end - 1))
-}
-
-/// `Retry-After` in delay-seconds (integer or decimal). HTTP-dates are not honoured
-/// (the normal backoff applies instead).
-pub fn parse_retry_after(v: &str) -> Option<Duration> {
-    let v = v.trim();
-    if let Ok(s) = v.parse::<u64>() {
-        return Some(Duration::from_secs(s));
-    }
-    match v.parse::<f64>() {
-        Ok(s) if (0.0..1e9).contains(&s) => Some(Duration::from_secs_f64(s)),
-        _ => None,
-    }
 }
 
 /// Jittered delay before retry number `retry`: uniform in `[ceiling/2, ceiling]`
@@ -150,16 +137,6 @@ mod tests {
             "bytes=5-"
         );
         assert!(range_header(&ByteRange::new(5, 5)).is_none());
-    }
-
-    #[test]
-    fn retry_after_seconds() {
-        assert_eq!(parse_retry_after("3"), Some(Duration::from_secs(3)));
-        assert_eq!(parse_retry_after(" 0 "), Some(Duration::ZERO));
-        assert_eq!(parse_retry_after("1.5"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
-        assert_eq!(parse_retry_after("-1"), None);
-        assert_eq!(parse_retry_after("nan"), None);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::time::Duration;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
+use xet_cas::backoff;
 use xet_hub::api::{self, error_code, header, url};
 use xet_hub::{CommitId, RepoPath, RepoRef, RepoType};
 
@@ -31,6 +32,10 @@ pub const PREUPLOAD_BATCH: usize = 256;
 const MAX_PAGES: usize = 100_000;
 /// Attempts per request when the Hub is unreachable or overloaded.
 const ATTEMPTS: u32 = 4;
+/// The first retry's delay ceiling ([`xet_cas::backoff`]), doubling per retry.
+const RETRY_BASE: Duration = Duration::from_millis(500);
+/// The longest wait before a retry, whatever `Retry-After` asks.
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// Which Xet token route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +62,9 @@ pub struct HubClient {
     no_redirect: reqwest::Client,
     endpoint: String,
     token: Option<HubToken>,
+    /// Whether any answer came back yet: until then a refused connection means
+    /// nothing listens at the endpoint, and is not retried.
+    reached: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for HubClient {
@@ -96,6 +104,7 @@ impl HubClient {
         Ok(HubClient {
             http: build(reqwest::redirect::Policy::limited(10))?,
             no_redirect: build(reqwest::redirect::Policy::none())?,
+            reached: Default::default(),
             endpoint,
             token,
         })
@@ -425,18 +434,28 @@ struct Call<'h> {
 }
 
 impl Call<'_> {
-    /// Send, `body` adding what each attempt carries, and retry what may succeed later:
-    /// connection failures, 429, 502-504.
+    /// Send, `body` adding what each attempt carries, and retry what may succeed later
+    /// by the workspace's one policy ([`xet_cas::backoff`]): connection failures and
+    /// timeouts, 429 and 5xx, after `Retry-After` or the jittered backoff. A refused
+    /// connection before the Hub ever answered fails at once, as the CAS client's does.
     async fn send(&self, body: impl Fn(RequestBuilder) -> RequestBuilder) -> Result<Response> {
         let (action, subject, u) = (self.action, &self.subject, &self.url);
+        let reached = &self.hub.reached;
         let mut attempt = 0;
         loop {
             attempt += 1;
             let request = body(self.hub.request(self.client, self.method.clone(), u));
             let retry_after = match request.send().await {
-                Ok(r) if !is_retryable(r.status()) || attempt >= ATTEMPTS => return Ok(r),
-                Ok(r) => retry_after(r.headers()),
-                Err(e) if attempt >= ATTEMPTS || !(e.is_connect() || e.is_timeout()) => {
+                Ok(r) => {
+                    reached.store(true, std::sync::atomic::Ordering::Relaxed);
+                    if !backoff::retryable_status(r.status().as_u16()) || attempt >= ATTEMPTS {
+                        return Ok(r);
+                    }
+                    header_str(r.headers(), "retry-after")
+                        .and_then(|v| backoff::parse_retry_after(&v))
+                }
+                Err(e) if attempt < ATTEMPTS && retryable(&e, reached) => None,
+                Err(e) => {
                     return Err(HubError::Network {
                         action,
                         subject: subject.clone(),
@@ -444,11 +463,12 @@ impl Call<'_> {
                         source: e,
                     });
                 }
-                Err(_) => None,
             };
-            let backoff = Duration::from_millis(500 << (attempt - 1));
+            let wait = retry_after
+                .unwrap_or_else(|| backoff::delay(RETRY_BASE, RETRY_MAX, attempt))
+                .min(RETRY_MAX);
             tracing::warn!("{action} {subject}: retrying {u} (attempt {attempt} failed)");
-            tokio::time::sleep(retry_after.unwrap_or(backoff).min(Duration::from_secs(30))).await;
+            tokio::time::sleep(wait).await;
         }
     }
 
@@ -549,15 +569,12 @@ impl Call<'_> {
     }
 }
 
-fn is_retryable(s: StatusCode) -> bool {
-    matches!(s.as_u16(), 429 | 502 | 503 | 504)
-}
-
-fn retry_after(h: &HeaderMap) -> Option<Duration> {
-    header_str(h, "retry-after")?
-        .parse()
-        .ok()
-        .map(Duration::from_secs)
+/// Whether a failed attempt may succeed when made again: a connection that failed or
+/// timed out, but not one refused before the Hub ever answered (nothing listens there).
+fn retryable(e: &reqwest::Error, reached: &std::sync::atomic::AtomicBool) -> bool {
+    let nothing_listens =
+        xet_client::connection_refused(e) && !reached.load(std::sync::atomic::Ordering::Relaxed);
+    (e.is_connect() || e.is_timeout()) && !nothing_listens
 }
 
 fn header_str(h: &HeaderMap, name: &str) -> Option<String> {
