@@ -135,6 +135,17 @@ pub const DEFAULT_MAX_XORB_BYTES: u64 = 64 * 1024 * 1024 + 1024 * 1024;
 /// Largest accepted shard upload.
 pub const DEFAULT_MAX_SHARD_BYTES: u64 = 64 * 1024 * 1024;
 
+/// Default [`ServerConfig::header_timeout`].
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default [`ServerConfig::keepalive_timeout`].
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default [`ServerConfig::body_timeout`].
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default [`ServerConfig::send_timeout`].
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default [`ServerConfig::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
 /// Everything `xet serve` can be told.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -232,11 +243,11 @@ impl Default for ServerConfig {
             max_ranges: 256,
             max_batch_files: 1000,
             max_concurrent_uploads: 8,
-            header_timeout: crate::conn::DEFAULT_HEADER_TIMEOUT,
-            keepalive_timeout: crate::conn::DEFAULT_KEEPALIVE_TIMEOUT,
-            body_timeout: crate::conn::DEFAULT_BODY_TIMEOUT,
-            send_timeout: crate::conn::DEFAULT_SEND_TIMEOUT,
-            max_connections: crate::conn::DEFAULT_MAX_CONNECTIONS,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            send_timeout: DEFAULT_SEND_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             hub_user: "user".to_string(),
             cas_token_key: None,
             max_commit_bytes: 512 * 1024 * 1024,

@@ -45,16 +45,12 @@ use tokio::time::{Instant, Sleep};
 /// Error code of a `408` for a stalled request body or head.
 pub const REQUEST_TIMEOUT: &str = "request_timeout";
 
-/// Default [`ServerConfig::header_timeout`].
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default [`ServerConfig::keepalive_timeout`].
-pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Default [`ServerConfig::body_timeout`].
-pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default [`ServerConfig::send_timeout`].
-pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
-/// Default [`ServerConfig::max_connections`].
-pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+// The defaults live with the config they fill in (which must not depend on this module);
+// they are named here too, where `xet serve`'s flags look for them.
+pub use crate::config::{
+    DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEPALIVE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_SEND_TIMEOUT,
+};
 
 /// A connection stuck in a half-sent head this long may be closed to make room.
 const STALE_HEAD: Duration = Duration::from_secs(1);
