@@ -1,16 +1,15 @@
-//! Bearer-token checks, as axum extractors that run before any body is read.
+//! Bearer-token checks (the extractors that run them before any body is read are
+//! [`ReadAccess`](crate::state::extract::ReadAccess) and
+//! [`WriteAccess`](crate::state::extract::WriteAccess)).
 //!
 //! - No tokens configured: every request is allowed (the server refuses to bind a
 //!   non-loopback address in that case).
 //! - Missing or unknown token: `401` + `WWW-Authenticate: Bearer` + JSON body.
 //! - A read-only token on an upload route: `403`.
 
-use crate::app::AppState;
 use crate::config::{Access, Token};
 use crate::error::{ApiError, code};
 use crate::sign::{UrlSigner, unix_now};
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use subtle::ConstantTimeEq;
 
@@ -179,31 +178,6 @@ fn grant(presented: &str, access: Access, need: Access, user: bool) -> Result<Ca
         access,
         user,
     })
-}
-
-/// Extractor: any valid token.
-pub struct ReadAccess(pub Caller);
-/// Extractor: a read+write token.
-pub struct WriteAccess(pub Caller);
-
-impl FromRequestParts<AppState> for ReadAccess {
-    type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        state
-            .auth
-            .check(&parts.headers, Access::Read)
-            .map(ReadAccess)
-    }
-}
-
-impl FromRequestParts<AppState> for WriteAccess {
-    type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        state
-            .auth
-            .check(&parts.headers, Access::Write)
-            .map(WriteAccess)
-    }
 }
 
 #[cfg(test)]

@@ -96,6 +96,7 @@ pub mod multipart;
 pub mod range;
 mod routes;
 pub mod sign;
+pub mod state;
 
 pub use config::{Access, ServerConfig, Token, TokenError, load_token_file, parse_token_file};
 
@@ -134,7 +135,7 @@ pub enum ServerError {
 /// A bound, not yet serving, server.
 pub struct Server {
     listener: tokio::net::TcpListener,
-    state: app::AppState,
+    state: state::AppState,
 }
 
 impl Server {
@@ -198,10 +199,10 @@ impl Server {
                 config.cas_token_key.unwrap_or_else(rand::random),
             ));
         }
-        let state = Arc::new(app::Shared {
+        let state = Arc::new(state::Shared {
             cas,
             auth,
-            hub: repos.map(|repos| Arc::new(hub::Hub { repos })),
+            hub: repos.map(|repos| Arc::new(state::Hub { repos })),
             signer: sign::UrlSigner::random(),
             grants,
             upload_permits: Arc::new(tokio::sync::Semaphore::new(

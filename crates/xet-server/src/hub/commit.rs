@@ -23,8 +23,8 @@ use xet_hub::id::{hex, hex_decode};
 use xet_hub::{CommitId, CommitMeta, FileEntry, Operation, RepoPath, RepoRef, Revision};
 
 use super::{Ctx, HubReply, HubResult, json, now};
-use crate::app::read_body;
 use crate::config::Access;
+use crate::state::body::read_body;
 
 /// A parsed commit request.
 #[derive(Default)]

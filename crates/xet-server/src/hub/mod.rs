@@ -53,15 +53,10 @@ use axum::response::{IntoResponse, Response};
 use xet_hub::api::{ErrorBody, error_code, header as hh, unquote};
 use xet_hub::{CommitId, HubError, NameError, RepoId, RepoRecord, RepoRef, RepoType, Repos};
 
-use crate::app::AppState;
 use crate::auth::{Caller, bearer};
 use crate::config::Access;
 use crate::error::ApiError;
-
-/// The Hub side of a server: where repositories live.
-pub struct Hub {
-    pub repos: Repos,
-}
+use crate::state::{AppState, Hub};
 
 /// An error answer of the Hub API.
 #[derive(Debug)]
@@ -355,7 +350,7 @@ pub(crate) async fn api(State(state): State<AppState>, req: Request) -> Response
 
 fn context(state: AppState, req: Request) -> HubResult<(Ctx, Method, Body)> {
     let (parts, body) = req.into_parts();
-    let base = crate::app::base_url(&parts, &state);
+    let base = crate::state::extract::base_url(&parts, &state);
     Ok((
         Ctx {
             state,
@@ -429,7 +424,7 @@ fn no_route(method: &Method, path: &str) -> HubReply {
         StatusCode::NOT_FOUND,
         format!(
             "no Hub API route for {method} {}",
-            crate::app::extract::shorten(path)
+            crate::state::extract::shorten(path)
         ),
     )
 }

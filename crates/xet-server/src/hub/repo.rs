@@ -15,8 +15,8 @@ use xet_hub::{
 };
 
 use super::{Ctx, HubReply, HubResult, json, now, rfc3339};
-use crate::app::read_body;
 use crate::config::Access;
+use crate::state::body::read_body;
 
 /// JSON bodies of the small routes are at most this large.
 pub(super) const SMALL_BODY: u64 = 16 * 1024 * 1024;

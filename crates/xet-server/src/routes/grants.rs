@@ -2,12 +2,12 @@
 //! `PUT /_grant-upload/{id}` receives the data, `POST /v1/xorb-commits/..` stores it.
 
 use super::json_ok;
-use crate::app::extract::{check_prefix, content_length, parse_hash, shorten};
-use crate::app::{AppState, BaseUrl, PathParams, read_body};
-use crate::auth::WriteAccess;
 use crate::error::{ApiError, ApiResult, code};
 use crate::grants::{IssueLimits, Owner, Ticket, amz_checksum_header};
 use crate::sign::unix_now;
+use crate::state::AppState;
+use crate::state::body::{content_length, read_body};
+use crate::state::extract::{BaseUrl, PathParams, WriteAccess, check_prefix, parse_hash, shorten};
 use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};

@@ -1,11 +1,11 @@
 //! Health, telemetry, token refresh, and the answers for unknown routes and methods.
 
 use super::json_ok;
-use crate::app::extract::shorten;
-use crate::app::{AppState, BaseUrl, read_body};
-use crate::auth::ReadAccess;
 use crate::error::{ApiError, ApiResult, code};
 use crate::sign::unix_now;
+use crate::state::AppState;
+use crate::state::body::read_body;
+use crate::state::extract::{BaseUrl, ReadAccess, shorten};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};

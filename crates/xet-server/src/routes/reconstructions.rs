@@ -3,12 +3,11 @@
 //! [`Reconstruction`] from [`reconstruct`], told apart only by their wire form.
 
 use super::{head_response, json_ok};
-use crate::app::extract::{parse_hash, range_header};
-use crate::app::{AppState, BaseUrl, PathParams, Shared};
-use crate::auth::ReadAccess;
 use crate::error::{ApiError, ApiResult, code};
 use crate::range::RangeSpec;
 use crate::sign::query_pairs;
+use crate::state::extract::{BaseUrl, PathParams, ReadAccess, parse_hash, range_header};
+use crate::state::{AppState, Shared};
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;

@@ -2,10 +2,10 @@
 //! (`GET /v1/chunks/..`, answered with a shard).
 
 use super::{json_ok, octets};
-use crate::app::extract::{check_prefix, parse_hash};
-use crate::app::{AppState, PathParams, read_body};
-use crate::auth::{ReadAccess, WriteAccess};
 use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::state::body::read_body;
+use crate::state::extract::{PathParams, ReadAccess, WriteAccess, check_prefix, parse_hash};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};

@@ -2,11 +2,11 @@
 //! the URLs reconstructions hand out. The signature stands in for bearer auth.
 
 use super::octets;
-use crate::app::extract::{check_prefix, parse_hash, range_header};
-use crate::app::{AppState, PathParams, Shared};
 use crate::error::{ApiError, ApiResult, code};
 use crate::multipart::ByteRangesWriter;
 use crate::range::{RangeSpec, content_range};
+use crate::state::extract::{PathParams, check_prefix, parse_hash, range_header};
+use crate::state::{AppState, Shared};
 use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};

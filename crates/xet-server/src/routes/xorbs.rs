@@ -1,11 +1,10 @@
 //! Direct xorb uploads (`POST /v1/xorbs/..`) and existence checks (`HEAD`).
 
 use super::{head_response, json_ok};
-use crate::app::AppState;
-use crate::app::PathParams;
-use crate::app::extract::{check_prefix, parse_hash, read_xorb_body};
-use crate::auth::{ReadAccess, WriteAccess};
 use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::state::body::read_xorb_body;
+use crate::state::extract::{PathParams, ReadAccess, WriteAccess, check_prefix, parse_hash};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
