@@ -22,8 +22,11 @@ use xet_hub::api::{CommitLine, CommitResponse, url};
 use xet_hub::id::{hex, hex_decode};
 use xet_hub::{CommitId, CommitMeta, FileEntry, Operation, RepoPath, RepoRef, Revision};
 
-use super::{Ctx, HubReply, HubResult, json, now};
+use super::ctx::Ctx;
+use super::reply::{HubReply, HubResult};
 use crate::config::Access;
+use crate::routes::json;
+use crate::sign::unix_now as now;
 use crate::state::body::read_body;
 
 /// A parsed commit request.

@@ -11,13 +11,15 @@ use xet_hub::api::{
 };
 use xet_hub::{CommitId, FileEntry, HubError, RepoId, RepoPath, RepoRef, RepoType, Storage};
 
-use super::{Ctx, HubReply, HubResult, header_value, set, xet_links};
+use super::ctx::{Ctx, segments};
+use super::reply::{HubReply, HubResult, content_type, header_value, set};
 use crate::config::Access;
 use crate::range::{content_range, parse_range_header};
+use crate::routes::json;
 
 /// Answer a file URL, or `None` if the path is not one.
 pub(super) async fn route(ctx: &Ctx, method: &Method, body: Body) -> HubResult<Option<Response>> {
-    let segs = super::segments(&ctx.path)?;
+    let segs = segments(&ctx.path)?;
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     let (kind, rest) = match segs.as_slice() {
         [p, rest @ ..] if is_typed(p, rest) => (url::type_of_prefix(p).expect("checked"), rest),
@@ -86,12 +88,12 @@ async fn resolve(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains(hh::XET_FILEINFO_MEDIA_TYPE));
     if wants_fileinfo && entry.storage == Storage::Lfs {
-        let mut r = super::json(
+        let mut r = json(
             StatusCode::OK,
             &serde_json::json!({"hash": entry.xet_hash.to_string(), "size": entry.size}),
         );
         file_headers(ctx, &mut r, repo, &id, &entry);
-        super::content_type(&mut r, hh::XET_FILEINFO_MEDIA_TYPE);
+        content_type(&mut r, hh::XET_FILEINFO_MEDIA_TYPE);
         return Ok(r);
     }
     let range = requested_range(ctx, entry.size)?;
@@ -138,6 +140,14 @@ fn file_headers(ctx: &Ctx, r: &mut Response, repo: &RepoRef, id: &CommitId, e: &
         h.insert(hh::LINKED_ETAG, tag);
         h.insert(header::LINK, xet_links(&ctx.base, repo, id, &hash));
     }
+}
+
+/// `Link` header value of the xet routes of a file.
+fn xet_links(base: &str, repo: &RepoRef, commit: &CommitId, xet_hash: &str) -> HeaderValue {
+    let token = url::api_repo_rev(base, repo, "xet-read-token", &commit.to_string());
+    header_value(&format!(
+        "<{token}>; rel=\"xet-auth\", <{base}/v1/reconstructions/{xet_hash}>; rel=\"xet-reconstruction-info\""
+    ))
 }
 
 /// The one range a `Range` header asks for; several ranges or a malformed header are
@@ -234,7 +244,7 @@ async fn lfs_batch(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<Response>
             error,
         });
     }
-    let mut r = super::json(
+    let mut r = json(
         StatusCode::OK,
         &LfsBatchResponse {
             transfer: if xet { "xet" } else { "basic" }.into(),
@@ -242,7 +252,7 @@ async fn lfs_batch(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<Response>
             hash_algo: Some("sha256".into()),
         },
     );
-    super::content_type(&mut r, "application/vnd.git-lfs+json");
+    content_type(&mut r, "application/vnd.git-lfs+json");
     set(
         &mut r,
         "x-xet-session-id",

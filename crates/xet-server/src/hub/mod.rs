@@ -41,327 +41,45 @@
 //! reach the CAS.
 
 mod commit;
+mod ctx;
 mod files;
+mod reply;
 mod repo;
 mod stream;
 mod upload;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use xet_hub::api::{ErrorBody, error_code, header as hh, unquote};
-use xet_hub::{CommitId, HubError, NameError, RepoId, RepoRecord, RepoRef, RepoType, Repos};
+use xet_hub::{RepoId, RepoRef, RepoType};
 
-use crate::auth::{Caller, bearer};
 use crate::config::Access;
-use crate::error::ApiError;
-use crate::state::{AppState, Hub};
-
-/// An error answer of the Hub API.
-#[derive(Debug)]
-pub(crate) struct HubReply {
-    status: StatusCode,
-    code: Option<&'static str>,
-    message: String,
-    commit: Option<CommitId>,
-    headers: Vec<(HeaderName, HeaderValue)>,
-}
-
-pub(crate) type HubResult<T> = Result<T, HubReply>;
-
-impl HubReply {
-    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> HubReply {
-        HubReply {
-            status,
-            code: None,
-            message: message.into(),
-            commit: None,
-            headers: Vec::new(),
-        }
-    }
-
-    pub(crate) fn with_header(mut self, name: HeaderName, value: HeaderValue) -> HubReply {
-        self.headers.push((name, value));
-        self
-    }
-
-    pub(crate) fn bad_request(message: impl Into<String>) -> HubReply {
-        HubReply::new(StatusCode::BAD_REQUEST, message)
-    }
-
-    pub(crate) fn coded(
-        status: StatusCode,
-        code: &'static str,
-        message: impl Into<String>,
-    ) -> HubReply {
-        HubReply {
-            code: Some(code),
-            ..HubReply::new(status, message)
-        }
-    }
-
-    /// With `X-Repo-Commit` (an `EntryNotFound` at a known commit, so clients can record
-    /// the absence in their cache).
-    pub(crate) fn at_commit(mut self, commit: CommitId) -> HubReply {
-        self.commit = Some(commit);
-        self
-    }
-}
-
-impl IntoResponse for HubReply {
-    fn into_response(self) -> Response {
-        if self.status.is_server_error() {
-            tracing::error!(status = self.status.as_u16(), "{}", self.message);
-        }
-        let mut r = (
-            self.status,
-            axum::Json(ErrorBody {
-                error: self.message.clone(),
-            }),
-        )
-            .into_response();
-        let h = r.headers_mut();
-        if let Some(code) = self.code {
-            h.insert(hh::ERROR_CODE, HeaderValue::from_static(code));
-        }
-        // Header values must be visible ASCII: keep the message readable, drop the rest.
-        let ascii: String = self
-            .message
-            .chars()
-            .map(|c| {
-                if c.is_ascii_graphic() || c == ' ' {
-                    c
-                } else {
-                    '?'
-                }
-            })
-            .take(400)
-            .collect();
-        if let Ok(v) = HeaderValue::from_str(&ascii) {
-            h.insert(hh::ERROR_MESSAGE, v);
-        }
-        if let Some(c) = self.commit {
-            h.insert(hh::REPO_COMMIT, header_value(&c.to_string()));
-        }
-        for (k, v) in self.headers {
-            h.insert(k, v);
-        }
-        r
-    }
-}
-
-impl From<HubError> for HubReply {
-    fn from(e: HubError) -> HubReply {
-        use xet_hub::commit::ApplyError;
-        let message = e.to_string();
-        match e {
-            HubError::RepoNotFound(_) => {
-                HubReply::coded(StatusCode::NOT_FOUND, error_code::REPO_NOT_FOUND, message)
-            }
-            HubError::RevisionNotFound { .. } => HubReply::coded(
-                StatusCode::NOT_FOUND,
-                error_code::REVISION_NOT_FOUND,
-                message,
-            ),
-            HubError::EntryNotFound { .. }
-            | HubError::Apply(ApplyError::NoSuchFile { .. } | ApplyError::NoSuchFolder { .. }) => {
-                HubReply::coded(StatusCode::NOT_FOUND, error_code::ENTRY_NOT_FOUND, message)
-            }
-            HubError::RepoExists(_) | HubError::BranchExists { .. } => {
-                HubReply::new(StatusCode::CONFLICT, message)
-            }
-            HubError::ParentMismatch { .. } => {
-                HubReply::new(StatusCode::PRECONDITION_FAILED, message)
-            }
-            HubError::Apply(_) => HubReply::new(StatusCode::UNPROCESSABLE_ENTITY, message),
-            HubError::Contention { .. } => HubReply::new(StatusCode::SERVICE_UNAVAILABLE, message),
-            HubError::Store(e) => HubReply::from(ApiError::from(e)),
-        }
-    }
-}
-
-impl From<ApiError> for HubReply {
-    fn from(e: ApiError) -> HubReply {
-        HubReply::new(e.status, e.reason)
-    }
-}
-
-impl From<NameError> for HubReply {
-    fn from(e: NameError) -> HubReply {
-        HubReply::bad_request(e.to_string())
-    }
-}
-
-impl From<xet_cas::CasError> for HubReply {
-    fn from(e: xet_cas::CasError) -> HubReply {
-        HubReply::from(ApiError::from(e))
-    }
-}
-
-pub(crate) fn header_value(s: &str) -> HeaderValue {
-    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
-}
-
-/// What every Hub handler gets: the shared state, the Hub, the base URL clients reach
-/// this server at, the request's headers, and its path split into decoded segments.
-pub(crate) struct Ctx {
-    pub state: AppState,
-    pub base: String,
-    pub headers: HeaderMap,
-    pub query: Option<String>,
-    pub path: String,
-}
-
-impl Ctx {
-    pub(crate) fn hub(&self) -> &Hub {
-        self.state
-            .hub
-            .as_deref()
-            .expect("hub routes exist only with a hub")
-    }
-
-    pub(crate) fn repos(&self) -> &Repos {
-        &self.hub().repos
-    }
-
-    /// The caller, who must hold `need`. Only user tokens count (minted CAS tokens are
-    /// for the CAS). The 401s follow the Hub: clients show "repository not found" for a
-    /// 401 on a repository URL unless the message says the credentials are invalid.
-    pub(crate) fn caller(&self, need: Access) -> HubResult<Caller> {
-        let auth = &self.state.auth;
-        if !auth.enabled() {
-            return Ok(Caller {
-                token: None,
-                access: Access::Write,
-                user: false,
-            });
-        }
-        let Some(presented) = bearer(&self.headers) else {
-            return Err(HubReply::coded(
-                StatusCode::UNAUTHORIZED,
-                error_code::REPO_NOT_FOUND,
-                "authentication required: this server needs a token (set HF_TOKEN or pass --token)",
-            ));
-        };
-        let Some(access) = auth.user_access(presented) else {
-            return Err(HubReply::new(
-                StatusCode::UNAUTHORIZED,
-                "Invalid credentials in Authorization header",
-            ));
-        };
-        if access < need {
-            return Err(HubReply::new(
-                StatusCode::FORBIDDEN,
-                "this token is read-only: writing to a repository needs a write token",
-            ));
-        }
-        Ok(Caller {
-            token: Some(presented.to_string()),
-            access,
-            user: true,
-        })
-    }
-
-    /// The record of `repo`, if `caller` may see it. A private repository looks absent
-    /// (401 `RepoNotFound`, as the Hub answers) to anyone without a user token.
-    pub(crate) async fn open_repo(&self, repo: &RepoRef, caller: &Caller) -> HubResult<RepoRecord> {
-        let record = self.repos().record(repo).await?;
-        if record.private && !caller.user {
-            return Err(HubReply::coded(
-                StatusCode::UNAUTHORIZED,
-                error_code::REPO_NOT_FOUND,
-                format!("repository {repo} not found (or private: pass a token)"),
-            ));
-        }
-        Ok(record)
-    }
-
-    /// The value of query parameter `key` (first occurrence, decoded).
-    pub(crate) fn query_param(&self, key: &str) -> Option<String> {
-        form_pairs(self.query.as_deref()?)
-            .into_iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v)
-    }
-}
-
-/// `k=v&k2=v2` pairs, `+` as space, percent-decoded (forms and query strings).
-pub(crate) fn form_pairs(s: &str) -> Vec<(String, String)> {
-    let decode = |t: &str| unquote(&t.replace('+', " ")).unwrap_or_default();
-    s.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (decode(k), decode(v)),
-            None => (decode(p), String::new()),
-        })
-        .collect()
-}
-
-/// Seconds since the Unix epoch.
-pub(crate) fn now() -> u64 {
-    crate::sign::unix_now()
-}
-
-/// `secs` as RFC 3339 UTC (`2026-11-25T21:46:01.000Z`), the form the Hub uses.
-pub(crate) fn rfc3339(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.000Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
-}
-
-/// Split a raw URL path into percent-decoded segments (so `refs%2Fpr%2F1` stays one).
-fn segments(path: &str) -> HubResult<Vec<String>> {
-    path.trim_start_matches('/')
-        .split('/')
-        .map(|s| {
-            unquote(s)
-                .ok_or_else(|| HubReply::bad_request(format!("path segment {s:?} is not UTF-8")))
-        })
-        .collect()
-}
+use crate::state::AppState;
+use crate::state::extract::{base_url, shorten};
+use ctx::{Ctx, segments};
+use reply::{HubReply, HubResult};
 
 /// `/api/...`: the Hub's JSON API.
 pub(crate) async fn api(State(state): State<AppState>, req: Request) -> Response {
-    let (ctx, method, body) = match context(state, req) {
-        Ok(x) => x,
-        Err(e) => return e.into_response(),
-    };
+    let (ctx, method, body) = context(state, req);
     match api_route(&ctx, &method, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-fn context(state: AppState, req: Request) -> HubResult<(Ctx, Method, Body)> {
+fn context(state: AppState, req: Request) -> (Ctx, Method, Body) {
     let (parts, body) = req.into_parts();
-    let base = crate::state::extract::base_url(&parts, &state);
-    Ok((
-        Ctx {
-            state,
-            base,
-            query: parts.uri.query().map(str::to_string),
-            path: parts.uri.path().to_string(),
-            headers: parts.headers,
-        },
-        parts.method,
-        body,
-    ))
+    let base = base_url(&parts, &state);
+    let ctx = Ctx {
+        state,
+        base,
+        query: parts.uri.query().map(str::to_string),
+        path: parts.uri.path().to_string(),
+        headers: parts.headers,
+    };
+    (ctx, parts.method, body)
 }
 
 async fn api_route(ctx: &Ctx, method: &Method, body: Body) -> HubResult<Response> {
@@ -422,10 +140,7 @@ async fn repo_route(
 fn no_route(method: &Method, path: &str) -> HubReply {
     HubReply::new(
         StatusCode::NOT_FOUND,
-        format!(
-            "no Hub API route for {method} {}",
-            crate::state::extract::shorten(path)
-        ),
+        format!("no Hub API route for {method} {}", shorten(path)),
     )
 }
 
@@ -439,63 +154,12 @@ pub(crate) async fn files(State(state): State<AppState>, req: Request) -> Respon
             .await
             .into_response();
     }
-    let (ctx, method, body) = match context(state, req) {
-        Ok(x) => x,
-        Err(e) => return e.into_response(),
-    };
+    let (ctx, method, body) = context(state, req);
     match files::route(&ctx, &method, body).await {
         Ok(Some(r)) => r,
         Ok(None) => crate::routes::misc::no_route(method, uri)
             .await
             .into_response(),
         Err(e) => e.into_response(),
-    }
-}
-
-/// `Link` header value of the xet routes of a file.
-pub(crate) fn xet_links(
-    base: &str,
-    repo: &RepoRef,
-    commit: &CommitId,
-    xet_hash: &str,
-) -> HeaderValue {
-    let token = xet_hub::api::url::api_repo_rev(base, repo, "xet-read-token", &commit.to_string());
-    header_value(&format!(
-        "<{token}>; rel=\"xet-auth\", <{base}/v1/reconstructions/{xet_hash}>; rel=\"xet-reconstruction-info\""
-    ))
-}
-
-pub(crate) fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
-    (status, axum::Json(v)).into_response()
-}
-
-pub(crate) fn set(r: &mut Response, name: &'static str, value: HeaderValue) {
-    r.headers_mut().insert(HeaderName::from_static(name), value);
-}
-
-pub(crate) fn content_type(r: &mut Response, v: &'static str) {
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(v));
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn dates() {
-        assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(super::rfc3339(1_795_297_561), "2026-11-21T21:46:01.000Z");
-        assert_eq!(super::rfc3339(951_782_400), "2000-02-29T00:00:00.000Z");
-    }
-
-    #[test]
-    fn forms() {
-        assert_eq!(
-            super::form_pairs("paths=a+b&paths=c%2Fd&expand=true"),
-            [
-                ("paths".to_string(), "a b".to_string()),
-                ("paths".into(), "c/d".into()),
-                ("expand".into(), "true".into())
-            ]
-        );
     }
 }

@@ -14,8 +14,11 @@ use xet_hub::{
     Revision, Storage,
 };
 
-use super::{Ctx, HubReply, HubResult, json, now, rfc3339};
+use super::ctx::{Ctx, form_pairs};
+use super::reply::{HubReply, HubResult, header_value};
 use crate::config::Access;
+use crate::routes::json;
+use crate::sign::unix_now;
 use crate::state::body::read_body;
 
 /// JSON bodies of the small routes are at most this large.
@@ -55,7 +58,7 @@ pub(super) async fn create(ctx: &Ctx, body: Body) -> HubResult<Response> {
     let page = url::repo_page(&ctx.base, &repo);
     match ctx
         .repos()
-        .create(&repo, &cfg.hub_user, req.is_private(), now())
+        .create(&repo, &cfg.hub_user, req.is_private(), unix_now())
         .await
     {
         Ok(_) => {
@@ -77,10 +80,8 @@ pub(super) async fn create(ctx: &Ctx, body: Body) -> HubResult<Response> {
                     error: Some(message.clone()),
                 },
             );
-            r.headers_mut().insert(
-                xet_hub::api::header::ERROR_MESSAGE,
-                super::header_value(&message),
-            );
+            r.headers_mut()
+                .insert(xet_hub::api::header::ERROR_MESSAGE, header_value(&message));
             Ok(r)
         }
         Err(e) => Err(e.into()),
@@ -232,7 +233,7 @@ pub(super) async fn tree(ctx: &Ctx, repo: &RepoRef, rev: &str, path: &str) -> Hu
         let next = next_page_url(ctx, end);
         r.headers_mut().insert(
             header::LINK,
-            super::header_value(&format!("<{next}>; rel=\"next\"")),
+            header_value(&format!("<{next}>; rel=\"next\"")),
         );
     }
     Ok(r)
@@ -270,7 +271,7 @@ pub(super) async fn paths_info(
         let bytes = read_body(&ctx.headers, body, SMALL_BODY, "paths-info").await?;
         let text = String::from_utf8_lossy(&bytes);
         PathsInfoRequest {
-            paths: super::form_pairs(&text)
+            paths: form_pairs(&text)
                 .into_iter()
                 .filter(|(k, _)| k == "paths")
                 .map(|(_, v)| v)
@@ -354,6 +355,28 @@ pub(super) fn agent_harnesses() -> Response {
     r
 }
 
+/// `secs` as RFC 3339 UTC (`2026-11-25T21:46:01.000Z`), the form the Hub uses.
+fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.000Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,6 +408,13 @@ mod tests {
                 TreeEntry::Directory { path, .. } => format!("{path}/"),
             })
             .collect()
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_795_297_561), "2026-11-21T21:46:01.000Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00.000Z");
     }
 
     #[test]

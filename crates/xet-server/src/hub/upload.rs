@@ -11,8 +11,11 @@ use xet_hub::api::{
 use xet_hub::mode::upload_mode;
 use xet_hub::{RepoPath, RepoRef, Revision, Storage};
 
-use super::{Ctx, HubReply, HubResult, header_value, json, now, set};
+use super::ctx::Ctx;
+use super::reply::{HubReply, HubResult, header_value, set};
 use crate::config::Access;
+use crate::routes::json;
+use crate::sign::unix_now;
 
 /// Most files in one preupload request (clients send 100 or 256).
 const MAX_PREUPLOAD_FILES: usize = 10_000;
@@ -91,7 +94,7 @@ pub(super) async fn xet_token(ctx: &Ctx, repo: &RepoRef, need: Access) -> HubRes
 /// A CAS token with `access`, valid for the configured token lifetime, for the CAS on
 /// this same listener.
 pub(super) fn mint(ctx: &Ctx, access: Access) -> HubResult<XetToken> {
-    let exp = now() + ctx.state.config.token_ttl.as_secs().max(60);
+    let exp = unix_now() + ctx.state.config.token_ttl.as_secs().max(60);
     let access_token = match ctx.state.auth.minter() {
         Some(m) => m.mint(access, exp),
         // Only reachable on an open server (the CLI always sets a key with a hub):

@@ -1,7 +1,7 @@
 //! Xorb uploads through grants: `POST /v1/xorb-grants/..` issues a signed upload URL,
 //! `PUT /_grant-upload/{id}` receives the data, `POST /v1/xorb-commits/..` stores it.
 
-use super::json_ok;
+use super::json;
 use crate::error::{ApiError, ApiResult, code};
 use crate::grants::{IssueLimits, Owner, Ticket, amz_checksum_header};
 use crate::sign::unix_now;
@@ -33,7 +33,7 @@ pub(crate) async fn xorb_grant(
     let body = read_body(&headers, body, GRANT_REQUEST_LIMIT, "grant request").await?;
     let (length, crc) = grant_terms(&body, &xorb, s.config.max_xorb_bytes)?;
     if s.cas.xorb_size(&xorb).await?.is_some() {
-        return Ok(json_ok(
+        return Ok(json(
             StatusCode::OK,
             &WasInserted {
                 was_inserted: false,
@@ -55,7 +55,7 @@ pub(crate) async fn xorb_grant(
     s.grants.start_sweeper();
     let id = s.grants.issue(ticket, expires, now, owner, limits)?;
     let url = s.grant_url(&base, &id, expires);
-    Ok(json_ok(
+    Ok(json(
         StatusCode::CREATED,
         &Grant {
             id,
@@ -181,7 +181,7 @@ pub(crate) async fn xorb_commit(
     match s.cas.put_xorb(&xorb, XorbBody::Received(data)).await {
         Ok(was_inserted) => {
             held.done();
-            Ok(json_ok(StatusCode::OK, &WasInserted { was_inserted }))
+            Ok(json(StatusCode::OK, &WasInserted { was_inserted }))
         }
         Err(e) => {
             let e = ApiError::from(e);

@@ -1,6 +1,6 @@
 //! Health, telemetry, token refresh, and the answers for unknown routes and methods.
 
-use super::json_ok;
+use super::json;
 use crate::error::{ApiError, ApiResult, code};
 use crate::sign::unix_now;
 use crate::state::AppState;
@@ -16,7 +16,7 @@ use xet_cas::wire::TokenRefresh;
 const TELEMETRY_LIMIT: u64 = 1024 * 1024;
 
 pub(crate) async fn health() -> Response {
-    json_ok(StatusCode::OK, &serde_json::json!({"status": "ok"}))
+    json(StatusCode::OK, &serde_json::json!({"status": "ok"}))
 }
 
 /// Telemetry is accepted and discarded.
@@ -26,7 +26,7 @@ pub(crate) async fn telemetry(
     body: Body,
 ) -> ApiResult<Response> {
     read_body(&headers, body, TELEMETRY_LIMIT, "telemetry").await?;
-    Ok(json_ok(StatusCode::OK, &serde_json::json!({})))
+    Ok(json(StatusCode::OK, &serde_json::json!({})))
 }
 
 /// `GET /v1/token`: hands back the presented token with a fresh expiry, for clients that
@@ -41,7 +41,7 @@ pub(crate) async fn token_refresh(
         exp: unix_now() + s.config.token_ttl.as_secs().max(1),
         cas_url: base,
     };
-    json_ok(StatusCode::OK, &body)
+    json(StatusCode::OK, &body)
 }
 
 pub(crate) async fn no_route(method: Method, uri: Uri) -> ApiError {

@@ -11,7 +11,8 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-fn json_ok<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
+/// `v` as a JSON answer with `status` (the CAS routes and the Hub API alike).
+pub(crate) fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
     (status, Json(v)).into_response()
 }
 

@@ -2,7 +2,7 @@
 //! existence checks (`HEAD /v1/files/{file}`). v1, v2 and batch answers are one
 //! [`Reconstruction`] from [`reconstruct`], told apart only by their wire form.
 
-use super::{head_response, json_ok};
+use super::{head_response, json};
 use crate::error::{ApiError, ApiResult, code};
 use crate::range::RangeSpec;
 use crate::sign::query_pairs;
@@ -55,8 +55,8 @@ async fn reconstruction(
     let rec = reconstruct(s, &file, single_range(headers)?).await?;
     let url = presigner(s, base);
     Ok(match form {
-        Form::V1 => json_ok(StatusCode::OK, &rec.to_v1(url)),
-        Form::V2 => json_ok(StatusCode::OK, &rec.to_v2(url)),
+        Form::V1 => json(StatusCode::OK, &rec.to_v1(url)),
+        Form::V2 => json(StatusCode::OK, &rec.to_v2(url)),
     })
 }
 
@@ -90,7 +90,7 @@ pub(crate) async fn reconstruction_batch(
             merge_fetch_info(out.fetch_info.entry(xorb).or_default(), list);
         }
     }
-    Ok(json_ok(StatusCode::OK, &out))
+    Ok(json(StatusCode::OK, &out))
 }
 
 /// The `file_id`s of a batch query, at least one and at most `max`.

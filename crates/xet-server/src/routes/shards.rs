@@ -1,7 +1,7 @@
 //! Shard registration (`POST /v1/shards`, `POST /v2/shards`) and global dedup queries
 //! (`GET /v1/chunks/..`, answered with a shard).
 
-use super::{json_ok, octets};
+use super::{json, octets};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::state::body::read_body;
@@ -26,7 +26,7 @@ pub(crate) async fn shards_v1(
     let body = read_body(&headers, body, s.config.max_shard_bytes, "shard").await?;
     let _permit = s.upload_permit().await?;
     let inserted = s.cas.put_shard(body).await?;
-    Ok(json_ok(
+    Ok(json(
         StatusCode::OK,
         &ShardResultV1 {
             result: inserted as u8,

@@ -1,6 +1,6 @@
 //! Direct xorb uploads (`POST /v1/xorbs/..`) and existence checks (`HEAD`).
 
-use super::{head_response, json_ok};
+use super::{head_response, json};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::state::body::read_xorb_body;
@@ -25,7 +25,7 @@ pub(crate) async fn xorb_post(
     let body = read_xorb_body(&headers, body, s.config.max_xorb_bytes, &xorb).await?;
     let _permit = s.upload_permit().await?;
     let was_inserted = s.cas.put_xorb(&xorb, XorbBody::Received(body)).await?;
-    Ok(json_ok(StatusCode::OK, &WasInserted { was_inserted }))
+    Ok(json(StatusCode::OK, &WasInserted { was_inserted }))
 }
 
 pub(crate) async fn xorb_head(
