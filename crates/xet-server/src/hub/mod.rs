@@ -50,15 +50,16 @@ mod upload;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode};
+use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use xet_hub::{RepoId, RepoRef, RepoType};
 
 use crate::config::Access;
+use crate::routes::misc::no_route;
 use crate::state::AppState;
-use crate::state::extract::{base_url, shorten};
+use crate::state::extract::base_url;
 use ctx::{Ctx, segments};
-use reply::{HubReply, HubResult};
+use reply::HubResult;
 
 /// `/api/...`: the Hub's JSON API.
 pub(crate) async fn api(State(state): State<AppState>, req: Request) -> Response {
@@ -93,12 +94,12 @@ async fn api_route(ctx: &Ctx, method: &Method, body: Body) -> HubResult<Response
         (&Method::GET, ["agent-harnesses"]) => Ok(repo::agent_harnesses()),
         (_, [plural, ns, name, tail @ ..]) => {
             let Some(kind) = RepoType::from_plural(plural) else {
-                return Err(no_route(method, &ctx.path));
+                return Err(no_route(method, &ctx.path).into());
             };
             let repo = RepoRef::new(kind, RepoId::new(ns, name)?);
             repo_route(ctx, method, &repo, tail, body).await
         }
-        _ => Err(no_route(method, &ctx.path)),
+        _ => Err(no_route(method, &ctx.path).into()),
     }
 }
 
@@ -133,15 +134,8 @@ async fn repo_route(
         (&Method::POST, ["commit", rev @ ..]) if !rev.is_empty() => {
             commit::commit(ctx, repo, &joined(rev), body).await
         }
-        _ => Err(no_route(method, &ctx.path)),
+        _ => Err(no_route(method, &ctx.path).into()),
     }
-}
-
-fn no_route(method: &Method, path: &str) -> HubReply {
-    HubReply::new(
-        StatusCode::NOT_FOUND,
-        format!("no Hub API route for {method} {}", shorten(path)),
-    )
 }
 
 /// Everything no other route took: file URLs of the Hub (`resolve`, the LFS batch
@@ -150,16 +144,12 @@ pub(crate) async fn files(State(state): State<AppState>, req: Request) -> Respon
     let method = req.method().clone();
     let uri = req.uri().clone();
     if state.hub.is_none() {
-        return crate::routes::misc::no_route(method, uri)
-            .await
-            .into_response();
+        return no_route(&method, uri.path()).into_response();
     }
     let (ctx, method, body) = context(state, req);
     match files::route(&ctx, &method, body).await {
         Ok(Some(r)) => r,
-        Ok(None) => crate::routes::misc::no_route(method, uri)
-            .await
-            .into_response(),
+        Ok(None) => no_route(&method, uri.path()).into_response(),
         Err(e) => e.into_response(),
     }
 }

@@ -44,11 +44,12 @@ pub(crate) async fn token_refresh(
     json(StatusCode::OK, &body)
 }
 
-pub(crate) async fn no_route(method: Method, uri: Uri) -> ApiError {
+/// The `404` of a path no route serves, in the CAS API and the Hub API alike.
+pub(crate) fn no_route(method: &Method, path: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         code::NO_ROUTE,
-        format!("no route for {method} {}", shorten(uri.path())),
+        format!("no route for {method} {}", shorten(path)),
     )
 }
 
