@@ -267,12 +267,8 @@ pub fn nodelay(
     listener: tokio::net::TcpListener,
 ) -> axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)> {
     use axum::serve::ListenerExt;
-    fn set(tcp: &mut tokio::net::TcpStream) {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY on a connection: {e}");
-        }
-    }
-    listener.tap_io(set as fn(&mut tokio::net::TcpStream))
+    let set: fn(&mut tokio::net::TcpStream) = |tcp| conn::set_nodelay(tcp);
+    listener.tap_io(set)
 }
 
 /// Completes on SIGINT (Ctrl-C) or, on Unix, SIGTERM.
