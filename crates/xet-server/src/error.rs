@@ -87,6 +87,18 @@ impl ApiError {
             HeaderValue::from_str(&format!("bytes */{size}")).expect("ascii"),
         )
     }
+    /// `503 grant_capacity` with `Retry-After: secs` (at least 1).
+    pub fn grant_capacity(reason: impl Into<String>, secs: u64) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            code::GRANT_CAPACITY,
+            reason,
+        )
+        .with_header(
+            header::RETRY_AFTER,
+            HeaderValue::from_str(&secs.max(1).to_string()).expect("digits"),
+        )
+    }
     pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
         self.headers.push((name, value));
         self

@@ -3,8 +3,8 @@
 //! held data to [`xet_cas::Cas::put_xorb`].
 //!
 //! Uploaded data is checked against the length and CRC-64/NVME the client declared when
-//! asking for the grant, then held until the commit: in memory while the total held stays
-//! under a budget, otherwise in a named spill file under `<spool dir>/xet-grants-<pid>/`
+//! asking for the grant, then held until the commit in the [`spool`](crate::spool): in
+//! memory while the total held stays under a budget, otherwise in a named spill file under `<spool dir>/xet-grants-<pid>/`
 //! (bounded in total bytes, removed when the data is dropped, and the directory of a
 //! process that is gone is removed at start-up).
 //!
@@ -19,17 +19,15 @@
 //! The table's lock is never held across an `.await`.
 
 use crate::error::{ApiError, ApiResult, code};
+use crate::spool::{Spool, Spooled, Ticket};
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
-use bytes::Bytes;
-use http_body_util::BodyExt;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::AsyncWriteExt;
-use xet_cas::{ReceivedXorb, XorbReceiver};
+use xet_cas::ReceivedXorb;
 use xet_hash::MerkleHash;
 
 pub use xet_cas::crc::crc64_nvme;
@@ -96,10 +94,7 @@ pub struct IssueLimits {
 /// Grant bookkeeping shared by the grant, upload and commit handlers.
 pub struct Grants {
     table: Mutex<HashMap<String, Entry>>,
-    mem_used: Arc<AtomicU64>,
-    mem_budget: u64,
-    spill_used: Arc<AtomicU64>,
-    spool_dir: PathBuf,
+    spool: Spool,
     max_open: usize,
     commit_ttl: Duration,
     next_upload: AtomicU64,
@@ -109,123 +104,6 @@ pub struct Grants {
 /// How often the background sweep drops expired grants and their data.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
-/// What an upload must match.
-#[derive(Debug, Clone, Copy)]
-pub struct Ticket {
-    pub xorb: MerkleHash,
-    pub length: u64,
-    pub crc: u64,
-}
-
-/// Held grant data.
-pub enum Spooled {
-    Memory {
-        xorb: ReceivedXorb,
-        _reservation: MemReservation,
-    },
-    File {
-        /// A named file in the spill directory, removed when dropped.
-        file: tempfile::NamedTempFile,
-        len: u64,
-        /// Dropped after `file`: removes the directory once it holds no spilled data.
-        _reservation: SpillReservation,
-    },
-}
-
-/// Bytes counted against the spill budget until dropped; the last one out removes the
-/// (then empty) spill directory, so nothing is left behind while the server idles.
-pub struct SpillReservation {
-    bytes: MemReservation,
-    dir: PathBuf,
-}
-
-impl Drop for SpillReservation {
-    fn drop(&mut self) {
-        if self.bytes.counter.fetch_sub(self.bytes.n, Ordering::AcqRel) == self.bytes.n {
-            // Fails (harmlessly) if another spill file appeared meanwhile.
-            let _ = std::fs::remove_dir(&self.dir);
-        }
-        // `bytes` must not subtract again.
-        self.bytes.n = 0;
-    }
-}
-
-/// Bytes counted against a budget (memory or spill files) until dropped.
-pub struct MemReservation {
-    counter: Arc<AtomicU64>,
-    n: u64,
-}
-
-impl Drop for MemReservation {
-    fn drop(&mut self) {
-        self.counter.fetch_sub(self.n, Ordering::AcqRel);
-    }
-}
-
-fn reserve(counter: &Arc<AtomicU64>, budget: u64, n: u64) -> Option<MemReservation> {
-    let mut cur = counter.load(Ordering::Acquire);
-    loop {
-        if cur.checked_add(n)? > budget {
-            return None;
-        }
-        match counter.compare_exchange(cur, cur + n, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => {
-                return Some(MemReservation {
-                    counter: counter.clone(),
-                    n,
-                });
-            }
-            Err(actual) => cur = actual,
-        }
-    }
-}
-
-impl Spooled {
-    pub fn len(&self) -> u64 {
-        match self {
-            Spooled::Memory { xorb, .. } => xorb.body().len() as u64,
-            Spooled::File { len, .. } => *len,
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The held xorb, leaving the data held: verified as it arrived if it was received
-    /// into memory.
-    pub async fn load(&self) -> ApiResult<ReceivedXorb> {
-        match self {
-            Spooled::Memory { xorb, .. } => Ok(xorb.clone()),
-            Spooled::File { file, len, .. } => {
-                let mut file = file
-                    .as_file()
-                    .try_clone()
-                    .map_err(|e| ApiError::internal(format!("cannot reopen a spill file: {e}")))?;
-                let len = *len;
-                tokio::task::spawn_blocking(move || {
-                    use std::io::{Read, Seek, SeekFrom};
-                    file.seek(SeekFrom::Start(0))?;
-                    let mut buf = Vec::with_capacity(len as usize);
-                    file.read_to_end(&mut buf)?;
-                    Ok::<_, std::io::Error>(ReceivedXorb::unverified(Bytes::from(buf)))
-                })
-                .await
-                .map_err(|e| ApiError::internal(format!("spool reader failed: {e}")))?
-                .map_err(|e| ApiError::internal(format!("cannot read spooled grant data: {e}")))
-            }
-        }
-    }
-
-    /// The held xorb; the data is released.
-    pub async fn into_xorb(self) -> ApiResult<ReceivedXorb> {
-        match self {
-            Spooled::Memory { xorb, .. } => Ok(xorb),
-            file => file.load().await,
-        }
-    }
-}
-
 fn gone(id: &str) -> ApiError {
     ApiError::forbidden(
         code::URL_EXPIRED,
@@ -233,62 +111,13 @@ fn gone(id: &str) -> ApiError {
     )
 }
 
-/// `503 grant_capacity` with `Retry-After: secs`.
-fn capacity(reason: String, secs: u64) -> ApiError {
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        code::GRANT_CAPACITY,
-        reason,
-    )
-    .with_header(
-        header::RETRY_AFTER,
-        HeaderValue::from_str(&secs.max(1).to_string()).expect("digits"),
-    )
-}
-
-/// Name of this process's spill directory under the spool dir.
-fn spill_dir_name(pid: u32) -> String {
-    format!("xet-grants-{pid}")
-}
-
-/// Remove the spill directories in `spool_dir` of this process id and of processes that
-/// are gone (checked through `/proc` where there is one).
-fn clean_spill_dirs(spool_dir: &Path) {
-    let Ok(rd) = std::fs::read_dir(spool_dir) else {
-        return;
-    };
-    let me = std::process::id();
-    let proc = Path::new("/proc/self").exists();
-    for d in rd.flatten() {
-        let name = d.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("xet-grants-"))
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let stale = pid == me || (proc && !Path::new(&format!("/proc/{pid}")).exists());
-        if stale {
-            match std::fs::remove_dir_all(d.path()) {
-                Ok(()) => tracing::info!("removed stale grant spill dir {}", d.path().display()),
-                Err(e) => tracing::warn!("cannot remove {}: {e}", d.path().display()),
-            }
-        }
-    }
-}
-
 impl Grants {
     /// `spool_dir` is where spill files go (in a `xet-grants-<pid>` directory made on
     /// first use); stale such directories in it are removed now.
     pub fn new(mem_budget: u64, spool_dir: PathBuf, max_open: usize, commit_ttl: Duration) -> Self {
-        clean_spill_dirs(&spool_dir);
         Grants {
             table: Mutex::new(HashMap::new()),
-            mem_used: Arc::new(AtomicU64::new(0)),
-            mem_budget,
-            spill_used: Arc::new(AtomicU64::new(0)),
-            spool_dir: spool_dir.join(spill_dir_name(std::process::id())),
+            spool: Spool::new(mem_budget, spool_dir),
             max_open,
             commit_ttl,
             next_upload: AtomicU64::new(1),
@@ -317,12 +146,12 @@ impl Grants {
 
     /// Where spill files go.
     pub fn spill_dir(&self) -> &Path {
-        &self.spool_dir
+        self.spool.dir()
     }
 
     /// Bytes held in spill files now.
     pub fn spilled_bytes(&self) -> u64 {
-        self.spill_used.load(Ordering::Acquire)
+        self.spool.spilled_bytes()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
@@ -388,7 +217,7 @@ impl Grants {
         };
         let mine = t.values().filter(|e| e.owner == owner).count();
         if mine >= limits.per_owner {
-            return Err(capacity(
+            return Err(ApiError::grant_capacity(
                 format!(
                     "{mine} grants are open for this caller (at most {} per token); commit \
                      them, wait for unused ones to expire, or upload the xorb with POST /v1/xorbs",
@@ -398,7 +227,7 @@ impl Grants {
             ));
         }
         if t.len() >= self.max_open {
-            return Err(capacity(
+            return Err(ApiError::grant_capacity(
                 format!(
                     "{} grants are open on this server; retry later or upload the xorb with \
                      POST /v1/xorbs",
@@ -560,169 +389,31 @@ impl Grants {
         self.lock().len()
     }
 
-    fn spill_file(&self, ticket: &Ticket, spill_limit: u64) -> ApiResult<Spooled> {
-        let over = || {
-            capacity(
-                format!(
-                    "grant data waiting for commits fills the {spill_limit}-byte spill budget; \
-                     retry later or upload xorb {} with POST /v1/xorbs",
-                    ticket.xorb
-                ),
-                5,
-            )
-        };
-        let r = match reserve(&self.spill_used, spill_limit, ticket.length) {
-            Some(r) => r,
-            None => {
-                // Expired data may still be held: drop it and try again.
-                self.sweep_now(crate::sign::unix_now());
-                reserve(&self.spill_used, spill_limit, ticket.length).ok_or_else(over)?
-            }
-        };
-        let cannot = |e: std::io::Error| {
-            ApiError::internal(format!(
-                "cannot create a spill file in {}: {e}",
-                self.spool_dir.display()
-            ))
-        };
-        let r = SpillReservation {
-            bytes: r,
-            dir: self.spool_dir.clone(),
-        };
-        let mut tries = 0;
-        let file = loop {
-            std::fs::create_dir_all(&self.spool_dir).map_err(cannot)?;
-            match tempfile::Builder::new()
-                .prefix("grant-")
-                .tempfile_in(&self.spool_dir)
-            {
-                Ok(f) => break f,
-                // The last spill file's owner removed the directory in between.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 3 => tries += 1,
-                Err(e) => return Err(cannot(e)),
-            }
-        };
-        Ok(Spooled::File {
-            file,
-            len: 0,
-            _reservation: r,
-        })
-    }
-
-    /// Receive `body` for `ticket`, checking its length and CRC as it streams in. Data
-    /// over the memory budget goes to a spill file; beyond `spill_limit` bytes of those
-    /// in total, the upload is refused (`503 grant_capacity`).
+    /// Receive `body` for `ticket` into the [`spool`](crate::spool), checking its length
+    /// and CRC as it streams in: in memory within the memory budget, else in a spill file;
+    /// past `spill_limit` bytes of those, expired grants' data is dropped before the
+    /// upload is refused (`503 grant_capacity`).
     pub async fn receive(
         &self,
         ticket: &Ticket,
         body: Body,
         spill_limit: u64,
     ) -> ApiResult<Spooled> {
-        enum Sink {
-            Mem(xet_cas::buffers::BodyBuf, MemReservation, XorbReceiver),
-            File(Spooled, tokio::fs::File),
-        }
-        let mut sink = match reserve(&self.mem_used, self.mem_budget, ticket.length) {
-            // Large (xorb) bodies go into recycled, page-aligned buffers (see
-            // `xet_cas::buffers`), and are verified as they arrive.
-            Some(r) => Sink::Mem(
-                xet_cas::buffers::BodyBuf::with_capacity(ticket.length as usize),
-                r,
-                XorbReceiver::new(ticket.length),
-            ),
-            None => {
-                let spooled = self.spill_file(ticket, spill_limit)?;
-                let Spooled::File { file, .. } = &spooled else {
-                    unreachable!("spill_file makes files")
-                };
-                let f = file
-                    .as_file()
-                    .try_clone()
-                    .map_err(|e| ApiError::internal(format!("cannot open a spill file: {e}")))?;
-                Sink::File(spooled, tokio::fs::File::from_std(f))
-            }
-        };
-        let mut digest = xet_cas::crc::Crc64Nvme::default();
-        let mut received: u64 = 0;
-        let mut body = body;
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| {
-                ApiError::bad_request(code::BAD_REQUEST, format!("upload body failed: {e}"))
-            })?;
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            received += data.len() as u64;
-            if received > ticket.length {
-                return Err(ApiError::bad_request(
-                    code::LENGTH_MISMATCH,
-                    format!(
-                        "upload for xorb {} is longer than the {} bytes granted",
-                        ticket.xorb, ticket.length
-                    ),
-                ));
-            }
-            digest.update(&data);
-            match &mut sink {
-                Sink::Mem(v, _, xorb) => {
-                    v.extend_from_slice(&data);
-                    // Chunks that are now whole are checked here, on the runtime thread,
-                    // while this frame is in the cache: no more than a frame's worth of
-                    // hashing (hyper's frames are at most a few hundred KiB), and it
-                    // saves a pass over the whole xorb from memory at commit time.
-                    xorb.advance(v.as_slice());
-                }
-                Sink::File(_, f) => f
-                    .write_all(&data)
-                    .await
-                    .map_err(|e| ApiError::internal(format!("cannot spool grant data: {e}")))?,
-            }
-        }
-        if received != ticket.length {
-            return Err(ApiError::bad_request(
-                code::LENGTH_MISMATCH,
-                format!(
-                    "upload for xorb {} has {received} bytes but the grant is for {}",
-                    ticket.xorb, ticket.length
-                ),
-            ));
-        }
-        let crc = digest.finalize();
-        if crc != ticket.crc {
-            return Err(ApiError::bad_request(
-                code::CHECKSUM_MISMATCH,
-                format!(
-                    "upload for xorb {} has CRC-64/NVME {crc} but the grant is for {}",
-                    ticket.xorb, ticket.crc
-                ),
-            ));
-        }
-        Ok(match sink {
-            Sink::Mem(v, r, xorb) => Spooled::Memory {
-                xorb: xorb.finish(v.freeze(), &ticket.xorb),
-                _reservation: r,
-            },
-            Sink::File(mut spooled, mut f) => {
-                f.flush()
-                    .await
-                    .map_err(|e| ApiError::internal(format!("cannot spool grant data: {e}")))?;
-                if let Spooled::File { len, .. } = &mut spooled {
-                    *len = received;
-                }
-                spooled
-            }
-        })
+        let make_room = || self.sweep_now(crate::sign::unix_now());
+        self.spool
+            .receive(ticket, body, spill_limit, make_room)
+            .await
     }
 }
 
 impl Drop for Grants {
     fn drop(&mut self) {
-        // Held data (and with it every spill file) goes first, then the empty directory.
+        // Held data (and with it every spill file) goes first, then the spool removes
+        // its then-empty directory.
         self.table
             .get_mut()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
-        let _ = std::fs::remove_dir(&self.spool_dir);
     }
 }
 
@@ -782,6 +473,7 @@ impl Drop for CommitGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     const LIM: IssueLimits = IssueLimits {
         per_owner: usize::MAX,
@@ -904,53 +596,6 @@ mod tests {
         g.issue(ticket(x, 3, 0), 200, 150, Owner::anonymous(), LIM)
             .unwrap();
         assert_eq!(g.open(), 1);
-    }
-
-    /// A xorb body streamed in many frames is verified on the way in when held in memory,
-    /// and only as the xorb granted: a body under another grant is held unverified, for
-    /// the store to check (and refuse) at commit.
-    #[tokio::test]
-    async fn memory_uploads_are_verified_as_they_arrive() {
-        let mut b = xet_xorb::XorbBuilder::new();
-        for i in 0..5u8 {
-            b.add_chunk(&vec![i; 30_000 + usize::from(i)]).unwrap();
-        }
-        let x = b.finish().unwrap();
-        let body = x.body().to_vec();
-        let g = Arc::new(Grants::new(
-            1 << 20,
-            std::env::temp_dir(),
-            4,
-            Duration::from_secs(60),
-        ));
-        let crc = crc64_nvme(&body);
-        for (hash, verified) in [(x.hash(), true), (xet_hash::chunk_hash(b"other"), false)] {
-            let id = g
-                .issue(
-                    ticket(hash, body.len() as u64, crc),
-                    100,
-                    0,
-                    Owner::anonymous(),
-                    LIM,
-                )
-                .unwrap();
-            let (t, guard) = g.begin_upload(&id, 1).unwrap();
-            let frames: Vec<Result<Bytes, std::io::Error>> = body
-                .chunks(4093)
-                .map(|c| Ok(Bytes::copy_from_slice(c)))
-                .collect();
-            let stream = futures_util::stream::iter(frames);
-            let s = g
-                .receive(&t, Body::from_stream(stream), u64::MAX)
-                .await
-                .unwrap();
-            let Spooled::Memory { xorb, .. } = &s else {
-                panic!("a body within the budget is held in memory");
-            };
-            assert_eq!(xorb.is_verified(), verified, "granted as {hash}");
-            assert_eq!(xorb.body().as_ref(), &body[..]);
-            guard.complete(s).unwrap();
-        }
     }
 
     /// A commit whose store put fails (or whose request is dropped) gives the data back;

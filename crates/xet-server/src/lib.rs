@@ -96,6 +96,7 @@ pub mod multipart;
 pub mod range;
 mod routes;
 pub mod sign;
+pub mod spool;
 pub mod state;
 
 pub use config::{Access, ServerConfig, Token, TokenError, load_token_file, parse_token_file};

@@ -3,8 +3,9 @@
 
 use super::json;
 use crate::error::{ApiError, ApiResult, code};
-use crate::grants::{IssueLimits, Owner, Ticket, amz_checksum_header};
+use crate::grants::{IssueLimits, Owner, amz_checksum_header};
 use crate::sign::unix_now;
+use crate::spool::Ticket;
 use crate::state::AppState;
 use crate::state::body::{content_length, read_body};
 use crate::state::extract::{BaseUrl, PathParams, WriteAccess, check_prefix, parse_hash, shorten};
