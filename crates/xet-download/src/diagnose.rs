@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use xet_cas::Term;
 use xet_hash::MerkleHash;
 
-use crate::pipeline::{Assembled, Shared};
+use crate::ctx::{Assembled, Shared};
 
 /// Most dedup queries made for one diagnosis.
 const MAX_QUERIES: usize = 8;

@@ -24,7 +24,7 @@ use sha2::{Digest as _, Sha256};
 use xet_hash::hex::encode as hex;
 use xet_mmap::direct::read_buffered;
 
-use crate::pipeline::lock;
+use crate::sync::lock;
 
 /// Bytes written ahead of the frontier that one file may hold in memory: enough for a
 /// small file whose terms land out of order. A large file is not worth more: with the

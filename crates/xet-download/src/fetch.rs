@@ -7,8 +7,8 @@ use bytes::Bytes;
 use xet_cas::{ByteRange, CasError, ChunkRange, Reconstruction, XorbFetch};
 use xet_hash::MerkleHash;
 
+use crate::ctx::Shared;
 use crate::error::DownloadError;
-use crate::pipeline::Shared;
 use crate::plan::find_fetch;
 
 /// The host of a URL, without credentials, path or query (presigned signatures stay

@@ -193,6 +193,7 @@
 
 mod budget;
 mod cache;
+mod ctx;
 mod decode;
 pub mod dest;
 mod diagnose;
@@ -206,6 +207,7 @@ mod part;
 mod pipeline;
 mod plan;
 mod split;
+mod sync;
 mod types;
 mod verify;
 
@@ -226,8 +228,9 @@ pub use types::{
 };
 
 use budget::MemoryBudget;
+use ctx::Shared;
 use limit::FetchLimit;
-use pipeline::{Prepared, Shared};
+use pipeline::Prepared;
 
 /// Download `requests` from `cas`. Returns a report per file (in request order) and
 /// totals, or the first error. `progress` receives [`ProgressEvent`]s from any thread.

@@ -284,7 +284,7 @@ impl FetchLimit {
     /// The current limit.
     #[cfg(test)]
     pub fn current(&self) -> usize {
-        crate::pipeline::lock(&self.state).limit
+        crate::sync::lock(&self.state).limit
     }
 
     /// Wait for a slot.
@@ -332,7 +332,7 @@ impl FetchLimit {
 
     fn observe(&self, event: Event) {
         let now = self.epoch.elapsed();
-        let mut st = crate::pipeline::lock(&self.state);
+        let mut st = crate::sync::lock(&self.state);
         let Some(c) = st.controller.as_mut() else {
             return;
         };
@@ -376,7 +376,7 @@ impl Drop for Slot {
         let Some(p) = self.permit.take() else {
             return;
         };
-        let mut st = crate::pipeline::lock(&self.limit.state);
+        let mut st = crate::sync::lock(&self.limit.state);
         if st.owed > 0 {
             st.owed -= 1;
             p.forget();

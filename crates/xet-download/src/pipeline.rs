@@ -5,111 +5,32 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use xet_cas::{ByteRange, Cas, ChunkRange, Reconstruction, Term, XorbFetch};
+use xet_cas::{ByteRange, ChunkRange, Reconstruction, Term, XorbFetch};
 use xet_hash::MerkleHash;
 
-use crate::budget::MemoryBudget;
 use crate::cache::{ChunkCache, PendingEntry};
+use crate::ctx::{Assembled, FileCtx, FileStats, Shared, XorbCandidate, blocking};
 use crate::decode;
 use crate::dest::{self, Target};
-use crate::digest::{HeldBytes, InOrderSha256};
+use crate::digest::InOrderSha256;
 use crate::error::{DownloadError, Result};
 use crate::fetch;
 use crate::fsio;
 use crate::journal::{DoneTerm, Journal, JournalHeader};
-use crate::limit::{FetchLimit, Slot};
+use crate::limit::Slot;
 use crate::part::{self, Output};
 use crate::plan::{self, Group, Item};
 use crate::split;
+use crate::sync::lock;
 use crate::types::*;
-use crate::verify::{self, XorbCandidate};
-
-/// State shared by all files of one [`crate::download`] call.
-pub(crate) struct Shared {
-    pub cas: Arc<dyn Cas>,
-    pub opts: DownloadOptions,
-    pub cache: Option<Arc<ChunkCache>>,
-    pub fetches: Arc<FetchLimit>,
-    pub memory: MemoryBudget,
-    /// The CAS said it streams ([`xet_cas::Cas::streams_ranges`]), or some range arrived
-    /// in more than one piece: a fetch reserves what a stream holds from the start rather
-    /// than its whole range, and a large range is fetched in parts.
-    pub streams: AtomicBool,
-    pub progress: Option<ProgressFn>,
-    pub cancel: CancellationToken,
-    /// Bytes held to compute expected sha256s in order, across the call's files.
-    pub sha256_held: Arc<HeldBytes>,
-}
-
-impl Shared {
-    pub fn emit(&self, ev: ProgressEvent) {
-        if let Some(p) = &self.progress {
-            p(&ev);
-        }
-    }
-}
-
-#[derive(Default)]
-struct FileStats {
-    fetched: AtomicU64,
-    from_cache: AtomicU64,
-    fetches: AtomicU64,
-}
-
-/// One file being downloaded.
-pub(crate) struct FileCtx {
-    pub shared: Arc<Shared>,
-    index: usize,
-    pub file: MerkleHash,
-    /// Wanted file bytes.
-    out: ByteRange,
-    /// Whole-file download: the file hash is checked.
-    pub whole: bool,
-    /// The verified file is hard-linked into the chunk cache at the end, so fetched
-    /// chunks are not also copied into it.
-    pub link_cache: bool,
-    pub part: Arc<File>,
-    pub part_path: PathBuf,
-    /// The part is renamed into place (fsynced first, so written back as it goes); a
-    /// part that is only copied to a writer and deleted never needs the disk.
-    renamed: bool,
-    pub journal: Option<Journal>,
-    stats: FileStats,
-    /// Cache entries this file used or added (removed if verification fails).
-    cache_touched: Mutex<Vec<(MerkleHash, u32, u32)>>,
-    /// Fetches that may be whole xorbs, checked if the file hash is wrong.
-    pub candidates: Mutex<Vec<XorbCandidate>>,
-    /// Taken while writing to `part` (see `write_clipped`); holds the direct writer
-    /// for a large part that is renamed into place.
-    pub write_turn: Mutex<Option<fsio::DirectWriter>>,
-    /// Waits for the direct writer's queued writes (before terms are journaled).
-    written: Option<fsio::WriteWaiter>,
-    /// The sha256 the request expects, computed as the bytes are written.
-    pub sha256: Option<InOrderSha256>,
-    /// Set after an error: queued groups give up instead of fetching.
-    stop: CancellationToken,
-}
-
-/// Lock `m`, even if a holder panicked.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Run `f` on a blocking thread.
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| DownloadError::Internal(format!("blocking task failed: {e}")))
-}
+use crate::verify;
 
 /// A request whose destination is resolved and whose size and first segment are known:
 /// what can be asked for ahead of the file's turn ([`prepare_file`]).
@@ -545,9 +466,6 @@ fn report(ctx: &FileCtx, shown: String, resumed: u64, started: Instant) -> FileR
 
 /// Result of one group: `(item idx, kept chunks)` per item.
 type GroupResult = Vec<(usize, Vec<(MerkleHash, u32)>)>;
-
-/// Every item's term and kept chunks, in file order.
-pub(crate) type Assembled = Vec<(Term, Vec<(MerkleHash, u32)>)>;
 
 /// Walk the segments and run their groups; returns every item's kept chunks in order.
 /// On an error, fetches already under way are allowed to finish and write their terms
@@ -1107,17 +1025,6 @@ fn keep_decoded(
             fetch: fetch.clone(),
             chunks: chunks.to_vec(),
         });
-    }
-}
-
-impl FileCtx {
-    /// Await `f` unless the file is being stopped.
-    async fn unless_stopped<T>(&self, f: impl std::future::Future<Output = T>) -> Option<T> {
-        tokio::select! {
-            biased;
-            _ = self.stop.cancelled() => None,
-            v = f => Some(v),
-        }
     }
 }
 

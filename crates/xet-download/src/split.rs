@@ -24,10 +24,10 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use xet_cas::{ByteRange, ChunkRange, XorbFetch};
 use xet_hash::MerkleHash;
 
+use crate::ctx::Shared;
 use crate::error::DownloadError;
 use crate::fetch::{self, Pieces, Pumped};
 use crate::limit::Slot;
-use crate::pipeline::Shared;
 
 /// The most bytes one part request asks for.
 pub(crate) const PART_BYTES: u64 = 8 << 20;

@@ -5,22 +5,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use xet_cas::XorbFetch;
 use xet_hash::MerkleHash;
 
 use crate::cache::{ChunkCache, FileTerm};
+use crate::ctx::{Assembled, FileCtx, XorbCandidate, blocking};
 use crate::error::{DownloadError, Result};
 use crate::journal::Journal;
 use crate::part::{self, BoxWriter};
-use crate::pipeline::{Assembled, FileCtx, blocking, lock};
-
-/// A fetch that started at chunk 0, byte 0 of its xorb: if it turns out to be the
-/// whole xorb, its chunk hashes can be checked against the xorb hash when the file
-/// hash does not match (to say which xorb is corrupt).
-pub(crate) struct XorbCandidate {
-    pub fetch: XorbFetch,
-    pub chunks: Vec<(MerkleHash, u32)>,
-}
+use crate::sync::lock;
 
 /// The final check (whole files: the file hash over every chunk), then fsync, linking
 /// into the chunk cache, and the rename into `final_path` (or the copy to `writer`,
