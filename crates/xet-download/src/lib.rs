@@ -200,16 +200,19 @@ mod diagnose;
 mod digest;
 mod error;
 mod fetch;
+mod file;
 mod fsio;
 mod journal;
 mod limit;
 mod part;
 mod pipeline;
 mod plan;
+mod segments;
 mod split;
 mod sync;
 mod types;
 mod verify;
+mod write;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -338,7 +341,7 @@ async fn run_files(
                     running.push(async move {
                         let _slot = slot;
                         let p = preparing.finish().await?;
-                        let _large = match p.output_len() >= pipeline::DIRECT_MIN {
+                        let _large = match p.output_len() >= file::DIRECT_MIN {
                             true => Some(large.acquire_owned().await.expect("never closed")),
                             false => None,
                         };

@@ -1,0 +1,230 @@
+//! Scheduling one file's fetches: the wanted bytes walked in reconstruction segments,
+//! each planned into groups (one fetch each) that run as tasks, a few segments at once;
+//! terms an earlier run recorded are taken from the journal instead of fetched.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::task::JoinSet;
+use xet_cas::{ByteRange, ChunkRange, Reconstruction, Term};
+use xet_hash::MerkleHash;
+
+use crate::ctx::{Assembled, FileCtx, blocking};
+use crate::error::{DownloadError, Result};
+use crate::fetch;
+use crate::journal::DoneTerm;
+use crate::plan::{self, Group, Item};
+use crate::types::ProgressEvent;
+use crate::write::{STREAM_MEMORY, Written, read_cached, stream_and_write};
+
+/// Result of one group: `(item idx, kept chunks)` per item.
+type GroupResult = Vec<(usize, Vec<(MerkleHash, u32)>)>;
+
+/// Walk the segments and run their groups; returns every item's kept chunks in order.
+/// On an error, fetches already under way are allowed to finish and write their terms
+/// (so a rerun can resume from them) before the error is returned; nothing new starts.
+pub(crate) async fn run_segments(
+    ctx: Arc<FileCtx>,
+    done: HashMap<u64, DoneTerm>,
+    first: Option<Reconstruction>,
+) -> Result<Assembled> {
+    let mut tasks = JoinSet::new();
+    let res = walk_segments(&ctx, done, first, &mut tasks).await;
+    if res.is_err() {
+        ctx.stop.cancel();
+        while tasks.join_next().await.is_some() {}
+    }
+    res
+}
+
+async fn walk_segments(
+    ctx: &Arc<FileCtx>,
+    done: HashMap<u64, DoneTerm>,
+    mut first: Option<Reconstruction>,
+    tasks: &mut JoinSet<(usize, Result<GroupResult>)>,
+) -> Result<Assembled> {
+    let shared = &ctx.shared;
+    let opts = &shared.opts;
+    let out = ctx.out;
+    let mut covered = out.start;
+    let mut results: Vec<Option<Vec<(MerkleHash, u32)>>> = Vec::new();
+    let mut terms: Vec<Term> = Vec::new();
+    // Per segment still running: (segment id, groups left).
+    let mut pending: VecDeque<(usize, usize)> = VecDeque::new();
+    let mut seg_id = 0usize;
+
+    let handle =
+        |joined: std::result::Result<(usize, Result<GroupResult>), tokio::task::JoinError>,
+         results: &mut Vec<Option<Vec<(MerkleHash, u32)>>>,
+         pending: &mut VecDeque<(usize, usize)>|
+         -> Result<()> {
+            let (seg, r) = joined
+                .map_err(|e| DownloadError::Internal(format!("download task failed: {e}")))?;
+            for (idx, chunks) in r? {
+                results[idx] = Some(chunks);
+            }
+            if let Some(p) = pending.iter_mut().find(|p| p.0 == seg) {
+                p.1 -= 1;
+            }
+            pending.retain(|p| p.1 > 0);
+            Ok(())
+        };
+
+    while covered < out.end {
+        while pending.len() >= opts.segments_in_flight.max(1) {
+            let j = tasks
+                .join_next()
+                .await
+                .expect("pending segments have tasks");
+            handle(j, &mut results, &mut pending)?;
+        }
+        let seg_len = plan::segment_len(seg_id, opts.segment_bytes);
+        let query = plan::segment_query(covered, out.end, seg_len);
+        let recon = match first.take() {
+            Some(r) => r,
+            None => fetch::query_reconstruction(shared, ctx.file, query).await?,
+        };
+        let (items, new_covered) =
+            plan::plan_segment(ctx.file, &recon, query, covered, out, results.len())?;
+        if ctx.whole && new_covered > out.end {
+            return Err(DownloadError::BadReconstruction {
+                file: ctx.file,
+                detail: format!(
+                    "terms extend to byte {new_covered} but the file is {} bytes",
+                    out.end
+                ),
+            });
+        }
+        results.resize(results.len() + items.len(), None);
+        terms.extend(items.iter().map(|i| i.term.clone()));
+        let needed = resume_recorded(items, &done, out, &mut results);
+        let groups = plan::group_items(ctx.file, &recon, needed)?;
+        if !groups.is_empty() {
+            pending.push_back((seg_id, groups.len()));
+            for g in groups {
+                let ctx = Arc::clone(ctx);
+                let id = seg_id;
+                tasks.spawn(async move { (id, run_group(ctx, query, g).await) });
+            }
+        }
+        seg_id += 1;
+        covered = new_covered;
+    }
+    while let Some(j) = tasks.join_next().await {
+        handle(j, &mut results, &mut pending)?;
+    }
+    results
+        .into_iter()
+        .zip(terms)
+        .enumerate()
+        .map(|(i, (r, t))| match r {
+            Some(c) => Ok((t, c)),
+            None => Err(DownloadError::Internal(format!(
+                "term {i} was never completed"
+            ))),
+        })
+        .collect()
+}
+
+/// Take the chunks of the items an earlier run recorded (with the right length) from
+/// the journal into `results`; returns the items still to fetch.
+fn resume_recorded(
+    items: Vec<Item>,
+    done: &HashMap<u64, DoneTerm>,
+    out: ByteRange,
+    results: &mut [Option<Vec<(MerkleHash, u32)>>],
+) -> Vec<Item> {
+    let mut needed = Vec::with_capacity(items.len());
+    for item in items {
+        // Only whole items are journaled, and those start inside the output.
+        let recorded = if item.is_whole() {
+            done.get(&(item.data_start - out.start))
+        } else {
+            None
+        };
+        match recorded {
+            Some(t) if t.len == item.term.unpacked_length => {
+                results[item.idx] = Some(t.chunks.clone());
+            }
+            _ => needed.push(item),
+        }
+    }
+    needed
+}
+
+/// Fetch (or read from the cache), decode, verify and write the items of one group.
+async fn run_group(ctx: Arc<FileCtx>, segment: ByteRange, group: Group) -> Result<GroupResult> {
+    let shared = ctx.shared.clone();
+    let Group {
+        fetch: planned,
+        items,
+    } = group;
+    let xorb = planned.xorb;
+
+    // 1. The chunk cache: all items must be covered, else the fetch serves them all.
+    if let Some(cache) = shared.cache.clone()
+        && items
+            .iter()
+            .all(|i| cache.contains(&xorb, i.term.chunks.start, i.term.chunks.end))
+    {
+        // Reading streams chunk by chunk; reserve a little for the buffers.
+        let Some(_mem) = ctx.unless_stopped(shared.memory.reserve(1 << 20)).await else {
+            return Ok(Vec::new());
+        };
+        let (c2, items2) = (ctx.clone(), items.clone());
+        if let Some(done) = blocking(move || read_cached(&c2, &cache, &items2)).await?? {
+            let bytes: u64 = items.iter().map(|i| i.term.unpacked_length).sum();
+            ctx.stats.from_cache.fetch_add(bytes, Ordering::Relaxed);
+            return Ok(report_written(&ctx, done, true));
+        }
+    }
+
+    // 2. The network: the range is decoded and written as it arrives.
+    let needed = ChunkRange::new(
+        items
+            .iter()
+            .map(|i| i.term.chunks.start)
+            .min()
+            .unwrap_or(planned.chunks.start),
+        items
+            .iter()
+            .map(|i| i.term.chunks.end)
+            .max()
+            .unwrap_or(planned.chunks.end),
+    );
+    // Memory: the whole serialized range at first (a store that hands it over in one
+    // piece holds all of it); once the first piece shows that it streams, only what a
+    // stream holds (`STREAM_MEMORY`).
+    // Once the CAS is known to stream, that is what a fetch reserves from the start (a
+    // range handed over whole after all is held beyond the budget until written).
+    let reserve = if shared.streams.load(Ordering::Relaxed) {
+        planned.bytes.len().min(STREAM_MEMORY)
+    } else {
+        planned.bytes.len()
+    };
+    let Some(mut mem) = ctx.unless_stopped(shared.memory.reserve(reserve)).await else {
+        return Ok(Vec::new());
+    };
+    let Some(mut slot) = ctx.unless_stopped(shared.fetches.acquire()).await else {
+        return Ok(Vec::new());
+    };
+    let done = stream_and_write(&ctx, segment, planned, needed, items, &mut mem, &mut slot).await?;
+    drop(slot);
+    drop(mem);
+    ctx.stats.fetches.fetch_add(1, Ordering::Relaxed);
+    Ok(report_written(&ctx, done, false))
+}
+
+fn report_written(ctx: &FileCtx, done: Written, from_cache: bool) -> GroupResult {
+    done.into_iter()
+        .map(|(idx, kept, n)| {
+            ctx.shared.emit(ProgressEvent::Written {
+                index: ctx.index,
+                bytes: n,
+                from_cache,
+            });
+            (idx, kept)
+        })
+        .collect()
+}
