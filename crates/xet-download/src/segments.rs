@@ -38,55 +38,36 @@ pub(crate) async fn run_segments(
     res
 }
 
+/// The loop of [`run_segments`]: query each segment's reconstruction (the first is
+/// `first`, asked for ahead) and spawn its groups into `tasks`, with at most
+/// [`crate::DownloadOptions::segments_in_flight`] segments running.
 async fn walk_segments(
     ctx: &Arc<FileCtx>,
     done: HashMap<u64, DoneTerm>,
     mut first: Option<Reconstruction>,
     tasks: &mut JoinSet<(usize, Result<GroupResult>)>,
 ) -> Result<Assembled> {
-    let shared = &ctx.shared;
-    let opts = &shared.opts;
+    let opts = &ctx.shared.opts;
     let out = ctx.out;
     let mut covered = out.start;
-    let mut results: Vec<Option<Vec<(MerkleHash, u32)>>> = Vec::new();
-    let mut terms: Vec<Term> = Vec::new();
-    // Per segment still running: (segment id, groups left).
-    let mut pending: VecDeque<(usize, usize)> = VecDeque::new();
+    let mut walked = Walked::default();
     let mut seg_id = 0usize;
-
-    let handle =
-        |joined: std::result::Result<(usize, Result<GroupResult>), tokio::task::JoinError>,
-         results: &mut Vec<Option<Vec<(MerkleHash, u32)>>>,
-         pending: &mut VecDeque<(usize, usize)>|
-         -> Result<()> {
-            let (seg, r) = joined
-                .map_err(|e| DownloadError::Internal(format!("download task failed: {e}")))?;
-            for (idx, chunks) in r? {
-                results[idx] = Some(chunks);
-            }
-            if let Some(p) = pending.iter_mut().find(|p| p.0 == seg) {
-                p.1 -= 1;
-            }
-            pending.retain(|p| p.1 > 0);
-            Ok(())
-        };
-
     while covered < out.end {
-        while pending.len() >= opts.segments_in_flight.max(1) {
+        while walked.pending.len() >= opts.segments_in_flight.max(1) {
             let j = tasks
                 .join_next()
                 .await
                 .expect("pending segments have tasks");
-            handle(j, &mut results, &mut pending)?;
+            walked.record(j)?;
         }
         let seg_len = plan::segment_len(seg_id, opts.segment_bytes);
         let query = plan::segment_query(covered, out.end, seg_len);
         let recon = match first.take() {
             Some(r) => r,
-            None => fetch::query_reconstruction(shared, ctx.file, query).await?,
+            None => fetch::query_reconstruction(&ctx.shared, ctx.file, query).await?,
         };
         let (items, new_covered) =
-            plan::plan_segment(ctx.file, &recon, query, covered, out, results.len())?;
+            plan::plan_segment(ctx.file, &recon, query, covered, out, walked.results.len())?;
         if ctx.whole && new_covered > out.end {
             return Err(DownloadError::BadReconstruction {
                 file: ctx.file,
@@ -96,12 +77,10 @@ async fn walk_segments(
                 ),
             });
         }
-        results.resize(results.len() + items.len(), None);
-        terms.extend(items.iter().map(|i| i.term.clone()));
-        let needed = resume_recorded(items, &done, out, &mut results);
+        let needed = walked.add_items(items, &done, out);
         let groups = plan::group_items(ctx.file, &recon, needed)?;
         if !groups.is_empty() {
-            pending.push_back((seg_id, groups.len()));
+            walked.pending.push_back((seg_id, groups.len()));
             for g in groups {
                 let ctx = Arc::clone(ctx);
                 let id = seg_id;
@@ -112,19 +91,66 @@ async fn walk_segments(
         covered = new_covered;
     }
     while let Some(j) = tasks.join_next().await {
-        handle(j, &mut results, &mut pending)?;
+        walked.record(j)?;
     }
-    results
-        .into_iter()
-        .zip(terms)
-        .enumerate()
-        .map(|(i, (r, t))| match r {
-            Some(c) => Ok((t, c)),
-            None => Err(DownloadError::Internal(format!(
-                "term {i} was never completed"
-            ))),
-        })
-        .collect()
+    walked.assembled()
+}
+
+/// What the segments walked so far hold: every item's term, and its kept chunks once
+/// its group (or the journal) gave them.
+#[derive(Default)]
+struct Walked {
+    results: Vec<Option<Vec<(MerkleHash, u32)>>>,
+    terms: Vec<Term>,
+    /// Per segment still running: (segment id, groups left).
+    pending: VecDeque<(usize, usize)>,
+}
+
+impl Walked {
+    /// Add a segment's `items` (numbered from [`Self::results`]' length on), those an
+    /// earlier run recorded with their chunks; returns the items still to fetch.
+    fn add_items(
+        &mut self,
+        items: Vec<Item>,
+        done: &HashMap<u64, DoneTerm>,
+        out: ByteRange,
+    ) -> Vec<Item> {
+        self.results.resize(self.results.len() + items.len(), None);
+        self.terms.extend(items.iter().map(|i| i.term.clone()));
+        resume_recorded(items, done, out, &mut self.results)
+    }
+
+    /// A group's task ended: keep its items' chunks; its segment has one group less.
+    fn record(
+        &mut self,
+        joined: std::result::Result<(usize, Result<GroupResult>), tokio::task::JoinError>,
+    ) -> Result<()> {
+        let (seg, r) =
+            joined.map_err(|e| DownloadError::Internal(format!("download task failed: {e}")))?;
+        for (idx, chunks) in r? {
+            self.results[idx] = Some(chunks);
+        }
+        if let Some(p) = self.pending.iter_mut().find(|p| p.0 == seg) {
+            p.1 -= 1;
+        }
+        self.pending.retain(|p| p.1 > 0);
+        Ok(())
+    }
+
+    /// Every item's term and kept chunks, in file order, once every group has ended.
+    fn assembled(self) -> Result<Assembled> {
+        self.results
+            .into_iter()
+            .zip(self.terms)
+            .enumerate()
+            .map(|(i, (r, t))| match r {
+                Some(c) => Ok((t, c)),
+                None => Err(DownloadError::Internal(format!(
+                    "term {i} was never completed"
+                ))),
+            })
+            .collect()
+    }
 }
 
 /// Take the chunks of the items an earlier run recorded (with the right length) from
@@ -216,6 +242,8 @@ async fn run_group(ctx: Arc<FileCtx>, segment: ByteRange, group: Group) -> Resul
     Ok(report_written(&ctx, done, false))
 }
 
+/// Report the bytes written for each item of a group ([`ProgressEvent::Written`]) and
+/// keep its kept chunks.
 fn report_written(ctx: &FileCtx, done: Written, from_cache: bool) -> GroupResult {
     done.into_iter()
         .map(|(idx, kept, n)| {
