@@ -27,6 +27,7 @@ use std::sync::Mutex;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use xet_hash::MerkleHash;
+use xet_mmap::durable;
 
 use crate::decode::hash_chunks;
 use crate::fsio;
@@ -152,18 +153,16 @@ pub(crate) struct Journal {
 }
 
 impl Journal {
-    /// (Re)write the journal with `header` and the already verified `done` terms, then
-    /// keep it open for appending.
+    /// (Re)write the journal with `header` and the already verified `done` terms (an
+    /// atomic replace, [`xet_mmap::durable::replace_with`]), then keep it open for
+    /// appending.
     pub fn create(
         path: &Path,
         header: &JournalHeader,
         done: &HashMap<u64, DoneTerm>,
     ) -> io::Result<Journal> {
-        let mut tmp_name = path.as_os_str().to_owned();
-        tmp_name.push(".tmp");
-        let tmp = PathBuf::from(tmp_name);
-        {
-            let mut w = io::BufWriter::new(File::create(&tmp)?);
+        durable::replace_with(path, |f| {
+            let mut w = io::BufWriter::new(f);
             serde_json::to_writer(&mut w, header)?;
             w.write_all(b"\n")?;
             let mut offs: Vec<&u64> = done.keys().collect();
@@ -171,10 +170,8 @@ impl Journal {
             for off in offs {
                 w.write_all(to_line(*off, &done[off]).as_bytes())?;
             }
-            w.flush()?;
-            w.get_ref().sync_all()?;
-        }
-        std::fs::rename(&tmp, path)?;
+            w.flush()
+        })?;
         let file = OpenOptions::new().append(true).open(path)?;
         Ok(Journal {
             path: path.to_path_buf(),
