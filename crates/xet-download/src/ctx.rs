@@ -114,5 +114,5 @@ pub(crate) async fn blocking<T: Send + 'static>(
 ) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| DownloadError::Internal(format!("blocking task failed: {e}")))
+        .map_err(|e| DownloadError::task("a blocking task", e))
 }

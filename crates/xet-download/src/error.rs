@@ -102,7 +102,16 @@ pub enum DownloadError {
     #[error("file {file}: download interrupted{}", if *resumable { " (rerun to resume)" } else { "" })]
     Interrupted { file: MerkleHash, resumable: bool },
 
-    /// A background task panicked or was lost.
+    /// A background task panicked or was cancelled (a bug, not the input): `what` was
+    /// being done, `cause` says how the task ended.
+    #[error("internal error: {what} failed")]
+    Task {
+        what: &'static str,
+        #[source]
+        cause: Arc<tokio::task::JoinError>,
+    },
+
+    /// The pipeline broke one of its own invariants (a bug, not the input).
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -140,7 +149,9 @@ impl DownloadError {
             DownloadError::Auth { .. } => ErrorKind::Auth,
             DownloadError::Io { .. } => ErrorKind::Output,
             DownloadError::Interrupted { .. } => ErrorKind::Interrupted,
-            DownloadError::Cas { .. } | DownloadError::Internal(_) => ErrorKind::Other,
+            DownloadError::Cas { .. } | DownloadError::Task { .. } | DownloadError::Internal(_) => {
+                ErrorKind::Other
+            }
         }
     }
 
@@ -158,7 +169,7 @@ impl DownloadError {
             | Auth { file, .. }
             | Cas { file, .. }
             | Interrupted { file, .. } => Some(*file),
-            Io { .. } | Internal(_) => None,
+            Io { .. } | Task { .. } | Internal(_) => None,
         }
     }
 
@@ -167,6 +178,15 @@ impl DownloadError {
             op,
             path: path.into(),
             cause: Arc::new(cause),
+        }
+    }
+
+    /// A task that did `what` ended without its result (`e`: it panicked or was
+    /// cancelled).
+    pub(crate) fn task(what: &'static str, e: tokio::task::JoinError) -> Self {
+        DownloadError::Task {
+            what,
+            cause: Arc::new(e),
         }
     }
 
@@ -211,3 +231,20 @@ impl DownloadError {
 }
 
 pub type Result<T, E = DownloadError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_failed_task_keeps_its_join_error_as_the_source() {
+        let h = tokio::spawn(std::future::pending::<()>());
+        h.abort();
+        let e = DownloadError::task("a blocking task", h.await.unwrap_err());
+        assert_eq!(e.to_string(), "internal error: a blocking task failed");
+        let source = std::error::Error::source(&e).expect("the join error");
+        assert!(source.to_string().contains("cancelled"), "{source}");
+        assert_eq!(e.kind(), ErrorKind::Other);
+        assert_eq!(e.file(), None);
+    }
+}

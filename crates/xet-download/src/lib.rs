@@ -299,7 +299,7 @@ async fn open_cache(options: &DownloadOptions) -> Result<Option<Arc<cache::Chunk
             );
             Ok(None)
         }
-        Err(e) => Err(DownloadError::Internal(format!("opening the cache: {e}"))),
+        Err(e) => Err(DownloadError::task("opening the cache", e)),
     }
 }
 
@@ -392,7 +392,7 @@ impl Preparing {
         let Preparing { handle, task, .. } = self;
         let r = handle
             .await
-            .map_err(|e| DownloadError::Internal(format!("preparing a download failed: {e}")))?;
+            .map_err(|e| DownloadError::task("preparing a download", e))?;
         drop(task);
         r
     }

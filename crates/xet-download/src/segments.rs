@@ -125,8 +125,7 @@ impl Walked {
         &mut self,
         joined: std::result::Result<(usize, Result<GroupResult>), tokio::task::JoinError>,
     ) -> Result<()> {
-        let (seg, r) =
-            joined.map_err(|e| DownloadError::Internal(format!("download task failed: {e}")))?;
+        let (seg, r) = joined.map_err(|e| DownloadError::task("a download task", e))?;
         for (idx, chunks) in r? {
             self.results[idx] = Some(chunks);
         }

@@ -183,9 +183,7 @@ async fn forward(mut a: Ahead, tx: &mpsc::Sender<Bytes>) -> Result<Pumped, Downl
     // The sender is gone: the task has ended.
     match (&mut a.task).await {
         Ok(r) => r,
-        Err(e) => Err(DownloadError::Internal(format!(
-            "fetching a part of a range failed: {e}"
-        ))),
+        Err(e) => Err(DownloadError::task("fetching a part of a range", e)),
     }
 }
 

@@ -94,7 +94,7 @@ pub(crate) async fn stream_and_write(
     drop(tx);
     let decoded = decoder
         .await
-        .map_err(|e| DownloadError::Internal(format!("decoding task failed: {e}")))?;
+        .map_err(|e| DownloadError::task("the decoding task", e))?;
     match (pumped, decoded) {
         (Ok(fetch::Pumped::Complete), Ok(Some(done))) => Ok(done),
         // The decoder stopped early: its error is the one to report.
