@@ -28,9 +28,8 @@ use crate::sync::lock;
 
 /// Bytes written ahead of the frontier that one file may hold in memory: enough for a
 /// small file whose terms land out of order. A large file is not worth more: with the
-/// default fetch limits its writes run hundreds of MiB ahead of the frontier (a 1 GiB
-/// download from `xet serve` on loopback held 1 GB when nothing was cut off), and
-/// holding copies cost more CPU than the direct read-back.
+/// default fetch limits its writes run hundreds of MiB ahead of the frontier, and
+/// holding copies costs more CPU than the direct read-back (see docs/BENCHMARKS.md).
 pub(crate) const HELD_MAX: u64 = 8 << 20;
 
 /// Bytes held across all files of one download call (64 small files run at once).

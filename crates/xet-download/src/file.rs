@@ -174,7 +174,7 @@ pub(crate) async fn download_empty(
 
 /// Outputs smaller than this keep no resume journal: fetching such a file again after an
 /// interruption costs less than creating, syncing and renaming a journal for every one
-/// (a third of the time of downloading thousands of small files).
+/// (a large share of the time of a download of many small files).
 const JOURNAL_MIN: u64 = 1 << 20;
 
 /// Parts at least this large are written with `O_DIRECT` where possible

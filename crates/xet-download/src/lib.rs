@@ -87,9 +87,8 @@
 //!    have that sha256: it is computed from the bytes as they are written where they
 //!    land at the hashed frontier (small files, in-order writes; what is written ahead
 //!    of it is held, up to 8 MiB per file and 32 MiB across the call), and the rest is read back from the `.part` once every write
-//!    has landed, with `O_DIRECT` reads where it was written directly (through the page
-//!    cache, reading back 1 GiB cost 2.3-2.6 s of CPU on the bench machine; directly,
-//!    0.7 s with the hashing). Only then is the `.part` file fsynced and renamed to the
+//!    has landed, with `O_DIRECT` reads where it was written directly (far less CPU
+//!    than reading it back through the page cache; see docs/BENCHMARKS.md). Only then is the `.part` file fsynced and renamed to the
 //!    destination (and the directory fsynced). On any verification failure the `.part`
 //!    file and journal are deleted, the chunk-cache entries the file used are evicted,
 //!    and nothing appears at the destination. The error names the chunk, xorb and

@@ -17,8 +17,8 @@
 //!   transfers can overrun a deadline (it is at least the stall timeout): a window in
 //!   which at least as many fetches started as there are slots (each lasted a window or
 //!   less on average) is exempt. Small fetches over a long round trip move little per
-//!   fetch however many run, and cutting their number only made that worse: 1,000
-//!   files of 1-64 KiB from a Hub 80 ms away went down to one fetch at a time.
+//!   fetch however many run, and cutting their number only makes that worse, down to
+//!   one fetch at a time for a download of many small files.
 //!
 //! [`Controller`] is a pure function of its observations (times are passed in), so its
 //! decisions are unit-tested with synthetic measurements; [`FetchLimit`] applies them

@@ -210,9 +210,9 @@ impl Default for DownloadOptions {
         DownloadOptions {
             segment_bytes: 512 << 20,
             segments_in_flight: 2,
-            // 64 and 64, not 32 and 32: a Hub download of 1,000 files of 1-64 KiB at
-            // 80 ms took 3.24-3.50 s against 4.17-4.27 s, each file being two round
-            // trips (reconstruction, fetch); the peak RSS stayed at about 30 MiB.
+            // This many files and reconstructions ahead: wide enough to keep a
+            // high-latency link busy with many small files, each of which costs two round
+            // trips (reconstruction, fetch); see docs/BENCHMARKS.md.
             max_concurrent_files: 64,
             max_concurrent_large_files: 4,
             reconstructions_ahead: 64,

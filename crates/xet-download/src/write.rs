@@ -30,7 +30,7 @@ const PIECES_QUEUED: usize = 16;
 pub(crate) const STREAM_MEMORY: u64 = PIECES_QUEUED as u64 * (400 << 10) + WRITE_BATCH + (1 << 20);
 
 /// Decoded bytes handed to the writer at once: large writes, few of them (one staging
-/// buffer of the direct writer; 16 MiB measured no faster and held more memory).
+/// buffer of the direct writer; a larger batch is no faster and holds more memory).
 const WRITE_BATCH: u64 = 8 << 20;
 
 /// `(item idx, kept chunks, bytes written)`.
