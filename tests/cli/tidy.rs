@@ -497,3 +497,228 @@ fn the_cause_check_sees_struct_and_tuple_fields() {
     assert!(source_fields(item_fields(plain), false).is_empty());
     assert!(source_fields(item_fields(")]\n    Interrupted,\n"), false).is_empty());
 }
+
+/// Modules of a crate by file, as paths from the root: `src/a/b.rs` and `src/a/b/mod.rs`
+/// are `a::b`; `lib.rs` and `main.rs` are the root (`[]`).
+fn module_files(src: &Path) -> std::collections::BTreeMap<Vec<String>, PathBuf> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files
+        .into_iter()
+        .map(|f| {
+            let rel = f.strip_prefix(src).unwrap().with_extension("");
+            let mut m: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if matches!(m.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+                m.pop();
+            }
+            (m, f)
+        })
+        .collect()
+}
+
+/// The code of a file that counts for module arrows: before its test module (tests may
+/// reach anywhere), without `//` comments (doc links are not imports).
+fn arrow_code(text: &str) -> String {
+    let tests = text
+        .match_indices("#[cfg(test)]")
+        .find(|(i, m)| text[i + m.len()..].trim_start().starts_with("mod "));
+    let text = &text[..tests.map_or(text.len(), |(i, _)| i)];
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every path a `crate::` or `super::` prefix names in `code`, with `use` groups
+/// (`crate::{a::b, c}`) expanded: each as its head (`crate` or `super`) and segments.
+fn module_paths(code: &str) -> Vec<Vec<String>> {
+    fn ident(s: &[u8], i: &mut usize) -> Option<String> {
+        let start = *i;
+        while *i < s.len() && (s[*i].is_ascii_alphanumeric() || s[*i] == b'_') {
+            *i += 1;
+        }
+        (*i > start).then(|| String::from_utf8_lossy(&s[start..*i]).into_owned())
+    }
+    /// A path from `i` on (after a `::`): segments, then maybe a `{...}` group.
+    fn tree(s: &[u8], i: &mut usize, prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
+        let mut path = prefix;
+        loop {
+            if s.get(*i) == Some(&b'{') {
+                *i += 1;
+                loop {
+                    while s
+                        .get(*i)
+                        .is_some_and(|c| c.is_ascii_whitespace() || *c == b',')
+                    {
+                        *i += 1;
+                    }
+                    match s.get(*i) {
+                        None => return,
+                        Some(b'}') => {
+                            *i += 1;
+                            return;
+                        }
+                        _ => {}
+                    }
+                    let before = *i;
+                    tree(s, i, path.clone(), out);
+                    // ` as name` and anything else up to the next item of the group.
+                    while s.get(*i).is_some_and(|c| !matches!(c, b',' | b'}')) {
+                        *i += 1;
+                    }
+                    if *i == before {
+                        *i += 1;
+                    }
+                }
+            }
+            match ident(s, i) {
+                Some(seg) => path.push(seg),
+                None => break,
+            }
+            if s[*i..].starts_with(b"::") {
+                *i += 2;
+            } else {
+                break;
+            }
+        }
+        out.push(path);
+    }
+    let s = code.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < s.len() {
+        let at_word = i == 0 || !(s[i - 1].is_ascii_alphanumeric() || s[i - 1] == b'_');
+        let head = ["crate::", "super::"]
+            .into_iter()
+            .find(|h| at_word && s[i..].starts_with(h.as_bytes()));
+        match head {
+            Some(h) => {
+                i += h.len();
+                tree(s, &mut i, vec![h[..h.len() - 2].to_string()], &mut out);
+            }
+            None => i += 1,
+        }
+    }
+    out
+}
+
+/// The module of `file` (module `m`) each of its `crate::`/`super::` paths reaches: the
+/// longest prefix that is a module file. The root is left out: `lib.rs` is the facade
+/// that declares and re-exports every module.
+fn module_arrows(
+    modules: &std::collections::BTreeMap<Vec<String>, PathBuf>,
+    m: &[String],
+    file: &Path,
+) -> std::collections::BTreeSet<Vec<String>> {
+    let code = arrow_code(&std::fs::read_to_string(file).unwrap());
+    let mut out = std::collections::BTreeSet::new();
+    for path in module_paths(&code) {
+        let (head, rest) = path.split_first().unwrap();
+        // `super` of `a::b` is `a`, whether `b` is `a/b.rs` or `a/b/mod.rs`.
+        let mut target: Vec<String> = if head == "crate" {
+            Vec::new()
+        } else {
+            m[..m.len().saturating_sub(1)].to_vec()
+        };
+        let mut rest = rest;
+        while let Some(("super", more)) = rest.split_first().map(|(h, t)| (h.as_str(), t)) {
+            target.pop();
+            rest = more;
+        }
+        target.extend(rest.iter().cloned());
+        while !target.is_empty() && !modules.contains_key(&target) {
+            target.pop();
+        }
+        if !target.is_empty() && target != m {
+            out.insert(target);
+        }
+    }
+    // A module reaches its own children by relative paths too (`files::route`).
+    for child in modules
+        .keys()
+        .filter(|c| c.len() == m.len() + 1 && c.starts_with(m))
+    {
+        let name = child.last().unwrap();
+        let relative = code.match_indices(&format!("{name}::")).any(|(i, _)| {
+            let before = code[..i].chars().next_back();
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+        });
+        if relative || code.contains(&format!("self::{name}")) {
+            out.insert(child.clone());
+        }
+    }
+    out
+}
+
+#[test]
+fn the_module_paths_of_use_groups_and_supers() {
+    let code = "use crate::a::{b::{C, d}, e as f};\nlet x = super::super::g::h(crate::i);";
+    let got: Vec<String> = module_paths(code).iter().map(|p| p.join("::")).collect();
+    assert_eq!(
+        got,
+        [
+            "crate::a::b::C",
+            "crate::a::b::d",
+            "crate::a::e",
+            "super::super::g::h",
+            "crate::i"
+        ]
+    );
+    // `notcrate::` is no head; comments are `arrow_code`'s to drop.
+    assert_eq!(module_paths("notcrate::x crate::y").len(), 1);
+    assert!(arrow_code("use crate::x; // crate::y").contains("crate::x"));
+    let late =
+        "#[cfg(test)]\nfn t() {}\nfn f() { crate::a::g() }\n#[cfg(test)]\nmod tests { crate::b }";
+    assert!(arrow_code(late).contains("crate::a") && !arrow_code(late).contains("crate::b"));
+    assert!(!arrow_code("use crate::x; // crate::y").contains("crate::y"));
+}
+
+/// No module of a product crate imports a module that imports it back, directly or
+/// around a loop (docs/ARCHITECTURE.md, "Inside a crate"): shared context sits in a leaf
+/// module that the modules using it import, so every arrow between files runs one way.
+#[test]
+fn no_module_imports_a_module_that_imports_it_back() {
+    let mut loops = Vec::new();
+    for (name, dir) in crates() {
+        let modules = module_files(&dir.join("src"));
+        let arrows: std::collections::BTreeMap<&Vec<String>, _> = modules
+            .iter()
+            .map(|(m, f)| (m, module_arrows(&modules, m, f)))
+            .collect();
+        // Whether `from` reaches `to` along the arrows.
+        let reaches = |from: &Vec<String>, to: &Vec<String>| {
+            let mut seen = std::collections::BTreeSet::new();
+            let mut stack = vec![from.clone()];
+            while let Some(v) = stack.pop() {
+                if &v == to {
+                    return true;
+                }
+                if seen.insert(v.clone()) {
+                    stack.extend(arrows.get(&v).into_iter().flatten().cloned());
+                }
+            }
+            false
+        };
+        for (m, out) in &arrows {
+            for target in out.iter().filter(|t| reaches(t, m)) {
+                loops.push(format!(
+                    "{name}: {} -> {} (and back)",
+                    if m.is_empty() {
+                        "<root>".into()
+                    } else {
+                        m.join("::")
+                    },
+                    target.join("::")
+                ));
+            }
+        }
+    }
+    assert!(
+        loops.is_empty(),
+        "modules that import each other, directly or around a loop:\n{}",
+        loops.join("\n")
+    );
+}
