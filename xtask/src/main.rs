@@ -2,18 +2,15 @@
 //!
 //! - `vectors`: regenerate the golden vectors in `tests/vectors/` with the reference client.
 //! - `ref-venv`: create the virtualenv with the reference client (`target/refvenv`).
-//! - `bench`: throughput and peak RSS of `xet` next to the reference (see `bench.rs`;
-//!   the Hub rows, against the `hf` CLI, in `bench_hub.rs`).
+//! - `bench`: throughput and peak RSS of `xet` next to the reference (see `bench/`;
+//!   `bench --wan`, over an emulated wide-area link, in `bench/wan/`).
 //! - `test`: the whole suite, as CI runs it: reference venv, fmt check, clippy and rustdoc
 //!   with warnings denied, every test (tidy checks included), a smoke run of each fuzz
 //!   target.
 //! - `fuzz`: build the fuzz targets of `fuzz/` and run each for a while (see `fuzz.rs`).
 
 mod bench;
-mod bench_hub;
-mod bench_transfer;
 mod fuzz;
-mod micro;
 mod reference;
 
 use anyhow::{Context, Result, bail};

@@ -1,7 +1,7 @@
-//! A server under load (group `load`): [`CLIENTS`] release `xet` processes at once
-//! against one release `xet serve`, first all uploading, then all downloading (each its
-//! own file, so nothing deduplicates between them), on a directory store and on an S3
-//! store (SeaweedFS on loopback, `xet_testdata::S3Server`).
+//! Group `load`: [`CLIENTS`] release `xet` processes at once against one release `xet
+//! serve`, first all uploading, then all downloading (each its own file, so nothing
+//! deduplicates between them), on a directory store and on an S3 store (SeaweedFS on
+//! loopback, `xet_testdata::S3Server`).
 //!
 //! Each phase reports the aggregate MB/s (all clients' bytes over the time from the first
 //! start to the last exit), the clients' CPU seconds per GiB (summed), the server's CPU
@@ -10,14 +10,17 @@
 //! log (`ms=`: until the answer was sent in full). Every phase starts a fresh server on
 //! the store, so each peak is that phase's.
 
-use super::{Row, RssBound, Sample, fresh, measure_all, proc_cpu_secs, status_kib, warm};
+use super::inputs::{Setup, ensure_file, file_hash, fresh, path_str, warm};
+use super::measure::{Sample, measure_at_once};
+use super::proc::{cpu_secs, status_kib};
+use super::report::Row;
+use super::serve::{Serve, Served, xet_client};
 use anyhow::{Context, Result, bail};
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 /// Clients at once.
-pub const CLIENTS: usize = 32;
+const CLIENTS: usize = 32;
 
 /// The server's peak RSS bound under [`CLIENTS`] clients (MiB). What the server holds for
 /// a request is bounded: an upload's body in a pooled receive buffer (at most one xorb,
@@ -26,49 +29,7 @@ pub const CLIENTS: usize = 32;
 /// time, 2 GiB leaves room for the mapped store pages the kernel keeps resident (page
 /// cache, counted in RSS) while still catching memory that grows with the number of
 /// readers or with what they read.
-pub const SERVER_RSS_MIB: u64 = 2048;
-
-/// A release `xet serve` whose request log goes to a file; killed when dropped.
-struct LoggedServe {
-    child: Child,
-    url: String,
-    log: PathBuf,
-}
-
-impl LoggedServe {
-    fn start(xet: &Path, store: &str, env: &[(&str, String)], log: PathBuf) -> Result<Self> {
-        let mut c = Command::new(xet);
-        c.args(["serve", "--listen", "127.0.0.1:0", "--store", store])
-            .env_remove("XET_LOG")
-            .env_remove("XET_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log)?);
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let mut child = c.spawn().context("starting xet serve")?;
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
-        let Some(url) = line.trim().strip_prefix("listening on ") else {
-            let _ = child.kill();
-            let _ = child.wait();
-            let log = std::fs::read_to_string(&log).unwrap_or_default();
-            bail!("xet serve --store {store} did not start: {log}");
-        };
-        Ok(LoggedServe {
-            url: url.to_string(),
-            child,
-            log,
-        })
-    }
-}
-
-impl Drop for LoggedServe {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+const SERVER_RSS_MIB: u64 = 2048;
 
 /// Where the clients' store is: a directory, or a bucket of a SeaweedFS started here.
 enum Store {
@@ -87,27 +48,19 @@ impl Store {
         }
     }
 
-    fn url(&self) -> String {
-        match self {
-            Store::Dir(d) => d.display().to_string(),
-            Store::S3 { url, .. } => url.clone(),
-        }
-    }
-
-    /// The server's environment: the object store's credentials, for S3.
-    fn env(&self) -> Vec<(&'static str, String)> {
-        match self {
-            Store::Dir(_) => Vec::new(),
-            Store::S3 { server, .. } => vec![
-                ("AWS_ACCESS_KEY_ID", server.access_key_id().to_string()),
-                (
-                    "AWS_SECRET_ACCESS_KEY",
-                    server.secret_access_key().to_string(),
-                ),
-                ("AWS_REGION", server.region().to_string()),
-                ("AWS_ENDPOINT_URL", server.endpoint()),
-            ],
-        }
+    /// A fresh server on the store; its request log in `log` (emptied first: the log is
+    /// the phase's own). The log is parsed, so it is in the default format (no `XET_LOG`).
+    fn serve(&self, xet: &Path, log: PathBuf) -> Result<Served> {
+        let _ = std::fs::remove_file(&log);
+        let serve = match self {
+            Store::Dir(d) => Serve::loopback(xet, d),
+            Store::S3 { server, url } => Serve::loopback(xet, url)
+                .env("AWS_ACCESS_KEY_ID", server.access_key_id())
+                .env("AWS_SECRET_ACCESS_KEY", server.secret_access_key())
+                .env("AWS_REGION", server.region())
+                .env("AWS_ENDPOINT_URL", server.endpoint()),
+        };
+        serve.env_remove("XET_LOG").log(log).start()
     }
 }
 
@@ -124,12 +77,8 @@ fn inputs(xet: &Path, size: u64) -> Result<Inputs> {
     let (mut files, mut hashes) = (Vec::new(), Vec::new());
     for i in 0..CLIENTS {
         let f = dir.join(format!("c{i:02}.bin"));
-        super::ensure_file_seeded(&f, each, 0x10AD + i as u64)?;
-        let out = Command::new(xet).args(["hash", "-q"]).arg(&f).output()?;
-        if !out.status.success() {
-            bail!("xet hash {} failed", f.display());
-        }
-        hashes.push(String::from_utf8(out.stdout)?.trim().to_string());
+        ensure_file(&f, each, 0x10AD + i as u64)?;
+        hashes.push(file_hash(xet, &f)?);
         files.push(f);
     }
     Ok(Inputs {
@@ -158,24 +107,24 @@ fn phase(
     log: PathBuf,
     cmds: impl FnOnce(&str) -> Vec<Command>,
 ) -> Result<Phase> {
-    let server = LoggedServe::start(xet, &store.url(), &store.env(), log)?;
-    let pid = server.child.id();
-    let cpu0 = proc_cpu_secs(pid)?;
+    let server = store.serve(xet, log.clone())?;
+    let pid = server.pid();
+    let cpu0 = cpu_secs(pid)?;
     // The high-water mark needs no sampling; how it splits between the server's own
     // memory and mapped store pages does.
     let (mut anon, mut file) = (0, 0);
-    let (wall, clients) = measure_all(cmds(&server.url), |_| {
+    let clients = measure_at_once(cmds(&server.url), || {
         anon = anon.max(status_kib(pid, "RssAnon:").unwrap_or(0));
         file = file.max(status_kib(pid, "RssFile:").unwrap_or(0));
     })?;
-    let server_cpu = proc_cpu_secs(pid)? - cpu0;
+    let server_cpu = cpu_secs(pid)? - cpu0;
     let server_hwm_kib = status_kib(pid, "VmHWM:").context("reading xet serve's VmHWM")?;
     // The log line of a request is written once its answer is sent, before the client
     // that asked can exit: every line is in the file by now.
-    let log = std::fs::read_to_string(&server.log)?;
+    let log = std::fs::read_to_string(&log)?;
     Ok(Phase {
-        wall,
-        clients,
+        wall: clients.iter().map(|r| r.sample.secs).fold(0.0, f64::max),
+        clients: clients.iter().map(|r| r.sample).collect(),
         server_cpu,
         server_hwm_kib,
         server_anon_kib: anon,
@@ -207,23 +156,11 @@ fn percentile(v: &mut [u64], p: f64) -> u64 {
     v[rank.clamp(1, v.len()) - 1]
 }
 
-/// A client `xet` with a cache of its own, talking to the server only.
-fn client(xet: &Path, cache: PathBuf, args: &[&str]) -> Command {
-    let mut c = Command::new(xet);
-    c.args(args)
-        .env("XET_CACHE", cache)
-        .env_remove("XET_ENDPOINT")
-        .env_remove("XET_STORE")
-        .env_remove("XET_TOKEN");
-    c
-}
-
-pub fn run(xet: &Path, size: u64) -> Result<(Vec<Row>, Vec<RssBound>)> {
+pub fn rows(s: &Setup) -> Result<Vec<Row>> {
     let work = crate::workspace_root().join("target/bench-load");
     fresh(&work)?;
-    let inputs = inputs(xet, size)?;
+    let inputs = inputs(&s.xet, s.size)?;
     let mut rows = Vec::new();
-    let mut bounds = Vec::new();
 
     std::fs::create_dir_all(work.join("store"))?;
     let dir_store = Store::Dir(work.join("store"));
@@ -234,25 +171,19 @@ pub fn run(xet: &Path, size: u64) -> Result<(Vec<Row>, Vec<RssBound>)> {
         url: format!("s3://{bucket}/xet"),
     };
     for store in [dir_store, s3_store] {
-        for (row, bound) in store_rows(xet, &store, &inputs, &work)? {
-            bounds.push(bound);
-            rows.push(row);
-        }
+        rows.extend(store_rows(&s.xet, &store, &inputs, &work)?);
     }
     std::fs::remove_dir_all(&work).ok();
-    Ok((rows, bounds))
+    Ok(rows)
 }
 
 /// The upload phase, then the download phase, on one store.
-fn store_rows(
-    xet: &Path,
-    store: &Store,
-    inputs: &Inputs,
-    work: &Path,
-) -> Result<Vec<(Row, RssBound)>> {
+fn store_rows(xet: &Path, store: &Store, inputs: &Inputs, work: &Path) -> Result<Vec<Row>> {
     let caches = work.join("caches");
     let out = work.join("out");
-    let mut rows = Vec::new();
+    let client = |cache: String, args: &[&str]| {
+        xet_client(Command::new(xet), args, Some(&caches.join(cache)))
+    };
 
     fresh(&caches)?;
     for f in &inputs.files {
@@ -261,16 +192,12 @@ fn store_rows(
     let up = phase(xet, store, work.join("upload.log"), |url| {
         (0..CLIENTS)
             .map(|i| {
-                let file = inputs.files[i].to_str().expect("UTF-8 path");
-                client(
-                    xet,
-                    caches.join(format!("u{i}")),
-                    &["upload", "-q", "--endpoint", url, file],
-                )
+                let file = path_str(&inputs.files[i]).expect("UTF-8 path");
+                client(format!("u{i}"), &["upload", "-q", "--endpoint", url, file])
             })
             .collect()
     })?;
-    rows.push(row(store, "upload", inputs, up));
+    let mut rows = vec![row(store, "upload", inputs, up)];
 
     fresh(&caches)?;
     fresh(&out)?;
@@ -281,21 +208,20 @@ fn store_rows(
         (0..CLIENTS)
             .map(|i| {
                 let dest = out.join(format!("c{i}"));
-                client(
-                    xet,
-                    caches.join(format!("d{i}")),
-                    &[
-                        "download",
-                        "-q",
-                        "--chunk-cache-size",
-                        "0",
-                        "--endpoint",
-                        url,
-                        &inputs.hashes[i],
-                        "-o",
-                        dest.to_str().expect("UTF-8 path"),
-                    ],
-                )
+                let dest = path_str(&dest).expect("UTF-8 path");
+                let hash = &inputs.hashes[i];
+                let args = [
+                    "download",
+                    "-q",
+                    "--chunk-cache-size",
+                    "0",
+                    "--endpoint",
+                    url,
+                    hash,
+                    "-o",
+                    dest,
+                ];
+                client(format!("d{i}"), &args)
             })
             .collect()
     })?;
@@ -309,7 +235,7 @@ fn store_rows(
     Ok(rows)
 }
 
-fn row(store: &Store, what: &str, inputs: &Inputs, mut p: Phase) -> (Row, RssBound) {
+fn row(store: &Store, what: &str, inputs: &Inputs, mut p: Phase) -> Row {
     let bytes = inputs.each * CLIENTS as u64;
     let latency = if p.reconstruction_ms.is_empty() {
         String::new()
@@ -331,23 +257,12 @@ fn row(store: &Store, what: &str, inputs: &Inputs, mut p: Phase) -> (Row, RssBou
         client_rss / 1024,
     );
     let gib = bytes as f64 / (1u64 << 30) as f64;
-    let row = Row {
-        case: case.clone(),
-        bytes,
-        ours: Sample {
-            secs: p.wall,
-            peak_rss_kib: p.server_hwm_kib,
-            cpu_secs: p.clients.iter().map(|s| s.cpu_secs).sum(),
-        },
-        reference: None,
-        target: "",
-        server_cpu: format!("{:.2}", p.server_cpu / gib),
+    let ours = Sample {
+        secs: p.wall,
+        peak_rss_kib: p.server_hwm_kib,
+        cpu_secs: p.clients.iter().map(|s| s.cpu_secs).sum(),
     };
-    (
-        row,
-        RssBound {
-            case,
-            mib: SERVER_RSS_MIB,
-        },
-    )
+    Row::xet(case, bytes, ours)
+        .server_cpu(format!("{:.2}", p.server_cpu / gib))
+        .bound(SERVER_RSS_MIB)
 }

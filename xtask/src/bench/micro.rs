@@ -1,35 +1,22 @@
-//! In-process micro benchmarks of the format crates (group `micro`), one thread unless a
+//! Group `micro`: in-process micro benchmarks of the format crates, one thread unless a
 //! row says otherwise. Each row's CPU time is the measuring thread's (or threads') time
 //! on a CPU, from `/proc/thread-self/schedstat` (nanoseconds), so a row slowed by another
 //! process taking the core shows it: wall time above CPU time.
 
-use anyhow::{Context, Result};
+use super::inputs::Setup;
+use super::measure::Sample;
+use super::proc::thread_cpu_secs;
+use super::report::Row;
+use anyhow::Result;
 use std::time::Instant;
 use xet_testdata::{Kind, generate};
 
-/// One micro row: what was measured, over how many bytes, wall and CPU seconds.
-pub struct MicroRow {
-    pub name: String,
-    pub bytes: u64,
-    pub secs: f64,
-    pub cpu_secs: f64,
-}
+/// Bytes each row goes over (the text and float32 compression rows a quarter, the xorb
+/// rows at most 48 MiB).
+const SIZE: usize = 256 << 20;
 
 /// Chunk size of the xorb rows: the chunker's average, so a xorb holds the usual count.
 const CHUNK: usize = 64 * 1024;
-
-/// This thread's time on a CPU so far (`/proc/thread-self/schedstat`, first field, ns).
-pub fn thread_cpu_secs() -> Result<f64> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat")
-        .context("reading /proc/thread-self/schedstat")?;
-    let ns: u64 = s
-        .split_whitespace()
-        .next()
-        .context("/proc/thread-self/schedstat is empty")?
-        .parse()
-        .context("parsing /proc/thread-self/schedstat")?;
-    Ok(ns as f64 / 1e9)
-}
 
 /// Run `f` once on this thread: its result, wall seconds and CPU seconds.
 fn timed<T>(f: impl FnOnce() -> T) -> Result<(T, f64, f64)> {
@@ -40,27 +27,32 @@ fn timed<T>(f: impl FnOnce() -> T) -> Result<(T, f64, f64)> {
     Ok((out, secs, thread_cpu_secs()? - cpu))
 }
 
-struct Rows(Vec<MicroRow>);
+struct Rows(Vec<Row>);
 
 impl Rows {
     /// Measure `f` over `bytes` as the row `name`, returning what `f` returned.
     fn add<T>(&mut self, name: &str, bytes: usize, f: impl FnOnce() -> T) -> Result<T> {
         let (out, secs, cpu_secs) = timed(f)?;
-        self.0.push(MicroRow {
-            name: name.to_string(),
-            bytes: bytes as u64,
-            secs,
-            cpu_secs,
-        });
+        self.0.push(row(name.to_string(), bytes, secs, cpu_secs));
         Ok(out)
     }
 }
 
-pub fn run(size: usize) -> Result<Vec<MicroRow>> {
-    let data = generate(Kind::Random, size, 42);
+/// A row of `bytes` in `secs`, `cpu_secs` on a CPU.
+fn row(name: String, bytes: usize, secs: f64, cpu_secs: f64) -> Row {
+    let s = Sample {
+        secs,
+        peak_rss_kib: 0,
+        cpu_secs,
+    };
+    Row::xet(name, bytes as u64, s)
+}
+
+pub fn rows(_: &Setup) -> Result<Vec<Row>> {
+    let data = generate(Kind::Random, SIZE, 42);
     let mut rows = Rows(Vec::new());
     chunking(&mut rows, &data)?;
-    xorbs(&mut rows, &data, size)?;
+    xorbs(&mut rows, &data, SIZE)?;
     Ok(rows.0)
 }
 
@@ -137,12 +129,12 @@ fn two_thread_chunking(rows: &mut Rows, data: &[u8]) -> Result<()> {
     );
     let matches: Vec<usize> = a.0.into_iter().chain(b.0).collect();
     let (_, _, select_cpu) = timed(|| xet_chunk::boundaries_from_matches(&matches, len).len())?;
-    rows.0.push(MicroRow {
-        name: "chunking, find_matches on 2 threads + selection".into(),
-        bytes: len as u64,
-        secs: t.elapsed().as_secs_f64(),
-        cpu_secs: a.2 + b.2 + select_cpu,
-    });
+    rows.0.push(row(
+        "chunking, find_matches on 2 threads + selection".into(),
+        len,
+        t.elapsed().as_secs_f64(),
+        a.2 + b.2 + select_cpu,
+    ));
     Ok(())
 }
 
