@@ -143,14 +143,7 @@ fn downloads(b: &Bundle<'_>, hash: &str) -> Result<Vec<Row>> {
         fresh(&cache)
     };
     let embedded = |source: &Path| -> Result<Command> {
-        let args = [
-            "download",
-            "--store",
-            path_str(source)?,
-            hash,
-            "-o",
-            outs,
-        ];
+        let args = ["download", "--store", path_str(source)?, hash, "-o", outs];
         Ok(b.xet(&args, Some(&cache)))
     };
     let sources = [bundle.as_path(), store.as_path()];

@@ -58,10 +58,11 @@ impl Ctx<'_> {
         reference(self.link.client(self.py), script, args, &self.p(cache))
     }
 
-    /// Every run of both sides, taken in turn, each charged with the server's CPU.
-    fn alternate(&self, sides_: [Contender<'_>; 2]) -> Result<[Vec<Run>; 2]> {
+    /// Every run of both sides, taken in turn, each charged with the server's CPU; the
+    /// server is stopped afterwards.
+    fn alternate(&self, pair: [Contender<'_>; 2]) -> Result<[Vec<Run>; 2]> {
         let pid = || self.server.pid();
-        let contenders = sides_.into_iter().map(|c| c.server(pid)).collect();
+        let contenders = pair.into_iter().map(|c| c.server(pid)).collect();
         let runs = interleave(&self.rounds, contenders)?;
         self.server.stop();
         Ok(sides(runs))
