@@ -5,8 +5,9 @@
 //! answered, body bytes each way) and, by rule, answers instead of the server or cuts a
 //! transfer short: canned statuses and bodies, a request or answer that stops mid-body
 //! and goes silent with the connection open or is cut, no answer at all, a rewritten
-//! `Range`. Plain threads and blocking sockets, so async and blocking tests alike can
-//! use it (and this crate stays free of tokio).
+//! `Range`, an answer with one byte string replaced by another. Plain threads and
+//! blocking sockets, so async and blocking tests alike can use it (and this crate stays
+//! free of tokio).
 //!
 //! The `Host` header is passed through untouched, so the server builds presigned and
 //! grant URLs that point back at the proxy. Connections held silent end when the client
@@ -26,6 +27,8 @@ pub struct Match {
     method: Option<String>,
     /// The path (without the query) starts with this.
     prefix: String,
+    /// `Some`: the path also holds this, anywhere.
+    contains: Option<String>,
 }
 
 impl Match {
@@ -34,6 +37,7 @@ impl Match {
         Match {
             method: None,
             prefix: prefix.to_string(),
+            contains: None,
         }
     }
 
@@ -42,6 +46,16 @@ impl Match {
         Match {
             method: Some(method.to_string()),
             prefix: prefix.to_string(),
+            contains: None,
+        }
+    }
+
+    /// The same, and the path must also hold `part` anywhere:
+    /// `Match::method("POST", "/api/").containing("/commit/")` is a Hub commit.
+    pub fn containing(self, part: &str) -> Match {
+        Match {
+            contains: Some(part.to_string()),
+            ..self
         }
     }
 
@@ -50,6 +64,7 @@ impl Match {
             .as_deref()
             .is_none_or(|m| m.eq_ignore_ascii_case(method))
             && path.starts_with(self.prefix.as_str())
+            && self.contains.as_deref().is_none_or(|c| path.contains(c))
     }
 }
 
@@ -89,6 +104,27 @@ pub enum Fault {
     DropResponse(Cut),
     /// Forward with the `Range` header replaced (`None`: removed).
     RewriteRange(Option<String>),
+    /// Forward, and answer with every `from` replaced by `to` in the answer's header
+    /// values and body (a lying server). The body is read whole first and sent with its
+    /// `content-length`, whatever framing the server used. `from` and `to` must be of
+    /// the same length (checked when the rule is added), so the body's length, and the
+    /// `content-length` of an answer to `HEAD`, stay what the server said.
+    Rewrite { from: Vec<u8>, to: Vec<u8> },
+}
+
+impl Fault {
+    /// How the log names it ([`Seen::fault`]): its `Debug` form, with a rewrite's
+    /// strings as text.
+    fn describe(&self) -> String {
+        match self {
+            Fault::Rewrite { from, to } => format!(
+                "Rewrite {{ from: {:?}, to: {:?} }}",
+                String::from_utf8_lossy(from),
+                String::from_utf8_lossy(to)
+            ),
+            f => format!("{f:?}"),
+        }
+    }
 }
 
 struct Rule {
@@ -107,7 +143,7 @@ pub struct Seen {
     pub query: Option<String>,
     /// The request's headers as the client sent them.
     pub headers: Vec<(String, String)>,
-    /// The fault applied (its `Debug` form), if any.
+    /// The fault applied (its `Debug` form, a rewrite's strings as text), if any.
     pub fault: Option<String>,
     /// The status answered (0 if no answer head was sent).
     pub status: u16,
@@ -137,6 +173,8 @@ struct State {
     generation: AtomicU64,
     stop: AtomicBool,
     held: AtomicU64,
+    /// Connections accepted and not yet done with.
+    open: AtomicU64,
 }
 
 /// The proxy; it stops (and releases every held connection) when dropped.
@@ -173,6 +211,7 @@ impl Proxy {
             generation: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             held: AtomicU64::new(0),
+            open: AtomicU64::new(0),
         });
         let accept = st.clone();
         std::thread::spawn(move || {
@@ -181,9 +220,11 @@ impl Proxy {
                     break;
                 }
                 let Ok(conn) = conn else { continue };
+                accept.open.fetch_add(1, Ordering::SeqCst);
                 let st = accept.clone();
                 std::thread::spawn(move || {
                     let _ = serve_connection(&st, conn);
+                    st.open.fetch_sub(1, Ordering::SeqCst);
                 });
             }
         });
@@ -207,6 +248,16 @@ impl Proxy {
     }
 
     fn push(&self, on: Match, fault: Option<Fault>, remaining: usize) {
+        if let Some(Fault::Rewrite { from, to }) = &fault {
+            assert!(!from.is_empty(), "a rewrite of nothing");
+            assert_eq!(
+                from.len(),
+                to.len(),
+                "a rewrite must keep the length: {:?} -> {:?}",
+                String::from_utf8_lossy(from),
+                String::from_utf8_lossy(to)
+            );
+        }
         self.st.rules.lock().unwrap().push(Rule {
             on,
             fault,
@@ -241,6 +292,13 @@ impl Proxy {
     /// Connections currently held silent by a stall.
     pub fn held(&self) -> u64 {
         self.st.held.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted and not yet done with, held ones included. A request's log
+    /// entry is complete once its connection is done: when this is 0 after the client
+    /// went away, [`Proxy::log`] holds everything it sent, in full.
+    pub fn open(&self) -> u64 {
+        self.st.open.load(Ordering::SeqCst)
     }
 
     /// Requests with this method (any case) whose path starts with `prefix`.
@@ -537,7 +595,7 @@ fn serve_connection(st: &State, conn: TcpStream) -> std::io::Result<()> {
             path,
             query,
             headers: headers.clone(),
-            fault: fault.as_ref().map(|f| format!("{f:?}")),
+            fault: fault.as_ref().map(Fault::describe),
             ..Default::default()
         });
         Entry {
@@ -582,10 +640,12 @@ fn serve_connection(st: &State, conn: TcpStream) -> std::io::Result<()> {
             ("content-length".to_string(), body.len().to_string()),
         ];
         head.extend(extra);
+        // Noted first, as a forwarded answer's is: a client that has the answer finds it
+        // in the log.
+        entry.note(|s| s.status = status);
         write_head(&mut out, &format!("HTTP/1.1 {status} Injected"), &head)?;
         out.write_all(body.as_bytes())?;
         out.flush()?;
-        entry.note(|s| s.status = status);
         return Ok(());
     }
     forward(st, &entry, fault, client, out, &first, &headers)
@@ -602,7 +662,7 @@ fn error_answer(code: u16, retry_after: Option<&String>) -> Canned {
     (code, "application/json".to_string(), extra, body)
 }
 
-/// Send the request upstream and its answer back, applying a stall or cut fault.
+/// Send the request upstream and its answer back, applying a stall, cut or rewrite fault.
 fn forward(
     st: &State,
     entry: &Entry,
@@ -650,8 +710,20 @@ fn forward(
         Some(Fault::DropResponse(c)) => (Some(c), false),
         _ => (None, false),
     };
-    let (n, cut_short) = match cut {
-        Some(Cut::Half) => (
+    let (n, cut_short) = match (&fault, cut) {
+        (Some(Fault::Rewrite { from, to }), _) => (
+            send_rewritten(
+                &mut upr,
+                &mut out,
+                &status_line,
+                rheaders,
+                framing,
+                from,
+                to,
+            )?,
+            false,
+        ),
+        (_, Some(Cut::Half)) => (
             send_half(&mut upr, &mut out, &status_line, rheaders, framing)?,
             true,
         ),
@@ -672,6 +744,21 @@ fn forward(
     Ok(())
 }
 
+/// The whole payload of an answer; its headers now frame it with its `content-length`.
+fn read_whole(
+    upr: &mut impl BufRead,
+    rheaders: &mut Vec<(String, String)>,
+    framing: Framing,
+) -> std::io::Result<Vec<u8>> {
+    let mut whole = Vec::new();
+    relay_body(upr, &mut whole, framing, None, Chunks::Strip)?;
+    rheaders.retain(|(k, _)| {
+        !k.eq_ignore_ascii_case("content-length") && !k.eq_ignore_ascii_case("transfer-encoding")
+    });
+    rheaders.push(("content-length".to_string(), whole.len().to_string()));
+    Ok(whole)
+}
+
 /// Read the whole payload to know its half, then send the head with the payload's length
 /// and the first half. Returns the bytes sent.
 fn send_half(
@@ -681,17 +768,51 @@ fn send_half(
     mut rheaders: Vec<(String, String)>,
     framing: Framing,
 ) -> std::io::Result<u64> {
-    let mut whole = Vec::new();
-    relay_body(upr, &mut whole, framing, None, Chunks::Strip)?;
-    rheaders.retain(|(k, _)| {
-        !k.eq_ignore_ascii_case("content-length") && !k.eq_ignore_ascii_case("transfer-encoding")
-    });
-    rheaders.push(("content-length".to_string(), whole.len().to_string()));
+    let whole = read_whole(upr, &mut rheaders, framing)?;
     write_head(out, status_line, &rheaders)?;
     let half = &whole[..whole.len() / 2];
     out.write_all(half)?;
     out.flush()?;
     Ok(half.len() as u64)
+}
+
+/// Send the answer with every `from` replaced by `to` in its header values and its
+/// payload (read whole first). Returns the payload bytes sent.
+fn send_rewritten(
+    upr: &mut impl BufRead,
+    out: &mut impl Write,
+    status_line: &str,
+    mut rheaders: Vec<(String, String)>,
+    framing: Framing,
+    from: &[u8],
+    to: &[u8],
+) -> std::io::Result<u64> {
+    for (_, v) in rheaders.iter_mut() {
+        let mut b = std::mem::take(v).into_bytes();
+        replace_all(&mut b, from, to);
+        *v = String::from_utf8_lossy(&b).into_owned();
+    }
+    if matches!(framing, Framing::None) {
+        write_head(out, status_line, &rheaders)?;
+        out.flush()?;
+        return Ok(0);
+    }
+    let mut whole = read_whole(upr, &mut rheaders, framing)?;
+    replace_all(&mut whole, from, to);
+    write_head(out, status_line, &rheaders)?;
+    out.write_all(&whole)?;
+    out.flush()?;
+    Ok(whole.len() as u64)
+}
+
+/// Replace every `from` in `data` with `to`, of the same length, left to right.
+fn replace_all(data: &mut [u8], from: &[u8], to: &[u8]) {
+    debug_assert_eq!(from.len(), to.len());
+    let mut at = 0;
+    while let Some(i) = data[at..].windows(from.len()).position(|w| w == from) {
+        data[at + i..at + i + from.len()].copy_from_slice(to);
+        at += i + from.len();
+    }
 }
 
 /// A loopback port that accepts every connection and closes it at once, counting them: a
@@ -743,5 +864,197 @@ impl Drop for ClosingPort {
         self.stop.store(true, Ordering::SeqCst);
         // Wake the accepting thread so it sees the flag.
         let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// A server that answers every request `200` with a body naming it (method, target,
+    /// the `Host` it got, the request body's length) and the target in `x-echo`; a target
+    /// ending in `/chunked` is answered chunked, two bytes a chunk.
+    fn upstream() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                std::thread::spawn(move || {
+                    let _ = answer(conn);
+                });
+            }
+        });
+        url
+    }
+
+    fn answer(conn: TcpStream) -> std::io::Result<()> {
+        let mut out = conn.try_clone()?;
+        let mut r = BufReader::new(conn);
+        let Some((first, headers)) = read_head(&mut r)? else {
+            return Ok(());
+        };
+        let framing = body_framing(&headers, true)?;
+        let (n, _) = relay_body(&mut r, &mut std::io::sink(), framing, None, Chunks::Strip)?;
+        let mut words = first.split(' ');
+        let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+        let host = header(&headers, "host").unwrap_or("");
+        let body = format!("{method} {target} host={host} body={n}");
+        if target.ends_with("/chunked") {
+            write!(
+                out,
+                "HTTP/1.1 200 OK\r\nx-echo: {target}\r\ntransfer-encoding: chunked\r\n\r\n"
+            )?;
+            for part in body.as_bytes().chunks(2) {
+                write!(out, "{:x}\r\n", part.len())?;
+                out.write_all(part)?;
+                out.write_all(b"\r\n")?;
+            }
+            out.write_all(b"0\r\n\r\n")?;
+        } else {
+            write!(
+                out,
+                "HTTP/1.1 200 OK\r\nx-echo: {target}\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )?;
+        }
+        out.flush()
+    }
+
+    /// One request to `url` (`Host` its address): the answer's status, headers and body.
+    fn request(
+        url: &str,
+        method: &str,
+        target: &str,
+        body: &str,
+    ) -> (u16, Vec<(String, String)>, String) {
+        let addr = url.trim_start_matches("http://");
+        let conn = TcpStream::connect(addr).unwrap();
+        let mut w = conn.try_clone().unwrap();
+        write!(
+            w,
+            "{method} {target} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut r = BufReader::new(conn);
+        let (first, headers) = read_head(&mut r).unwrap().expect("an answer");
+        let mut rest = String::new();
+        r.read_to_string(&mut rest).unwrap();
+        let status = first.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, headers, rest)
+    }
+
+    fn wait_for(what: &str, f: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !f() {
+            assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_match_can_also_require_a_part_of_the_path() {
+        let proxy = Proxy::start(&upstream());
+        let commit = Match::method("POST", "/api/").containing("/commit/");
+        proxy.inject(commit, Fault::StatusRetryAfter(503, "0".into()), usize::MAX);
+        let (status, headers, _) = request(&proxy.url, "POST", "/api/models/o/r/commit/main", "{}");
+        assert_eq!(status, 503);
+        assert_eq!(header(&headers, "retry-after"), Some("0"));
+        for (method, target) in [
+            ("POST", "/api/models/o/r/preupload/main"),
+            ("GET", "/api/models/o/r/commit/main"),
+            ("POST", "/v1/commit/x"),
+        ] {
+            let (status, _, body) = request(&proxy.url, method, target, "{}");
+            assert_eq!(status, 200, "{method} {target}");
+            assert!(body.starts_with(&format!("{method} {target} ")), "{body}");
+        }
+        // Every use left: a second commit is refused too.
+        let (status, _, _) = request(&proxy.url, "POST", "/api/datasets/o/r/commit/b", "");
+        assert_eq!(status, 503);
+        let statuses: Vec<u16> = proxy.log().iter().map(|s| s.status).collect();
+        assert_eq!(statuses, [503, 200, 200, 200, 503]);
+        assert_eq!(proxy.log()[0].request_bytes, 2);
+        assert!(
+            Match::prefix("/")
+                .containing("git")
+                .hits("PUT", "/a/.git/x")
+        );
+        assert!(
+            !Match::prefix("/b")
+                .containing("git")
+                .hits("PUT", "/a/.git/x")
+        );
+    }
+
+    #[test]
+    fn a_rewrite_replaces_a_string_in_the_answers_headers_and_body() {
+        let proxy = Proxy::start(&upstream());
+        let (from, to) = (b"abc".to_vec(), b"xyz".to_vec());
+        proxy.inject(Match::prefix("/"), Fault::Rewrite { from, to }, usize::MAX);
+        let host = proxy.url.trim_start_matches("http://").to_string();
+        // The second answer comes in chunks of two bytes: every `abc` is split.
+        for target in ["/abc/abcabc", "/abc/abcabc/chunked"] {
+            let (status, headers, body) = request(&proxy.url, "GET", target, "");
+            assert_eq!(status, 200);
+            let want = format!("GET {target} host={host} body=0").replace("abc", "xyz");
+            assert_eq!(body, want);
+            assert_eq!(
+                header(&headers, "x-echo"),
+                Some(&*target.replace("abc", "xyz"))
+            );
+            assert_eq!(
+                header(&headers, "content-length"),
+                Some(&*want.len().to_string())
+            );
+            assert_eq!(header(&headers, "transfer-encoding"), None);
+            let seen = proxy.log().pop().unwrap();
+            // The request went up as sent.
+            assert_eq!(seen.path, target);
+            assert_eq!(seen.response_bytes, want.len() as u64);
+            assert_eq!(
+                seen.fault.as_deref(),
+                Some(r#"Rewrite { from: "abc", to: "xyz" }"#)
+            );
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "a rewrite must keep the length")]
+    fn a_rewrite_must_keep_the_length() {
+        let proxy = Proxy::start("http://127.0.0.1:9");
+        let (from, to) = (b"ab".to_vec(), b"abc".to_vec());
+        proxy.inject(Match::prefix("/"), Fault::Rewrite { from, to }, 1);
+    }
+
+    /// The server sees the `Host` the client sent (the proxy's address), so the URLs it
+    /// builds from it lead back through the proxy.
+    #[test]
+    fn the_host_header_reaches_the_server_untouched() {
+        let up = upstream();
+        let proxy = Proxy::start(&up);
+        let (_, _, body) = request(&proxy.url, "GET", "/x", "");
+        let host = proxy.url.trim_start_matches("http://");
+        assert!(body.ends_with(&format!("host={host} body=0")), "{body}");
+        assert!(!body.contains(up.trim_start_matches("http://")), "{body}");
+    }
+
+    #[test]
+    fn open_counts_connections_until_they_are_done() {
+        let proxy = Proxy::start(&upstream());
+        proxy.inject(Match::prefix("/stall"), Fault::StallHeaders, 1);
+        let mut held = TcpStream::connect(proxy.url.trim_start_matches("http://")).unwrap();
+        held.write_all(b"GET /stall HTTP/1.1\r\nhost: x\r\n\r\n")
+            .unwrap();
+        wait_for("the stall holds", || proxy.held() == 1);
+        assert_eq!(proxy.open(), 1);
+        let (status, _, _) = request(&proxy.url, "GET", "/plain", "");
+        assert_eq!(status, 200);
+        wait_for("the plain request is done", || proxy.open() == 1);
+        proxy.clear();
+        wait_for("the held connection is done", || proxy.open() == 0);
+        assert_eq!(proxy.held(), 0);
     }
 }
