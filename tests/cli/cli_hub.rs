@@ -6,15 +6,13 @@
 use crate::common;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::Served;
+use xet_testdata::proxy::{Fault, Match, Proxy, Seen};
 
 const WRITE: &str = "hub-write-token";
 const READ: &str = "hub-read-token";
@@ -502,264 +500,35 @@ fn plain_downloads_follow_links_and_never_leave_the_folder() {
     );
 }
 
-/// One request as the [`FaultProxy`] saw it.
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    path: String,
-    /// Bytes the client sent (head and body).
-    sent: u64,
-    /// The answer's status.
-    status: u16,
-}
-
-/// A loopback HTTP/1.1 proxy in front of `xet serve` that forwards every request (one
-/// per connection: it asks both sides to close after the answer) and, while
-/// `refuse_commits` is set, answers each Hub commit (`POST /api/.../commit/...`) itself
-/// with `503` and `Retry-After: 0`, so the client's retries fail at once and the server
-/// never sees the commit. The Hub builds the CAS URL it hands out from the request's
-/// host, so the CAS traffic goes through the proxy too, and is counted.
-struct FaultProxy {
-    url: String,
-    refuse_commits: Arc<AtomicBool>,
-    /// While set, every answer has the first string replaced with the second (of the
-    /// same length) where a read from the server holds it whole.
-    rewrite: Rewrite,
-    /// Xorb reads (`GET /_xorb/...`) let through before every further one is answered
-    /// `404`; negative: all are let through.
-    xorb_reads_left: Arc<AtomicI64>,
-    seen: Arc<Mutex<Vec<Seen>>>,
-    /// Connections accepted and not yet recorded in `seen`.
-    open: Arc<AtomicUsize>,
-}
-
-impl FaultProxy {
-    fn start(upstream: &str) -> FaultProxy {
-        let upstream = upstream
-            .trim_start_matches("http://")
-            .trim_end_matches('/')
-            .to_string();
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let proxy = FaultProxy {
-            url,
-            refuse_commits: Arc::new(AtomicBool::new(true)),
-            rewrite: Arc::default(),
-            xorb_reads_left: Arc::new(AtomicI64::new(-1)),
-            seen: Arc::default(),
-            open: Arc::default(),
-        };
-        let faults = Faults {
-            refuse_commits: proxy.refuse_commits.clone(),
-            rewrite: proxy.rewrite.clone(),
-            xorb_reads_left: proxy.xorb_reads_left.clone(),
-        };
-        let (seen, open) = (proxy.seen.clone(), proxy.open.clone());
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                open.fetch_add(1, Ordering::SeqCst);
-                let (upstream, faults, seen, open) =
-                    (upstream.clone(), faults.clone(), seen.clone(), open.clone());
-                std::thread::spawn(move || {
-                    let one = proxy_one(conn, &upstream, &faults);
-                    if let Some(one) = one {
-                        seen.lock().unwrap().push(one);
-                    }
-                    open.fetch_sub(1, Ordering::SeqCst);
-                });
-            }
-        });
-        proxy
-    }
-
-    /// What was seen since the last call, once every connection is done.
-    fn take(&self) -> Vec<Seen> {
-        let start = Instant::now();
-        while self.open.load(Ordering::SeqCst) > 0 {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "proxy connections still open"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        std::mem::take(&mut *self.seen.lock().unwrap())
-    }
-}
-
-type Rewrite = Arc<Mutex<Option<(Vec<u8>, Vec<u8>)>>>;
-
-/// What the proxy does to requests and answers (see [`FaultProxy`]).
-#[derive(Clone)]
-struct Faults {
-    refuse_commits: Arc<AtomicBool>,
-    rewrite: Rewrite,
-    xorb_reads_left: Arc<AtomicI64>,
-}
-
-impl Faults {
-    /// Whether this xorb read is one too many (counting it if not).
-    fn refuses_xorb_read(&self, method: &str, path: &str) -> bool {
-        method == "GET"
-            && path.starts_with("/_xorb/")
-            && self
-                .xorb_reads_left
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                    (n > 0).then(|| n - 1)
-                })
-                .is_err_and(|n| n == 0)
-    }
-}
-
-/// `data` with every `from` replaced by `to` (of the same length).
-fn replace_all(data: &mut [u8], rewrite: &Rewrite) {
-    let Some((from, to)) = rewrite.lock().unwrap().clone() else {
-        return;
-    };
-    assert_eq!(from.len(), to.len());
-    let mut at = 0;
-    while let Some(i) = find(&data[at..], &from) {
-        data[at + i..at + i + from.len()].copy_from_slice(&to);
-        at += i + from.len();
-    }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Carry one request and its answer; `None` if the client sent no complete head.
-fn proxy_one(mut client: TcpStream, upstream: &str, faults: &Faults) -> Option<Seen> {
-    let mut buf = Vec::new();
-    let mut chunk = vec![0u8; 64 << 10];
-    let head_end = loop {
-        if let Some(i) = find(&buf, b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = client.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let request_line = lines.next()?.to_string();
-    let mut words = request_line.split(' ');
-    let (method, path) = (words.next()?.to_string(), words.next()?.to_string());
-    // The same head, closing the connection after the answer.
-    let mut new_head = format!("{request_line}\r\n");
-    let mut content_length = 0u64;
-    for l in lines.filter(|l| !l.is_empty()) {
-        let name = l.split(':').next()?.trim().to_ascii_lowercase();
-        if name == "content-length" {
-            content_length = l.split_once(':')?.1.trim().parse().ok()?;
-        }
-        if name != "connection" && name != "keep-alive" {
-            new_head.push_str(l);
-            new_head.push_str("\r\n");
-        }
-    }
-    new_head.push_str("Connection: close\r\n\r\n");
-    let early_body = buf[head_end..].to_vec();
-
-    if faults.refuses_xorb_read(&method, &path) {
-        let answer = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-        client.write_all(answer.as_bytes()).ok()?;
-        let _ = client.shutdown(Shutdown::Write);
-        return Some(Seen {
-            method,
-            path,
-            sent: head_end as u64,
-            status: 404,
-        });
-    }
-    if faults.refuse_commits.load(Ordering::SeqCst)
-        && method == "POST"
-        && path.starts_with("/api/")
-        && path.contains("/commit/")
-    {
-        // Read the body, so closing does not reset the connection, then refuse.
-        let mut got = early_body.len() as u64;
-        while got < content_length {
-            match client.read(&mut chunk) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => got += n as u64,
-            }
-        }
-        let body = br#"{"error":"the test proxy refuses commits"}"#;
-        let answer = format!(
-            "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 0\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
+/// What `proxy` saw since the last call, once every connection is done. The Hub builds
+/// the CAS URL it hands out from the request's `Host`, which the proxy passes through,
+/// so the CAS traffic of a command run through the proxy is seen too.
+fn take(proxy: &Proxy) -> Vec<Seen> {
+    let start = Instant::now();
+    while proxy.open() > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "proxy connections still open"
         );
-        client.write_all(answer.as_bytes()).ok()?;
-        client.write_all(body).ok()?;
-        let _ = client.shutdown(Shutdown::Write);
-        return Some(Seen {
-            method,
-            path,
-            sent: head_end as u64 + got,
-            status: 503,
-        });
+        std::thread::sleep(Duration::from_millis(10));
     }
-
-    let mut up = TcpStream::connect(upstream).ok()?;
-    up.write_all(new_head.as_bytes()).ok()?;
-    up.write_all(&early_body).ok()?;
-    let (mut from_client, mut to_up) = (client.try_clone().ok()?, up.try_clone().ok()?);
-    let pump = std::thread::spawn(move || {
-        let (mut sent, mut b) = (0u64, vec![0u8; 64 << 10]);
-        loop {
-            match from_client.read(&mut b) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if to_up.write_all(&b[..n]).is_err() {
-                        break;
-                    }
-                    sent += n as u64;
-                }
-            }
-        }
-        let _ = to_up.shutdown(Shutdown::Write);
-        sent
-    });
-    // The answer, until the server closes the connection.
-    let mut first = Vec::new();
-    loop {
-        match up.read(&mut chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                replace_all(&mut chunk[..n], &faults.rewrite);
-                let keep = n.min(64usize.saturating_sub(first.len()));
-                first.extend_from_slice(&chunk[..keep]);
-                if client.write_all(&chunk[..n]).is_err() {
-                    break;
-                }
-            }
-        }
-    }
-    let _ = client.shutdown(Shutdown::Both);
-    let sent = pump.join().unwrap_or(0);
-    let status = String::from_utf8_lossy(&first)
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Some(Seen {
-        method,
-        path,
-        sent: (head_end + early_body.len()) as u64 + sent,
-        status,
-    })
+    let seen = proxy.log();
+    proxy.clear_log();
+    seen
 }
 
-/// Bytes sent to the CAS (everything outside `/api/`) in successful requests.
+/// Body bytes sent to the CAS (everything outside `/api/`) in successful requests.
 fn cas_bytes_sent(seen: &[Seen]) -> u64 {
     seen.iter()
         .filter(|s| !s.path.starts_with("/api/") && (200..300).contains(&s.status))
-        .map(|s| s.sent)
+        .map(|s| s.request_bytes)
         .sum()
+}
+
+/// Every answer through `proxy` with `from` replaced by `to` (of the same length).
+fn rewrite(proxy: &Proxy, from: &str, to: &str) {
+    let (from, to) = (from.as_bytes().to_vec(), to.as_bytes().to_vec());
+    proxy.inject(Match::prefix("/"), Fault::Rewrite { from, to }, usize::MAX);
 }
 
 /// The server's record of one repository (a test's only one), read from its store
@@ -824,7 +593,14 @@ fn an_upload_cut_before_its_commit_resumes_with_one_commit() {
 
     let src = hub.path("model");
     make_model(&src);
-    let proxy = FaultProxy::start(&hub.server.url);
+    // A proxy that refuses every Hub commit with `503` and `Retry-After: 0`, so the
+    // client's retries fail at once and the server never sees the commit.
+    let proxy = Proxy::start(&hub.server.url);
+    proxy.inject(
+        Match::method("POST", "/api/").containing("/commit/"),
+        Fault::StatusRetryAfter(503, "0".into()),
+        usize::MAX,
+    );
     let through_proxy = || {
         let mut c = hub.xet_cmd(&["upload", src.to_str().unwrap(), "hf://org/resume", "--json"]);
         c.env("HF_ENDPOINT", &proxy.url);
@@ -833,7 +609,7 @@ fn an_upload_cut_before_its_commit_resumes_with_one_commit() {
     let cut = through_proxy();
     let err = String::from_utf8_lossy(&cut.stderr);
     assert_eq!(cut.status.code(), Some(6), "{err}");
-    let seen = proxy.take();
+    let seen = take(&proxy);
     let commits: Vec<&Seen> = seen
         .iter()
         .filter(|s| s.method == "POST" && s.path.contains("/commit/"))
@@ -860,7 +636,7 @@ fn an_upload_cut_before_its_commit_resumes_with_one_commit() {
     assert_eq!(history(&store, &first).1, moves_before);
 
     // The same command, the proxy now letting commits through.
-    proxy.refuse_commits.store(false, Ordering::SeqCst);
+    proxy.clear();
     let again = through_proxy();
     assert!(
         again.status.success(),
@@ -868,7 +644,7 @@ fn an_upload_cut_before_its_commit_resumes_with_one_commit() {
         String::from_utf8_lossy(&again.stderr)
     );
     let doc: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
-    let seen = proxy.take();
+    let seen = take(&proxy);
     assert_eq!(doc["commits"].as_array().unwrap().len(), 1, "{doc}");
     let second = doc["commit"].as_str().unwrap().to_string();
     assert!(
@@ -1082,9 +858,8 @@ fn a_xet_file_whose_listed_sha256_is_wrong_is_not_placed() {
         .to_string();
     let wrong: String = sha.chars().rev().collect();
     assert_ne!(wrong, sha);
-    let proxy = FaultProxy::start(&hub.server.url);
-    proxy.refuse_commits.store(false, Ordering::SeqCst);
-    *proxy.rewrite.lock().unwrap() = Some((sha.clone().into_bytes(), wrong.clone().into_bytes()));
+    let proxy = Proxy::start(&hub.server.url);
+    rewrite(&proxy, &sha, &wrong);
     let o = hub
         .xet_cmd(&["download", "hf://org/lie"])
         .env("HF_ENDPOINT", &proxy.url)
@@ -1140,8 +915,7 @@ fn a_listing_that_plants_a_git_folder_is_refused_and_nothing_is_written() {
     }
     std::fs::write(src.join("README.md"), b"# planted\n").unwrap();
     hub.xet_json(&["upload", src.to_str().unwrap(), "hf://org/planted"]);
-    let proxy = FaultProxy::start(&hub.server.url);
-    proxy.refuse_commits.store(false, Ordering::SeqCst);
+    let proxy = Proxy::start(&hub.server.url);
     let cases = [
         ("a/xgit/", "a/.git/", None),
         ("a/xgit/", "a/.GIT/", Some("out")),
@@ -1149,7 +923,8 @@ fn a_listing_that_plants_a_git_folder_is_refused_and_nothing_is_written() {
         ("b/gitx1/", "b/.git./", None),
     ];
     for (i, (from, to, into)) in cases.into_iter().enumerate() {
-        *proxy.rewrite.lock().unwrap() = Some((from.into(), to.into()));
+        proxy.clear();
+        rewrite(&proxy, from, to);
         let mut args = vec!["download", "hf://org/planted"];
         let out = hub.path(&format!("out{i}"));
         if into.is_some() {
@@ -1197,9 +972,10 @@ fn an_interrupted_hub_download_resumes_from_its_part_file() {
         .as_str()
         .unwrap()
         .to_string();
-    let proxy = FaultProxy::start(&hub.server.url);
-    proxy.refuse_commits.store(false, Ordering::SeqCst);
-    proxy.xorb_reads_left.store(2, Ordering::SeqCst);
+    let proxy = Proxy::start(&hub.server.url);
+    let xorb_reads = Match::method("GET", "/_xorb/");
+    proxy.pass(xorb_reads.clone(), 2);
+    proxy.inject(xorb_reads, Fault::Status(404), usize::MAX);
     let through_proxy = || {
         let mut c = hub.xet_cmd(&["download", "hf://org/cut", "--json"]);
         c.env("HF_ENDPOINT", &proxy.url);
@@ -1212,7 +988,7 @@ fn an_interrupted_hub_download_resumes_from_its_part_file() {
     assert!(blobs.join(format!("{sha}.part.jsonl")).is_file());
     assert!(!blobs.join(&sha).exists());
 
-    proxy.xorb_reads_left.store(-1, Ordering::SeqCst);
+    proxy.clear();
     let again = through_proxy();
     assert!(
         again.status.success(),
