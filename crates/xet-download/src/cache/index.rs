@@ -10,8 +10,9 @@ use std::time::SystemTime;
 
 use xet_hash::MerkleHash;
 
+use super::ChunkCache;
 use super::entry::parse_entry_name;
-use super::{ChunkCache, remove_stale_tmp, scan_xorb_dirs};
+use super::layout::{remove_stale_tmp, scan_xorb_dirs};
 
 #[derive(Debug, Clone)]
 pub(super) struct Entry {

@@ -10,9 +10,10 @@ use std::time::{Duration, SystemTime};
 
 use xet_hash::MerkleHash;
 
+use super::ChunkCache;
 use super::entry;
 use super::index::{Entry, Index, Linked, Unit};
-use super::{ChunkCache, FILES, remove_stale_tmp};
+use super::layout::{FILES, remove_stale_tmp};
 use crate::fsio;
 
 /// One term of a verified, downloaded file, for [`ChunkCache::link_file`].
@@ -234,8 +235,9 @@ impl ChunkCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::layout::SUBDIR;
     use crate::cache::tests::chunks_of;
-    use crate::cache::{CacheStats, SUBDIR, cache_stats};
+    use crate::cache::{CacheStats, cache_stats};
 
     /// A file of two terms (xorbs `x`, `y`) written at `path`, and its terms.
     fn linked_fixture(path: &Path) -> (Vec<u8>, Vec<FileTerm>) {

@@ -51,6 +51,7 @@
 
 mod entry;
 mod index;
+mod layout;
 mod linked;
 mod stats;
 
@@ -67,14 +68,11 @@ use xet_hash::MerkleHash;
 use crate::fsio;
 use entry::{entry_name, invalid};
 use index::{Entry, EntryKey, Index, Unit};
+use layout::SUBDIR;
 
 pub(crate) use entry::PendingEntry;
 pub(crate) use linked::FileTerm;
 pub use stats::{CacheStats, cache_clear, cache_stats};
-
-const SUBDIR: &str = "chunks";
-/// Linked files, under `chunks/` (not a hash, so never taken for a xorb directory).
-const FILES: &str = "files";
 
 thread_local! {
     /// Per-thread chunk buffer for cache reads.
@@ -96,39 +94,6 @@ pub(crate) struct ChunkCache {
     max_bytes: u64,
     index: Mutex<Index>,
     tmp_counter: AtomicU64,
-}
-
-/// Remove a `.tmp` file left by a crashed writer once it is an hour old.
-fn remove_stale_tmp(f: &fs::DirEntry) {
-    if let Ok(m) = f.metadata()
-        && m.modified()
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|a| a > Duration::from_secs(3600))
-    {
-        let _ = fs::remove_file(f.path());
-    }
-}
-
-/// The xorb directories under `root` (`chunks/`), by xorb hash. A missing `root` has
-/// none.
-fn scan_xorb_dirs(root: &Path) -> io::Result<Vec<(MerkleHash, PathBuf)>> {
-    let mut out = Vec::new();
-    let rd = match fs::read_dir(root) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(e),
-    };
-    for d in rd.flatten() {
-        if let Some(x) = d
-            .file_name()
-            .to_str()
-            .and_then(|s| MerkleHash::from_hex(s).ok())
-        {
-            out.push((x, d.path()));
-        }
-    }
-    Ok(out)
 }
 
 impl ChunkCache {

@@ -9,7 +9,7 @@ use serde::Serialize;
 use xet_hash::MerkleHash;
 
 use super::entry::{chunk_count, parse_entry_name};
-use super::{FILES, SUBDIR, scan_xorb_dirs};
+use super::layout::{FILES, SUBDIR, scan_xorb_dirs};
 
 /// What `xet cache stats` shows.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
