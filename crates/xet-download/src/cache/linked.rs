@@ -3,7 +3,7 @@
 //! docs).
 
 use std::collections::HashMap;
-use std::fs::{self, File};
+use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -14,7 +14,6 @@ use super::ChunkCache;
 use super::entry;
 use super::index::{Entry, Index, Linked, Unit};
 use super::layout::{FILES, remove_stale_tmp};
-use crate::fsio;
 
 /// One term of a verified, downloaded file, for [`ChunkCache::link_file`].
 #[derive(Debug, Clone)]
@@ -186,34 +185,6 @@ impl ChunkCache {
         }
     }
 
-    /// Copy `terms` of a downloaded file into ordinary entries, reading their data
-    /// back from `src` (when it could not be linked). Errors are logged. Blocking.
-    pub fn copy_from_file(&self, src: &File, terms: &[FileTerm]) {
-        for t in terms {
-            let Some(mut p) = self.begin(&t.xorb, t.start, t.chunks.len()) else {
-                continue;
-            };
-            let mut buf = Vec::new();
-            let mut off = t.offset;
-            let res = t.chunks.iter().try_for_each(|&(_, s)| {
-                buf.resize(s as usize, 0);
-                fsio::read_exact_at(src, &mut buf, off)?;
-                off += u64::from(s);
-                p.append(&buf)
-            });
-            match res {
-                Ok(()) => {
-                    let hashes: Vec<MerkleHash> = t.chunks.iter().map(|c| c.0).collect();
-                    self.commit(p, &hashes);
-                }
-                Err(e) => tracing::warn!(
-                    "could not copy chunks of xorb {} into the chunk cache: {e}",
-                    t.xorb
-                ),
-            }
-        }
-    }
-
     /// Remove a linked file and every reference into it.
     pub(super) fn remove_linked(&self, file: &MerkleHash) {
         let refs: Vec<(MerkleHash, u32, u32)> = self
@@ -234,6 +205,8 @@ impl ChunkCache {
 
 #[cfg(test)]
 mod tests {
+    use std::fs::File;
+
     use super::*;
     use crate::cache::layout::SUBDIR;
     use crate::cache::tests::chunks_of;

@@ -376,6 +376,34 @@ impl ChunkCache {
         self.evict(Some(Unit::Entry(xorb, start, end)));
     }
 
+    /// Copy `terms` of a downloaded file into ordinary entries, reading their data
+    /// back from `src` (when it could not be linked). Errors are logged. Blocking.
+    pub fn copy_from_file(&self, src: &File, terms: &[FileTerm]) {
+        for t in terms {
+            let Some(mut p) = self.begin(&t.xorb, t.start, t.chunks.len()) else {
+                continue;
+            };
+            let mut buf = Vec::new();
+            let mut off = t.offset;
+            let res = t.chunks.iter().try_for_each(|&(_, s)| {
+                buf.resize(s as usize, 0);
+                fsio::read_exact_at(src, &mut buf, off)?;
+                off += u64::from(s);
+                p.append(&buf)
+            });
+            match res {
+                Ok(()) => {
+                    let hashes: Vec<MerkleHash> = t.chunks.iter().map(|c| c.0).collect();
+                    self.commit(p, &hashes);
+                }
+                Err(e) => tracing::warn!(
+                    "could not copy chunks of xorb {} into the chunk cache: {e}",
+                    t.xorb
+                ),
+            }
+        }
+    }
+
     #[cfg(test)]
     fn total(&self) -> u64 {
         self.lock().total
