@@ -5,15 +5,15 @@
 use std::collections::HashMap;
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use xet_hash::MerkleHash;
 
-use super::ChunkCache;
 use super::entry;
 use super::index::{Entry, Index, Linked, Unit};
 use super::layout::{FILES, remove_stale_tmp};
+use super::store::ChunkCache;
 
 /// One term of a verified, downloaded file, for [`ChunkCache::link_file`].
 #[derive(Debug, Clone)]
@@ -85,10 +85,6 @@ fn changed_before(m: &fs::Metadata, age: Duration) -> bool {
 }
 
 impl ChunkCache {
-    pub(super) fn linked_path(&self, file: &MerkleHash) -> PathBuf {
-        self.root.join(FILES).join(file.to_string())
-    }
-
     /// Share a downloaded file's data instead of copying it: hard-link `src` (already
     /// verified against `file`, `len` bytes) as `files/<file>` and record a reference
     /// for each of `terms` not already cached. `Ok(false)` if there was nothing to
@@ -112,10 +108,10 @@ impl ChunkCache {
             .iter()
             .map(|t| entry::header_len(t.chunks.len(), true))
             .sum();
-        if new.is_empty() || len.saturating_add(refs_len) > self.max_bytes {
+        if new.is_empty() || len.saturating_add(refs_len) > self.max_bytes() {
             return Ok(false);
         }
-        let dir = self.root.join(FILES);
+        let dir = self.root().join(FILES);
         fs::create_dir_all(&dir)?;
         let tmp = dir.join(self.tmp_name());
         fs::hard_link(src, &tmp)?;
@@ -156,7 +152,7 @@ impl ChunkCache {
         let (start, end) = (t.start, t.end());
         let body = entry::encode_header(t.chunks.iter().copied(), Some(t.offset));
         let res = (|| -> io::Result<()> {
-            let d = self.root.join(t.xorb.to_string());
+            let d = self.root().join(t.xorb.to_string());
             fs::create_dir_all(&d)?;
             let tmp = d.join(self.tmp_name());
             if let Err(e) = fs::write(&tmp, &body)
@@ -184,28 +180,12 @@ impl ChunkCache {
             ),
         }
     }
-
-    /// Remove a linked file and every reference into it.
-    pub(super) fn remove_linked(&self, file: &MerkleHash) {
-        let refs: Vec<(MerkleHash, u32, u32)> = self
-            .lock()
-            .xorbs
-            .iter()
-            .flat_map(|(x, v)| {
-                v.iter()
-                    .filter(|e| e.linked.as_ref() == Some(file))
-                    .map(move |e| (*x, e.start, e.end))
-            })
-            .collect();
-        for (x, s, e) in refs {
-            self.remove(&x, s, e);
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use std::fs::File;
+    use std::path::PathBuf;
 
     use super::*;
     use crate::cache::layout::SUBDIR;

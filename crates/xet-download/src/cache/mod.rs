@@ -45,21 +45,24 @@
 //! with no references once its inode is an hour old (younger, another process may be
 //! recording its references).
 //!
-//! The code: [`entry`] holds the file formats, [`index`] the in-memory index and
-//! eviction, [`linked`] the linked files and their references, [`stats`] what
-//! `xet cache stats` and `xet cache clear` do.
+//! The code, each module importing only those before it: [`layout`] holds the
+//! directory layout, [`entry`] the file formats, [`index`] the in-memory index,
+//! [`store`] the [`ChunkCache`] with the bookkeeping that keeps index and directory in
+//! step (eviction too), [`linked`] the linked files and their references, [`stats`]
+//! what `xet cache stats` and `xet cache clear` do; this module opens the cache,
+//! reads it and writes entries.
 
 mod entry;
 mod index;
 mod layout;
 mod linked;
 mod stats;
+mod store;
 
 use std::fs::{self, File};
 use std::io;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use rayon::prelude::*;
@@ -73,6 +76,7 @@ use layout::SUBDIR;
 pub(crate) use entry::PendingEntry;
 pub(crate) use linked::FileTerm;
 pub use stats::{CacheStats, cache_clear, cache_stats};
+pub(crate) use store::ChunkCache;
 
 thread_local! {
     /// Per-thread chunk buffer for cache reads.
@@ -85,15 +89,6 @@ thread_local! {
 pub(crate) struct CachedChunks {
     pub data: Vec<u8>,
     pub chunks: Vec<(MerkleHash, u32)>,
-}
-
-#[derive(Debug)]
-pub(crate) struct ChunkCache {
-    /// `<cache dir>/chunks`.
-    root: PathBuf,
-    max_bytes: u64,
-    index: Mutex<Index>,
-    tmp_counter: AtomicU64,
 }
 
 impl ChunkCache {
@@ -114,54 +109,9 @@ impl ChunkCache {
         index.scan_entries(&root)?;
         linked::drop_unreferenced(&root, &mut index, orphan_age);
         index.total += index.linked.values().map(|l| l.len).sum::<u64>();
-        let cache = ChunkCache {
-            root,
-            max_bytes,
-            index: Mutex::new(index),
-            tmp_counter: AtomicU64::new(0),
-        };
+        let cache = ChunkCache::new(root, max_bytes, index);
         cache.evict(None);
         Ok(cache)
-    }
-
-    /// The size bound.
-    pub fn max_bytes(&self) -> u64 {
-        self.max_bytes
-    }
-
-    /// The cache's `chunks/` directory, which holds the linked files (for a
-    /// same-file-system check).
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Index> {
-        self.index.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn entry_path(
-        &self,
-        xorb: &MerkleHash,
-        start: u32,
-        end: u32,
-        linked: Option<&MerkleHash>,
-    ) -> PathBuf {
-        self.root
-            .join(xorb.to_string())
-            .join(entry_name(start, end, linked))
-    }
-
-    fn tmp_name(&self) -> String {
-        format!(
-            ".tmp-{}-{}",
-            std::process::id(),
-            self.tmp_counter.fetch_add(1, Ordering::Relaxed)
-        )
-    }
-
-    /// Whether every chunk of `a..b` of `xorb` is cached (index only, no I/O).
-    pub fn contains(&self, xorb: &MerkleHash, a: u32, b: u32) -> bool {
-        self.lock().cover(xorb, a, b).is_some()
     }
 
     /// Read chunks `a..b` of `xorb`, verify each against its recorded hash, and hand
@@ -312,11 +262,11 @@ impl ChunkCache {
     pub fn begin(&self, xorb: &MerkleHash, start: u32, n: usize) -> Option<PendingEntry> {
         let end = start + n as u32;
         let header_len = entry::header_len(n, false);
-        if n == 0 || header_len > self.max_bytes || self.contains(xorb, start, end) {
+        if n == 0 || header_len > self.max_bytes() || self.contains(xorb, start, end) {
             return None;
         }
         let res = (|| -> io::Result<PendingEntry> {
-            let dir = self.root.join(xorb.to_string());
+            let dir = self.root().join(xorb.to_string());
             fs::create_dir_all(&dir)?;
             let tmp = dir.join(self.tmp_name());
             let file = File::create(&tmp)?;
@@ -328,7 +278,7 @@ impl ChunkCache {
                 file,
                 tmp,
                 file_len: header_len,
-                max_len: self.max_bytes,
+                max_len: self.max_bytes(),
                 done: false,
             })
         })();
@@ -351,7 +301,7 @@ impl ChunkCache {
                 return Err(io::Error::other("hash count differs from chunk count"));
             }
             // Sizes are known only once the chunks are in.
-            if p.file_len > self.max_bytes {
+            if p.file_len > self.max_bytes() {
                 return Err(io::Error::other("the entry is larger than the whole cache"));
             }
             let chunks = hashes.iter().copied().zip(p.sizes.iter().copied());
