@@ -722,3 +722,84 @@ fn no_module_imports_a_module_that_imports_it_back() {
         loops.join("\n")
     );
 }
+
+/// The span of the block or argument list opening at `open` (`{` or `(`), brackets
+/// matched; `None` if it never closes.
+fn matched(text: &str, open: usize) -> Option<std::ops::Range<usize>> {
+    let (o, c) = match text.as_bytes()[open] {
+        b'{' => (b'{', b'}'),
+        _ => (b'(', b')'),
+    };
+    let mut depth = 0usize;
+    for (i, &b) in text.as_bytes()[open..].iter().enumerate() {
+        if b == o {
+            depth += 1;
+        } else if b == c {
+            depth -= 1;
+            if depth == 0 {
+                return Some(open..open + i + 1);
+            }
+        }
+    }
+    None
+}
+
+/// The code the async fns of `text` run on the executor: their bodies, less what they
+/// hand to `off_executor(...)`.
+fn on_executor(text: &str) -> String {
+    let mut out = String::new();
+    for (at, _) in text.match_indices("async fn ") {
+        let Some(body) = text[at..].find('{').and_then(|b| matched(text, at + b)) else {
+            continue;
+        };
+        let mut code = &text[body];
+        let mut kept = String::new();
+        while let Some(i) = code.find("off_executor(") {
+            kept.push_str(&code[..i]);
+            let open = i + "off_executor".len();
+            let end = matched(code, open).map_or(code.len(), |r| r.end);
+            code = &code[end..];
+        }
+        kept.push_str(code);
+        out.push_str(&kept);
+    }
+    out
+}
+
+#[test]
+fn the_on_executor_reader_leaves_out_what_is_handed_off() {
+    let text = "fn parse(b: &[u8]) {}\nasync fn a() { let r = off_executor(move || parse(&b)).await; x(); }\nasync fn b() { FileEntry::regular(h, &c) }";
+    let code = on_executor(text);
+    assert!(!code.contains("parse("), "{code}");
+    assert!(
+        code.contains("x()") && code.contains("FileEntry::regular("),
+        "{code}"
+    );
+}
+
+/// The Hub commit's CPU work (a body of up to 512 MiB: UTF-8, JSON and base64; SHA-256
+/// and SHA-1 of inline files) runs on blocking threads (docs/ARCHITECTURE.md, "CPU work
+/// never on the executor"): no async fn of the commit route calls it but through
+/// `off_executor`.
+#[test]
+fn the_hub_commit_does_its_cpu_work_off_the_executor() {
+    let file = root().join("crates/xet-server/src/hub/commit.rs");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let text = arrow_code(&text);
+    let code = on_executor(&text);
+    for heavy in [
+        "parse(&",
+        "base64::",
+        "FileEntry::regular(",
+        "git_blob_oid(",
+        "Sha256",
+        "from_utf8(",
+        "serde_json::from_",
+    ] {
+        assert!(
+            !code.contains(heavy),
+            "{}: an async fn calls {heavy} on the executor; hand it to off_executor",
+            file.display()
+        );
+    }
+}

@@ -14,6 +14,7 @@ use futures_util::StreamExt;
 use xet_cas::{Cas, CasError};
 
 use crate::error::{Result, UploadError};
+use crate::input::Input;
 use crate::options::UploadOptions;
 use crate::pipeline::{blocking, upload_files};
 use crate::progress::Progress;
@@ -49,7 +50,7 @@ pub async fn upload(
     progress: Arc<dyn Progress>,
 ) -> Result<UploadReport> {
     let Some(dir) = options.cache_dir.clone() else {
-        return upload_files(cas, inputs, options, progress).await;
+        return upload_files(cas, &as_files(inputs), options, progress).await;
     };
     let started = Instant::now();
     // Taken before anything is read: a file modified after this is not trusted next time.
@@ -82,6 +83,22 @@ pub async fn upload(
         files,
         totals,
     })
+}
+
+fn as_files(paths: &[PathBuf]) -> Vec<Input> {
+    paths.iter().cloned().map(Input::File).collect()
+}
+
+/// Upload `inputs`, files or bytes, reading every one: no records of earlier uploads are
+/// looked up or kept (bytes have no identity on disk to record). The report names each
+/// by [`Input::name`].
+pub async fn upload_inputs(
+    cas: Arc<dyn Cas>,
+    inputs: &[Input],
+    options: &UploadOptions,
+    progress: Arc<dyn Progress>,
+) -> Result<UploadReport> {
+    upload_files(cas, inputs, options, progress).await
 }
 
 /// Load the records of `dir` and look up each input: files whose on-disk identity
@@ -198,7 +215,8 @@ async fn upload_rest(
             totals: Totals::default(),
         });
     }
-    match upload_files(cas.clone(), rest, options, progress.clone()).await {
+    let rest = as_files(rest);
+    match upload_files(cas.clone(), &rest, options, progress.clone()).await {
         // The shard named a xorb that dedup against the local shard cache took as stored,
         // and the CAS lacks it (a store deleted and made anew at the same place, or
         // emptied by its operator): the cache describes another store. Drop it and upload
@@ -212,7 +230,7 @@ async fn upload_rest(
             );
             // The second attempt's `start` adds to the first's.
             let progress = Arc::new(CountedProgress::new(progress));
-            upload_files(cas, rest, options, progress).await
+            upload_files(cas, &rest, options, progress).await
         }
         r => r,
     }

@@ -21,7 +21,37 @@
 //! after the file was opened is seen there).
 
 use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
+
+use bytes::Bytes;
+
+/// One thing to upload: a file, read as described above, or bytes a program already
+/// holds (a Hub commit's inline files), uploaded without a temporary file.
+#[derive(Debug, Clone)]
+pub enum Input {
+    File(PathBuf),
+    /// `name` is what the report and errors call it.
+    Bytes {
+        name: PathBuf,
+        data: Bytes,
+    },
+}
+
+impl Input {
+    /// The path of a file, the name of bytes.
+    pub fn name(&self) -> &Path {
+        match self {
+            Input::File(p) | Input::Bytes { name: p, .. } => p,
+        }
+    }
+}
+
+impl From<PathBuf> for Input {
+    fn from(p: PathBuf) -> Input {
+        Input::File(p)
+    }
+}
 
 /// A file that changed while it was being read, so what was read may not be one version
 /// of it. The upload's [`crate::UploadError::Input`] carries it as its cause (downcast

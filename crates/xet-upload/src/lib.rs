@@ -213,8 +213,8 @@ mod uploads;
 mod walk;
 
 pub use error::{Result, UploadError};
-pub use incremental::upload;
-pub use input::InputChanged;
+pub use incremental::{upload, upload_inputs};
+pub use input::{Input, InputChanged};
 pub use options::{
     DEFAULT_BLOCK_SIZE, DEFAULT_MAX_XORB_UPLOADS, DEFAULT_MIN_DEDUP_RUN_BYTES,
     DEFAULT_MIN_DEDUP_RUN_CHUNKS, DEFAULT_SHARD_CACHE_BYTES, DEFAULT_SHARD_MAX_BYTES,

@@ -23,6 +23,7 @@ use crate::cache::{LocalCache, now_secs};
 use crate::dedup::{DedupParams, FileDedup, KnownIndex, SealedXorb, Session, TermRec, XorbRef};
 use crate::error::{Result, UploadError};
 use crate::global::{AnswerRx, GlobalDedup};
+use crate::input::Input;
 use crate::options::UploadOptions;
 use crate::pool::{BodyPool, BufPool};
 use crate::prepare::Speculation;
@@ -54,7 +55,7 @@ struct Shared {
 /// Upload `inputs`, reading every one.
 pub(crate) async fn upload_files(
     cas: Arc<dyn Cas>,
-    inputs: &[PathBuf],
+    inputs: &[Input],
     options: &UploadOptions,
     progress: Arc<dyn Progress>,
 ) -> Result<UploadReport> {
@@ -113,20 +114,24 @@ pub(crate) async fn blocking<T: Send + 'static>(
 
 // ---- Setup ----
 
-/// Each input's size; an input that is not a regular file fails the upload.
-async fn stat_inputs(inputs: &[PathBuf]) -> Result<Vec<(PathBuf, u64)>> {
+/// Each input's size; a file that is not a regular file fails the upload.
+async fn stat_inputs(inputs: &[Input]) -> Result<Vec<(Input, u64)>> {
     let inputs = inputs.to_vec();
     blocking(move || {
         inputs
             .into_iter()
-            .map(|p| {
-                let m = std::fs::metadata(&p).map_err(|e| UploadError::input(&p, e))?;
+            .map(|input| {
+                let p = match &input {
+                    Input::File(p) => p,
+                    Input::Bytes { data, .. } => return Ok((input.clone(), data.len() as u64)),
+                };
+                let m = std::fs::metadata(p).map_err(|e| UploadError::input(p, e))?;
                 if !m.is_file() {
                     let e =
                         std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
-                    return Err(UploadError::input(&p, e));
+                    return Err(UploadError::input(p, e));
                 }
-                Ok((p, m.len()))
+                Ok((input, m.len()))
             })
             .collect::<Result<Vec<_>>>()
     })
@@ -237,7 +242,7 @@ fn start_global_dedup(shared: &Shared, index: &Arc<KnownIndex>) -> Option<Arc<Gl
 /// Run the scheduler, the dedup stage and the xorb uploader until every xorb is stored,
 /// a stage fails or the caller cancels.
 async fn run_stages(
-    files: Vec<(PathBuf, u64)>,
+    files: Vec<(Input, u64)>,
     shared: &Arc<Shared>,
     global: Option<Arc<GlobalDedup>>,
     cache_index: Arc<KnownIndex>,
@@ -318,7 +323,7 @@ struct FileJob {
 
 /// Start readers in input order, within the file-count and read-ahead budgets.
 async fn schedule(
-    files: Vec<(PathBuf, u64)>,
+    files: Vec<(Input, u64)>,
     tx: mpsc::Sender<FileJob>,
     shared: Arc<Shared>,
     global: Option<Arc<GlobalDedup>>,
@@ -362,10 +367,10 @@ async fn schedule(
 }
 
 /// A group: `first` and, if it is small, the small files right after it.
-fn next_group(
-    first: (PathBuf, u64),
-    files: &mut Peekable<impl Iterator<Item = (PathBuf, u64)>>,
-) -> Vec<(PathBuf, u64)> {
+fn next_group<T>(
+    first: (T, u64),
+    files: &mut Peekable<impl Iterator<Item = (T, u64)>>,
+) -> Vec<(T, u64)> {
     let mut bytes = first.1;
     let mut group = vec![first];
     if bytes > SMALL_FILE {
@@ -387,7 +392,7 @@ fn next_group(
 /// other, on one blocking thread; the jobs that hand their chunks to the dedup stage
 /// share `permits`.
 fn start_readers(
-    group: Vec<(PathBuf, u64)>,
+    group: Vec<(Input, u64)>,
     position: u64,
     permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
     shared: &Shared,
@@ -400,10 +405,11 @@ fn start_readers(
     let depth = if group.len() > 1 { 3 } else { 1 };
     let mut readers = Vec::with_capacity(group.len());
     let mut jobs = Vec::with_capacity(group.len());
-    for (i, (path, _)) in group.into_iter().enumerate() {
+    for (i, (input, _)) in group.into_iter().enumerate() {
         let (ftx, frx) = mpsc::channel(depth);
         let queries = global.as_ref().map(|g| g.for_file(position + i as u64));
-        readers.push((path.clone(), ftx, queries));
+        let path = input.name().to_path_buf();
+        readers.push((input, ftx, queries));
         jobs.push(FileJob {
             path,
             rx: frx,

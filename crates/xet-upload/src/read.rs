@@ -7,7 +7,6 @@
 //! [`crate::input`]).
 
 use std::io::Read;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
 
@@ -22,7 +21,7 @@ use crate::cut::BlockCutter;
 use crate::dedup::BlockId;
 use crate::error::UploadError;
 use crate::global::{AnswerRx, FileQueries};
-use crate::input::Snapshot;
+use crate::input::{Input, Snapshot};
 use crate::pool::BufPool;
 use crate::prepare::{Prepared, Speculation};
 
@@ -53,10 +52,10 @@ pub(crate) enum FileMsg {
 /// deduplicated.
 pub(crate) const BLOCKS_PER_FILE: u64 = 7;
 
-/// Read, chunk and hash `path`, sending batches to `tx`. Returns when the file is done,
+/// Read, chunk and hash `input`, sending batches to `tx`. Returns when the file is done,
 /// failed (a `Failed` message was sent) or the receiver is gone.
 pub(crate) fn read_file(
-    path: &Path,
+    input: &Input,
     block_size: usize,
     tx: mpsc::Sender<FileMsg>,
     global: Option<FileQueries>,
@@ -65,13 +64,13 @@ pub(crate) fn read_file(
     cancel: CancellationToken,
 ) {
     let spec = speculation.as_deref();
-    if let Err(e) = read_file_inner(path, block_size, &tx, global.as_ref(), pool, spec, &cancel) {
+    if let Err(e) = read_file_inner(input, block_size, &tx, global.as_ref(), pool, spec, &cancel) {
         let _ = tx.blocking_send(FileMsg::Failed(e));
     }
 }
 
 fn read_file_inner(
-    path: &Path,
+    input: &Input,
     block_size: usize,
     tx: &mpsc::Sender<FileMsg>,
     global: Option<&FileQueries>,
@@ -79,21 +78,18 @@ fn read_file_inner(
     speculation: Option<&Speculation>,
     cancel: &CancellationToken,
 ) -> Result<(), UploadError> {
-    let Opened {
-        file,
-        snapshot,
-        blocks,
-    } = open_blocks(path, block_size, pool)?;
+    let path = input.name();
+    let Opened { file, len, blocks } = open_blocks(input, block_size, pool)?;
     // A file of one block has no blocks to overlap: it is read, sha256-hashed and chunked
     // on this thread. Starting the two threads below for it cost more than the work for
     // small files (40,000 thread starts for 20,000 of them).
-    let one_block = snapshot.len <= block_size as u64;
+    let one_block = len <= block_size as u64;
     std::thread::scope(|s| {
         // Otherwise three overlapped steps per block: read (thread), sha256 (thread),
         // chunk boundaries (here) and chunk hashes (rayon, while the next block is
         // scanned).
         let blocks: Box<dyn Iterator<Item = std::io::Result<Bytes>>> = if one_block {
-            Box::new(blocks)
+            blocks
         } else {
             let (btx, brx) = std_mpsc::sync_channel::<std::io::Result<Bytes>>(1);
             s.spawn(move || {
@@ -166,9 +162,11 @@ fn read_file_inner(
         let sha256 = sha.finish()?;
         // What was read is one version of the file only if nobody wrote to it meanwhile;
         // a file that changed is refused here, before its End, so no shard registers it.
-        snapshot
-            .check(&file)
-            .map_err(|e| UploadError::input(path, e))?;
+        if let Some((file, snapshot)) = &file {
+            snapshot
+                .check(file)
+                .map_err(|e| UploadError::input(path, e))?;
+        }
         let _ = tx.blocking_send(FileMsg::End { size, sha256 });
         Ok(())
     })
@@ -183,15 +181,33 @@ fn owned(mut chunk: Vec<u8>) -> Bytes {
 
 /// An input opened for reading in blocks.
 struct Opened {
-    file: Arc<std::fs::File>,
-    /// Size and modification time when opened; the size decides how the file is read,
-    /// but the size reported is what was read.
-    snapshot: Snapshot,
-    blocks: ReadBlocks,
+    /// The file, with its size and modification time when opened, to be checked once it
+    /// has been read; `None` for bytes in memory, which nobody else can change.
+    file: Option<(Arc<std::fs::File>, Snapshot)>,
+    /// The size when opened: it decides how the input is read, but the size reported is
+    /// what was read.
+    len: u64,
+    blocks: Box<dyn Iterator<Item = std::io::Result<Bytes>> + Send>,
 }
 
-/// Open `path` and its blocks: reads into buffers of `pool`.
-fn open_blocks(path: &Path, block_size: usize, pool: BufPool) -> Result<Opened, UploadError> {
+/// Open `input` and its blocks: a file's read into buffers of `pool`, bytes in memory
+/// sliced (no copy).
+fn open_blocks(input: &Input, block_size: usize, pool: BufPool) -> Result<Opened, UploadError> {
+    let path = match input {
+        Input::File(path) => path,
+        Input::Bytes { data, .. } => {
+            let data = data.clone();
+            let len = data.len();
+            let blocks = (0..len)
+                .step_by(block_size.max(1))
+                .map(move |at| Ok(data.slice(at..(at + block_size).min(len))));
+            return Ok(Opened {
+                file: None,
+                len: len as u64,
+                blocks: Box::new(blocks),
+            });
+        }
+    };
     let input = |e| UploadError::input(path, e);
     let file = Arc::new(std::fs::File::open(path).map_err(input)?);
     let snapshot = Snapshot::of(&file).map_err(input)?;
@@ -204,9 +220,9 @@ fn open_blocks(path: &Path, block_size: usize, pool: BufPool) -> Result<Opened, 
         done: false,
     };
     Ok(Opened {
-        file,
-        snapshot,
-        blocks,
+        file: Some((file, snapshot)),
+        len: snapshot.len,
+        blocks: Box::new(blocks),
     })
 }
 
@@ -405,7 +421,7 @@ mod tests {
         )
         .unwrap();
         let (tx, mut rx) = mpsc::channel(1);
-        let p = path.clone();
+        let p = Input::File(path.clone());
         let h = tokio::task::spawn_blocking(move || {
             read_file(
                 &p,
@@ -455,7 +471,7 @@ mod tests {
             let h = tokio::task::spawn_blocking(move || {
                 let pool = BufPool::new(64 << 10, 4);
                 read_file(
-                    &path,
+                    &Input::File(path),
                     64 << 10,
                     tx,
                     None,
@@ -489,12 +505,22 @@ mod tests {
         // Without, and with chunks prepared for their xorbs as they are hashed (with and
         // without their CRCs).
         let specs = [None, Some(false), Some(true)];
-        for (&bs, spec) in block_sizes
-            .iter()
-            .flat_map(|b| specs.iter().map(move |s| (b, s)))
-        {
+        // The file, and the same bytes held in memory: the same chunks, hashes and sha256.
+        let inputs = [
+            Input::File(path.clone()),
+            Input::Bytes {
+                name: "f".into(),
+                data: Bytes::from(data.clone()),
+            },
+        ];
+        for (input, (&bs, spec)) in inputs.iter().flat_map(|i| {
+            block_sizes
+                .iter()
+                .flat_map(|b| specs.iter().map(move |s| (b, s)))
+                .map(move |c| (i, c))
+        }) {
             let (tx, mut rx) = mpsc::channel(2);
-            let p = path.clone();
+            let p = input.clone();
             let speculation = spec.map(|crc| Arc::new(Speculation::new(crc)));
             let h = tokio::task::spawn_blocking(move || {
                 read_file(

@@ -17,6 +17,7 @@ use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::Response;
 use base64::Engine as _;
+use bytes::Bytes;
 use xet_hash::MerkleHash;
 use xet_hub::api::{CommitLine, CommitResponse, url};
 use xet_hub::id::{hex, hex_decode};
@@ -35,7 +36,7 @@ struct Request {
     summary: String,
     description: String,
     parent: Option<CommitId>,
-    inline: Vec<(RepoPath, Vec<u8>)>,
+    inline: Vec<(RepoPath, Bytes)>,
     lfs: Vec<(RepoPath, [u8; 32], Option<u64>)>,
     deletions: Vec<Operation>,
 }
@@ -70,14 +71,10 @@ pub(super) async fn commit(
     // Like the CAS uploads: a permit once the body is here, so commits that verify files
     // and store inline contents take turns with them (and a stalled sender holds none).
     let _permit = ctx.state.upload_permit().await?;
-    let req = parse(&bytes)?;
+    // UTF-8, JSON and base64 of up to `max_commit_bytes`: CPU work, off the executor.
+    let req = off_executor(move || parse(&bytes)).await?;
     let mut ops = Vec::with_capacity(req.inline.len() + req.lfs.len() + req.deletions.len());
-    for (path, sha, size) in &req.lfs {
-        ops.push(Operation::Add {
-            entry: resolve_lfs(ctx, repo, path, sha, *size).await?,
-            path: path.clone(),
-        });
-    }
+    ops.extend(resolve_all_lfs(ctx, repo, req.lfs).await?);
     ops.extend(store_inline(ctx, req.inline).await?);
     ops.extend(req.deletions);
     let meta = CommitMeta {
@@ -107,7 +104,19 @@ fn answer(ctx: &Ctx, repo: &RepoRef, id: &CommitId) -> Response {
     )
 }
 
-/// Parse the NDJSON body whole (step 1).
+/// Run CPU-heavy `f` (parsing, base64, hashing) on a blocking thread.
+async fn off_executor<T: Send + 'static>(
+    f: impl FnOnce() -> HubResult<T> + Send + 'static,
+) -> HubResult<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        HubReply::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("a commit worker failed: {e}"),
+        )
+    })?
+}
+
+/// Parse the NDJSON body whole (step 1). CPU work: call through [`off_executor`].
 fn parse(body: &[u8]) -> HubResult<Request> {
     let text = std::str::from_utf8(body)
         .map_err(|e| HubReply::bad_request(format!("the commit body is not UTF-8: {e}")))?;
@@ -147,7 +156,8 @@ fn parse(body: &[u8]) -> HubResult<Request> {
                     "utf-8" | "utf8" => f.content.into_bytes(),
                     other => return Err(bad(format!("unknown encoding {other:?} for {}", f.path))),
                 };
-                req.inline.push((RepoPath::parse(&f.path)?, content));
+                req.inline
+                    .push((RepoPath::parse(&f.path)?, Bytes::from(content)));
             }
             CommitLine::LfsFile(f) => {
                 if f.algo != "sha256" {
@@ -221,6 +231,31 @@ const EMPTY_SHA256: [u8; 32] = [
     0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b, 0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52, 0xb8, 0x55,
 ];
 
+/// `lfsFile` entries resolved to stored files at once (at most this many).
+const LFS_RESOLVES_AT_ONCE: usize = 16;
+
+/// Every `lfsFile` entry resolved (step 2), [`LFS_RESOLVES_AT_ONCE`] at a time, in order;
+/// the first that fails fails the commit.
+async fn resolve_all_lfs(
+    ctx: &Ctx,
+    repo: &RepoRef,
+    lfs: Vec<(RepoPath, [u8; 32], Option<u64>)>,
+) -> HubResult<Vec<Operation>> {
+    use futures_util::{StreamExt as _, TryStreamExt as _};
+    // Owned items: a stream over borrowed ones makes the handler's `Send` proof too
+    // general for the compiler.
+    futures_util::stream::iter(lfs)
+        .map(|(path, sha, size)| async move {
+            Ok(Operation::Add {
+                entry: resolve_lfs(ctx, repo, &path, &sha, size).await?,
+                path,
+            })
+        })
+        .buffered(LFS_RESOLVES_AT_ONCE)
+        .try_collect()
+        .await
+}
+
 async fn resolve_lfs(
     ctx: &Ctx,
     repo: &RepoRef,
@@ -245,73 +280,55 @@ async fn resolve_lfs(
     Ok(FileEntry::lfs(file, hex(sha), actual))
 }
 
-/// Store inline contents in the CAS (step 3), through the upload pipeline, from a
-/// temporary directory beside the grant spool.
-async fn store_inline(ctx: &Ctx, inline: Vec<(RepoPath, Vec<u8>)>) -> HubResult<Vec<Operation>> {
+/// Store inline contents in the CAS (step 3), through the upload pipeline, from memory;
+/// their git blob ids and sha256 computed off the executor.
+async fn store_inline(ctx: &Ctx, inline: Vec<(RepoPath, Bytes)>) -> HubResult<Vec<Operation>> {
     if inline.is_empty() {
         return Ok(Vec::new());
     }
-    let internal = |what: &str, e: &dyn std::fmt::Display| {
+    let internal = |e: &dyn std::fmt::Display| {
         HubReply::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            format!("storing inline files: {what}: {e}"),
+            format!("storing inline files: {e}"),
         )
     };
-    let spool = ctx
-        .state
-        .config
-        .spool_dir
-        .clone()
-        .unwrap_or_else(std::env::temp_dir);
-    let (dir, paths) = {
-        let inline = &inline;
-        tokio::task::spawn_blocking({
-            let inline: Vec<Vec<u8>> = inline.iter().map(|(_, c)| c.clone()).collect();
-            move || -> std::io::Result<(tempfile::TempDir, Vec<std::path::PathBuf>)> {
-                let dir = tempfile::Builder::new()
-                    .prefix("xet-commit-")
-                    .tempdir_in(&spool)?;
-                let mut paths = Vec::with_capacity(inline.len());
-                for (i, content) in inline.iter().enumerate() {
-                    let p = dir.path().join(i.to_string());
-                    std::fs::write(&p, content)?;
-                    paths.push(p);
-                }
-                Ok((dir, paths))
-            }
+    let inputs: Vec<xet_upload::Input> = inline
+        .iter()
+        .enumerate()
+        .map(|(i, (_, data))| xet_upload::Input::Bytes {
+            name: i.to_string().into(),
+            data: data.clone(),
         })
-        .await
-        .map_err(|e| internal("writing", &e))?
-        .map_err(|e| internal("writing", &e))?
-    };
-    let report = xet_upload::upload(
+        .collect();
+    let report = xet_upload::upload_inputs(
         ctx.state.cas.clone(),
-        &paths,
+        &inputs,
         &xet_upload::UploadOptions::default(),
         Arc::new(xet_upload::NoProgress),
     )
     .await
     .map_err(|e| match e {
         xet_upload::UploadError::Cas(c) => HubReply::from(c),
-        other => internal("uploading", &other),
+        other => internal(&other),
     })?;
-    drop(dir);
-    let hashes: std::collections::HashMap<&std::path::Path, MerkleHash> = report
-        .files
-        .iter()
-        .map(|f| (f.path.as_path(), f.hash))
-        .collect();
-    inline
-        .into_iter()
-        .zip(&paths)
-        .map(|((path, content), p)| {
-            let hash = *hashes
-                .get(p.as_path())
-                .ok_or_else(|| internal("uploading", &format!("no report for {path}")))?;
-            Ok(Operation::Add {
+    // The report is in input order, one file per input.
+    let hashes: Vec<MerkleHash> = report.files.iter().map(|f| f.hash).collect();
+    if hashes.len() != inline.len() {
+        return Err(internal(&format!(
+            "{} files reported for {} inline files",
+            hashes.len(),
+            inline.len()
+        )));
+    }
+    off_executor(move || {
+        Ok(inline
+            .into_iter()
+            .zip(hashes)
+            .map(|((path, content), hash)| Operation::Add {
                 path,
                 entry: FileEntry::regular(hash, &content),
             })
-        })
-        .collect()
+            .collect())
+    })
+    .await
 }
