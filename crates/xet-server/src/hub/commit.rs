@@ -66,11 +66,12 @@ pub(super) async fn commit(
             )));
         }
     };
+    // The permit before the body: commits buffer up to `max_commit_bytes` each, so only
+    // as many as there are permits are read at once (a stalled sender is cut off by
+    // the body timeout), and they take turns with the CAS uploads.
+    let _permit = ctx.state.upload_permit().await?;
     let max = ctx.state.config.max_commit_bytes;
     let bytes = read_body(&ctx.headers, body, max, "commit").await?;
-    // Like the CAS uploads: a permit once the body is here, so commits that verify files
-    // and store inline contents take turns with them (and a stalled sender holds none).
-    let _permit = ctx.state.upload_permit().await?;
     // UTF-8, JSON and base64 of up to `max_commit_bytes`: CPU work, off the executor.
     let req = off_executor(move || parse(&bytes)).await?;
     let mut ops = Vec::with_capacity(req.inline.len() + req.lfs.len() + req.deletions.len());

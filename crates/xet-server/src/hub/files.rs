@@ -9,7 +9,7 @@ use xet_hub::api::{
     LfsAction, LfsActions, LfsBatchRequest, LfsBatchResponse, LfsObject, LfsObjectError,
     header as hh, url,
 };
-use xet_hub::{CommitId, FileEntry, HubError, RepoId, RepoPath, RepoRef, RepoType, Storage};
+use xet_hub::{CommitId, FileEntry, RepoError, RepoId, RepoPath, RepoRef, RepoType, Storage};
 
 use super::ctx::{Ctx, segments};
 use super::reply::{HubReply, HubResult, content_type, header_value, set};
@@ -74,7 +74,7 @@ async fn resolve(
         .ok()
         .and_then(|p| commit.files.get(&p))
         .ok_or_else(|| {
-            HubReply::from(HubError::EntryNotFound {
+            HubReply::from(RepoError::EntryNotFound {
                 repo: repo.clone(),
                 rev: rev.to_string(),
                 path: path.to_string(),
@@ -192,10 +192,16 @@ fn tokio_stream_of(
 /// whose sha256 the store already has get no action. Only Xet is offered: plain LFS
 /// uploads and downloads are refused per object, naming what to use instead.
 async fn lfs_batch(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<Response> {
+    // Read access (and the repository) is checked before the body is read: what a
+    // caller without it sends is never buffered. An upload needs write access, known
+    // once the body says so.
+    let caller = ctx.caller(Access::Read)?;
+    ctx.open_repo(repo, &caller).await?;
     let req: LfsBatchRequest = super::repo::json_body(ctx, body, "LFS batch").await?;
     let upload = req.operation == "upload";
-    let caller = ctx.caller(if upload { Access::Write } else { Access::Read })?;
-    ctx.open_repo(repo, &caller).await?;
+    if upload {
+        ctx.caller(Access::Write)?;
+    }
     let xet = req.transfers.iter().any(|t| t == "xet");
     let rev = req.reference.as_ref().map_or("main", |r| r.name.as_str());
     let rev = rev.strip_prefix("refs/heads/").unwrap_or(rev);

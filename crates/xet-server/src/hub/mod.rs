@@ -15,7 +15,7 @@
 //! | `GET /api/{T}/{ns}/{name}/xet-write-token/{rev}` | write | the same with a write CAS token |
 //! | `POST /api/{T}/{ns}/{name}/commit/{rev}` | write | NDJSON commit → `{"commitOid","commitUrl"}`; `create_pr` is `501` |
 //! | `POST /api/{T}/{ns}/{name}/branch/{name}` | write | `200`, `409` if it exists |
-//! | `POST /api/validate-yaml` | none | `{"errors":[],"warnings":[]}` |
+//! | `POST /api/validate-yaml` | read | `{"errors":[],"warnings":[]}` (the caller checked before the body is read) |
 //! | `GET /api/whoami-v2` | user token | the configured user |
 //! | `GET /api/agent-harnesses` | none | an empty registry |
 //! | `HEAD`/`GET /{P}{ns}/{name}/resolve/{rev}/{path}` | read | the file's facts; `GET` streams its bytes, `Range` → `206` |

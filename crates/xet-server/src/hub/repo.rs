@@ -10,7 +10,7 @@ use xet_hub::api::{
 };
 use xet_hub::commit::folder_oid;
 use xet_hub::{
-    BranchName, Commit, CommitId, FileEntry, HubError, RepoId, RepoPath, RepoRef, RepoType,
+    BranchName, Commit, CommitId, FileEntry, RepoError, RepoId, RepoPath, RepoRef, RepoType,
     Revision, Storage,
 };
 
@@ -23,6 +23,8 @@ use crate::state::body::read_body;
 
 /// JSON bodies of the small routes are at most this large.
 pub(super) const SMALL_BODY: u64 = 16 * 1024 * 1024;
+/// Most bytes of a validate-yaml body (a model card's metadata).
+const YAML_BODY: u64 = 1024 * 1024;
 
 pub(super) async fn json_body<T: serde::de::DeserializeOwned>(
     ctx: &Ctx,
@@ -71,7 +73,7 @@ pub(super) async fn create(ctx: &Ctx, body: Body) -> HubResult<Response> {
                 },
             ))
         }
-        Err(HubError::RepoExists(_)) => {
+        Err(RepoError::RepoExists(_)) => {
             let message = format!("You already created this {kind} repo: {repo}");
             let mut r = json(
                 StatusCode::CONFLICT,
@@ -91,7 +93,7 @@ pub(super) async fn create(ctx: &Ctx, body: Body) -> HubResult<Response> {
 /// Resolve `rev` (percent-decoded) in `repo`.
 pub(super) async fn resolve(ctx: &Ctx, repo: &RepoRef, rev: &str) -> HubResult<(CommitId, Commit)> {
     let parsed = Revision::parse(rev).map_err(|_| {
-        HubReply::from(HubError::RevisionNotFound {
+        HubReply::from(RepoError::RevisionNotFound {
             repo: repo.clone(),
             rev: rev.to_string(),
         })
@@ -204,7 +206,7 @@ pub(super) async fn tree(ctx: &Ctx, repo: &RepoRef, rev: &str, path: &str) -> Hu
     } else {
         let f = RepoPath::parse_folder(path)?;
         if !commit.is_folder(&f) {
-            return Err(HubReply::from(HubError::EntryNotFound {
+            return Err(HubReply::from(RepoError::EntryNotFound {
                 repo: repo.clone(),
                 rev: rev.to_string(),
                 path: path.to_string(),
@@ -305,7 +307,7 @@ pub(super) async fn create_branch(
     let req: CreateBranchRequest = json_body(ctx, body, "create-branch").await?;
     let from = req.starting_point.as_deref().unwrap_or(BranchName::MAIN);
     let from = Revision::parse(from).map_err(|_| {
-        HubReply::from(HubError::RevisionNotFound {
+        HubReply::from(RepoError::RevisionNotFound {
             repo: repo.clone(),
             rev: from.to_string(),
         })
@@ -317,7 +319,9 @@ pub(super) async fn create_branch(
 /// Accepted without checking the YAML: clients only need the answer's shape to go on
 /// (the Hub's metadata rules are its own).
 pub(super) async fn validate_yaml(ctx: &Ctx, body: Body) -> HubResult<Response> {
-    read_body(&ctx.headers, body, SMALL_BODY, "validate-yaml").await?;
+    // Who asks first: on a server with tokens, nobody unknown gets a body read.
+    ctx.caller(Access::Read)?;
+    read_body(&ctx.headers, body, YAML_BODY, "validate-yaml").await?;
     Ok(json(
         StatusCode::OK,
         &serde_json::json!({"errors": [], "warnings": []}),
