@@ -3,7 +3,7 @@
 
 use axum::http::{HeaderMap, StatusCode};
 use xet_hub::api::{error_code, unquote};
-use xet_hub::{RepoRecord, RepoRef, Repos};
+use xet_hub::{RepoError, RepoRecord, RepoRef, Repos};
 
 use super::reply::{HubReply, HubResult};
 use crate::auth::{Caller, bearer};
@@ -42,6 +42,7 @@ impl Ctx {
                 token: None,
                 access: Access::Write,
                 user: false,
+                expires: None,
             });
         }
         let Some(presented) = bearer(&self.headers) else {
@@ -67,21 +68,29 @@ impl Ctx {
             token: Some(presented.to_string()),
             access,
             user: true,
+            expires: None,
         })
     }
 
-    /// The record of `repo`, if `caller` may see it. A private repository looks absent
-    /// (401 `RepoNotFound`, as the Hub answers) to anyone without a user token.
+    /// The record of `repo`, if `caller` may see it. To anyone without a user token a
+    /// private repository and a missing one both answer 401 `RepoNotFound`, as the Hub
+    /// does.
     pub(crate) async fn open_repo(&self, repo: &RepoRef, caller: &Caller) -> HubResult<RepoRecord> {
-        let record = self.repos().record(repo).await?;
-        if record.private && !caller.user {
-            return Err(HubReply::coded(
+        // Without a user token, a private repository and one that does not exist answer
+        // alike (as the Hub does), so that nobody learns which private ones exist.
+        let hidden = || {
+            HubReply::coded(
                 StatusCode::UNAUTHORIZED,
                 error_code::REPO_NOT_FOUND,
                 format!("repository {repo} not found (or private: pass a token)"),
-            ));
+            )
+        };
+        match self.repos().record(repo).await {
+            Ok(record) if record.private && !caller.user => Err(hidden()),
+            Ok(record) => Ok(record),
+            Err(RepoError::RepoNotFound(_)) if !caller.user => Err(hidden()),
+            Err(e) => Err(e.into()),
         }
-        Ok(record)
     }
 
     /// The value of query parameter `key` (first occurrence, decoded).
