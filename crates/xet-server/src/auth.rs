@@ -26,6 +26,9 @@ pub struct Caller {
     /// The token is one of the configured (user) tokens, not a minted CAS token and not
     /// an open server's anything-goes.
     pub user: bool,
+    /// When a minted CAS token stops working (Unix seconds); `None` for tokens that do
+    /// not expire.
+    pub expires: Option<u64>,
 }
 
 /// Short-lived CAS tokens handed out by the Hub's xet token routes:
@@ -53,8 +56,8 @@ impl TokenMinter {
         format!("{MINTED_PREFIX}{scope}.{exp}.{sig}")
     }
 
-    /// The access a minted token grants at `now`, or why it grants none.
-    fn verify(&self, token: &str, now: u64) -> Result<Access, &'static str> {
+    /// The access a minted token grants at `now` and until when, or why it grants none.
+    fn verify(&self, token: &str, now: u64) -> Result<(Access, u64), &'static str> {
         let mut parts = token
             .strip_prefix(MINTED_PREFIX)
             .ok_or("not a minted token")?
@@ -74,7 +77,7 @@ impl TokenMinter {
         if now >= exp {
             return Err("the CAS token has expired; fetch a new one from the xet token route");
         }
-        Ok(access)
+        Ok((access, exp))
     }
 }
 
@@ -130,6 +133,7 @@ impl Auth {
                 token: presented.map(str::to_string),
                 access: Access::Write,
                 user: false,
+                expires: None,
             });
         }
         let Some(presented) = presented else {
@@ -142,8 +146,11 @@ impl Auth {
         if let Some(minter) = &self.minter
             && presented.starts_with(MINTED_PREFIX)
         {
-            let access = minter.verify(presented, unix_now()).map_err(unauthorized)?;
-            return grant(presented, access, need, false);
+            let (access, exp) = minter.verify(presented, unix_now()).map_err(unauthorized)?;
+            return grant(presented, access, need, false).map(|c| Caller {
+                expires: Some(exp),
+                ..c
+            });
         }
         let access = self
             .user_access(presented)
@@ -177,6 +184,7 @@ fn grant(presented: &str, access: Access, need: Access, user: bool) -> Result<Ca
         token: Some(presented.to_string()),
         access,
         user,
+        expires: None,
     })
 }
 

@@ -30,7 +30,7 @@
 //! | `GET /v1/chunks/{prefix}/{chunk}` | read | `200` dedup shard bytes or `404` |
 //! | `GET /_xorb/{prefix}/{xorb}?X-Xet-Expires&X-Xet-Signature` | signed URL | `200` whole, `206` one range, `206 multipart/byteranges` several (≤ `max_ranges`, not overlapping), `416` none satisfiable, `403` expired/forged |
 //! | `POST /v1/telemetry` | read | `200 {}` (discarded) |
-//! | `GET /v1/token` | read | `{"accessToken","exp","casUrl"}`: the presented token, `exp` = now + `token_ttl` |
+//! | `GET /v1/token` | read | `{"accessToken","exp","casUrl"}`: the presented token, `exp` = a minted CAS token's own, else now + `token_ttl` |
 //!
 //! `{prefix}` is `default` or `default-merkledb`; anything else is `400 bad_prefix`.
 //! Hashes are XET hash strings, parsed strictly (`400 bad_hash`); storage keys only ever

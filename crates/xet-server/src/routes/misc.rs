@@ -29,8 +29,10 @@ pub(crate) async fn telemetry(
     Ok(json(StatusCode::OK, &serde_json::json!({})))
 }
 
-/// `GET /v1/token`: hands back the presented token with a fresh expiry, for clients that
-/// refresh through a URL (`token_refresh_url`).
+/// `GET /v1/token`: hands back the presented token, for clients that refresh through a
+/// URL (`token_refresh_url`), with its real expiry: a minted CAS token's own `exp` (a
+/// later one would have the client use a dead token), else `token_ttl` from now, when
+/// the client asks again.
 pub(crate) async fn token_refresh(
     State(s): State<AppState>,
     ReadAccess(caller): ReadAccess,
@@ -38,7 +40,9 @@ pub(crate) async fn token_refresh(
 ) -> Response {
     let body = TokenRefresh {
         access_token: caller.token.unwrap_or_else(|| "anonymous".to_string()),
-        exp: unix_now() + s.config.token_ttl.as_secs().max(1),
+        exp: caller
+            .expires
+            .unwrap_or_else(|| unix_now() + s.config.token_ttl.as_secs().max(1)),
         cas_url: base,
     };
     json(StatusCode::OK, &body)
