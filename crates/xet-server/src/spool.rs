@@ -338,7 +338,9 @@ fn spill_dir_name(pid: u32) -> String {
 }
 
 /// Remove the spill directories in `spool_dir` of this process id and of processes that
-/// are gone (checked through `/proc` where there is one).
+/// are gone (checked through `/proc` where there is one), and every `xet-commit-*`
+/// directory: older servers kept a Hub commit's inline files there, and a commit killed
+/// mid-way left its directory behind (commits now upload them from memory).
 fn clean_spill_dirs(spool_dir: &Path) {
     let Ok(rd) = std::fs::read_dir(spool_dir) else {
         return;
@@ -347,6 +349,13 @@ fn clean_spill_dirs(spool_dir: &Path) {
     let proc = Path::new("/proc/self").exists();
     for d in rd.flatten() {
         let name = d.file_name();
+        if name.to_str().is_some_and(|n| n.starts_with("xet-commit-")) {
+            match std::fs::remove_dir_all(d.path()) {
+                Ok(()) => tracing::info!("removed stale commit dir {}", d.path().display()),
+                Err(e) => tracing::warn!("cannot remove {}: {e}", d.path().display()),
+            }
+            continue;
+        }
         let Some(pid) = name
             .to_str()
             .and_then(|n| n.strip_prefix("xet-grants-"))
@@ -367,6 +376,23 @@ fn clean_spill_dirs(spool_dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a killed commit of an older server left (`xet-commit-*`) and this process's
+    /// own spill directory are removed when a server starts; anything else stays.
+    #[test]
+    fn leftovers_of_killed_commits_are_removed_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let commit = dir.path().join("xet-commit-Ab12cd");
+        std::fs::create_dir_all(&commit).unwrap();
+        std::fs::write(commit.join("0"), b"inline file").unwrap();
+        let mine = dir.path().join(spill_dir_name(std::process::id()));
+        std::fs::create_dir_all(&mine).unwrap();
+        let other = dir.path().join("not-ours");
+        std::fs::create_dir_all(&other).unwrap();
+        let _spool = Spool::new(1 << 20, dir.path().to_path_buf());
+        assert!(!commit.exists() && !mine.exists());
+        assert!(other.exists());
+    }
 
     /// A xorb body streamed in many frames is verified on the way in when held in memory,
     /// and only as the xorb granted: a body under another grant is held unverified, for
