@@ -186,10 +186,18 @@ pub enum ApplyError {
     FileFolderClash { path: String },
     #[error("{path} appears more than once in the commit")]
     Duplicate { path: RepoPath },
+    /// Two names one client file system takes for the same (macOS and Windows fold case;
+    /// macOS also folds Unicode normalization): a download there would keep only one.
+    #[error(
+        "{new} and {existing} differ only in case or Unicode normalization, so they would be \
+         one file on macOS or Windows: rename one of them"
+    )]
+    NameCollision { new: String, existing: String },
 }
 
 /// Apply `ops`, in order, to `files`. A file may not end up where a folder is or below a
-/// file; a path may be named by at most one operation.
+/// file; a path may be named by at most one operation; an added path may not collide
+/// with another of the tree on clients that fold case or Unicode normalization.
 pub fn apply(
     files: &BTreeMap<RepoPath, FileEntry>,
     ops: &[Operation],
@@ -224,7 +232,60 @@ pub fn apply(
         }
     }
     check_no_clash(&out)?;
+    let added: Vec<&RepoPath> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Operation::Add { path, .. } => Some(path),
+            _ => None,
+        })
+        .collect();
+    check_no_collision(&out, &added)?;
     Ok(out)
+}
+
+/// A name as a client file system that folds case and Unicode normalization compares
+/// it: NFC, then lower case (ASCII names skip the normalizer).
+fn folded(name: &str) -> String {
+    if name.is_ascii() {
+        return name.to_ascii_lowercase();
+    }
+    icu_normalizer::ComposingNormalizerBorrowed::new_nfc()
+        .normalize(name)
+        .to_lowercase()
+}
+
+/// No file or folder an added path creates may be another of the tree but for case or
+/// Unicode normalization (`README.md` and `readme.md`; `é` composed and decomposed;
+/// folders `Data/` and `data/`). Collisions the tree already had are left alone: only
+/// a commit that adds one is refused.
+fn check_no_collision(
+    files: &BTreeMap<RepoPath, FileEntry>,
+    added: &[&RepoPath],
+) -> Result<(), ApplyError> {
+    if added.is_empty() {
+        return Ok(());
+    }
+    let key = |path: &str| path.split('/').map(folded).collect::<Vec<_>>().join("/");
+    // Every file and folder of the tree by its folded path, with each spelling of it.
+    let mut spellings: std::collections::HashMap<String, std::collections::BTreeSet<&str>> =
+        std::collections::HashMap::new();
+    for p in files.keys() {
+        for name in p.parents().chain(std::iter::once(p.as_str())) {
+            spellings.entry(key(name)).or_default().insert(name);
+        }
+    }
+    for new in added {
+        for name in new.parents().chain(std::iter::once(new.as_str())) {
+            let others = spellings.get(&key(name)).into_iter().flatten();
+            if let Some(existing) = others.into_iter().find(|s| **s != name) {
+                return Err(ApplyError::NameCollision {
+                    new: name.to_string(),
+                    existing: existing.to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// No file path may also be a folder (`a` and `a/b` both files).
@@ -391,6 +452,51 @@ mod tests {
             apply(&base, &[twice.clone(), twice]),
             Err(ApplyError::Duplicate { .. })
         ));
+    }
+
+    #[test]
+    fn names_one_client_would_merge_are_refused_when_added() {
+        let mut base = BTreeMap::new();
+        base.insert(p("readme.md"), entry(1));
+        base.insert(p("Data/x.bin"), entry(2));
+        base.insert(p("caf\u{e9}.txt"), entry(3));
+        let add = |path: &str| Operation::Add {
+            path: p(path),
+            entry: entry(9),
+        };
+        for (new, existing) in [
+            ("README.md", "readme.md"),
+            ("data/y.bin", "Data"),
+            ("DATA", "Data"),
+            ("cafe\u{301}.txt", "caf\u{e9}.txt"),
+            ("CAF\u{c9}.TXT", "caf\u{e9}.txt"),
+        ] {
+            match apply(&base, &[add(new)]) {
+                Err(ApplyError::NameCollision { new: n, existing: e }) => {
+                    assert!(new.starts_with(&n) && e == existing, "{new}: {n} / {e}");
+                }
+                other => panic!("{new}: {other:?}"),
+            }
+        }
+        // Two added paths that collide with each other.
+        assert!(matches!(
+            apply(&base, &[add("n/A.txt"), add("n/a.txt")]),
+            Err(ApplyError::NameCollision { .. })
+        ));
+        // Replacing a file under its own name, and names that differ otherwise, are fine;
+        // a collision the tree had before does not stop other commits.
+        assert!(apply(&base, &[add("readme.md"), add("Data/z.bin"), add("readme.txt")]).is_ok());
+        let mut old = base.clone();
+        old.insert(p("README.md"), entry(4));
+        assert!(apply(&old, &[add("other.txt")]).is_ok());
+        // Deleting one of two spellings and adding the other in one commit is a rename.
+        assert!(
+            apply(
+                &base,
+                &[Operation::DeleteFile { path: p("readme.md") }, add("README.md")]
+            )
+            .is_ok()
+        );
     }
 
     #[test]
