@@ -487,6 +487,14 @@ async fn deletions_clashes_and_branches() {
             inline("c.txt/d", b"below a file"),
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
+        (
+            inline("C.TXT", b"one file with c.txt on macOS and Windows"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            inline("A/e.txt", b"into folder a, spelled A"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
     ];
     for (line, status) in cases {
         let r = hub.commit("org/d", &[header(), line.clone()]).await;
@@ -639,4 +647,124 @@ async fn whoami_lfs_batch_private_repos_and_minted_tokens() {
         hub.get("/api/models/org/p", Some(&token)).await.status(),
         StatusCode::UNAUTHORIZED
     );
+}
+
+/// A body that sends `first` and then nothing, never ending, claiming `len` bytes: a
+/// route that reads it before answering waits for the body timeout (408).
+fn stalled_body(first: &'static [u8]) -> reqwest::Body {
+    use futures_util::StreamExt as _;
+    let head = futures_util::stream::once(async move {
+        Ok::<bytes::Bytes, std::io::Error>(bytes::Bytes::from_static(first))
+    });
+    reqwest::Body::wrap_stream(head.chain(futures_util::stream::pending()))
+}
+
+/// On a server with tokens, the routes that took a body before checking the caller
+/// (validate-yaml, the LFS batch) answer a caller without a token, or with too little
+/// access, at once: the stalled 16 MiB bodies are never waited for.
+#[tokio::test]
+async fn callers_are_checked_before_their_bodies_are_read() {
+    let hub = Hub::start().await;
+    hub.create("b").await;
+    let cases = [
+        ("/api/validate-yaml", None, StatusCode::UNAUTHORIZED),
+        ("/api/validate-yaml", Some("wrong"), StatusCode::UNAUTHORIZED),
+        ("/org/b.git/info/lfs/objects/batch", None, StatusCode::UNAUTHORIZED),
+        ("/org/b.git/info/lfs/objects/batch", Some("wrong"), StatusCode::UNAUTHORIZED),
+    ];
+    for (path, token, status) in cases {
+        let mut r = hub
+            .http
+            .post(hub.url(path))
+            .header("content-type", "application/json")
+            .header("content-length", (16u64 << 20).to_string())
+            .body(stalled_body(b"{\"content\": \""));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        let r = tokio::time::timeout(std::time::Duration::from_secs(20), r.send())
+            .await
+            .unwrap_or_else(|_| panic!("{path}: no answer while the body stalls"))
+            .unwrap();
+        assert_eq!(r.status(), status, "{path} {token:?}");
+    }
+    // A read token may ask the LFS batch for downloads, not uploads.
+    let batch = |op: &str| json!({"operation": op, "transfers": ["xet"], "objects": []});
+    let path = "/org/b.git/info/lfs/objects/batch";
+    let up = hub.post_json(path, Some(R), batch("upload")).await;
+    assert_eq!(up.status(), StatusCode::FORBIDDEN);
+    let down = hub.post_json(path, Some(R), batch("download")).await;
+    assert_eq!(down.status(), StatusCode::OK);
+    let yaml = hub
+        .post_json("/api/validate-yaml", Some(R), json!({"content": "license: mit"}))
+        .await;
+    assert_eq!(yaml.status(), StatusCode::OK);
+}
+
+/// `GET /v1/token` with a minted CAS token answers that token's own expiry, not a
+/// later one (the client would keep using a dead token).
+#[tokio::test]
+async fn the_token_route_tells_a_minted_token_s_real_expiry() {
+    let hub = Hub::start().await;
+    hub.create("t").await;
+    let minted: Value = hub
+        .get("/api/models/org/t/xet-read-token/main", Some(R))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let (token, exp) = (
+        minted["accessToken"].as_str().unwrap(),
+        minted["exp"].as_u64().unwrap(),
+    );
+    let r: Value = hub.get("/v1/token", Some(token)).await.json().await.unwrap();
+    assert_eq!(r["exp"].as_u64(), Some(exp), "{r}");
+    assert_eq!(r["accessToken"].as_str(), Some(token));
+}
+
+/// An open server (no tokens) sharing a store with a token server: a private repository
+/// of that store and one that does not exist answer alike (status, error code and
+/// message but for the name), so an open server tells nobody which private ones exist.
+#[tokio::test]
+async fn an_open_server_answers_private_and_missing_repositories_alike() {
+    let hub = Hub::start().await;
+    let r = hub
+        .post_json(
+            "/api/repos/create",
+            Some(W),
+            json!({"name": "secret", "organization": "org", "private": true}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let config = ServerConfig {
+        cas_token_key: Some([9; 32]),
+        ..Default::default()
+    };
+    let repos = xet_hub::Repos::new(hub.store.clone());
+    let open = TestServer::start_hub(config, hub.store.clone(), Some(repos)).await;
+    let http = client();
+    let ask = |name: &str| {
+        let url = open.url(&format!("/api/models/org/{name}"));
+        let http = http.clone();
+        async move {
+            let r = http.get(url).send().await.unwrap();
+            let code = r.headers().get("x-error-code").cloned();
+            let status = r.status();
+            let body = r.text().await.unwrap().replace(name, "NAME");
+            (status, code, body)
+        }
+    };
+    let (secret, missing) = (ask("secret").await, ask("nothing").await);
+    assert_eq!(secret, missing);
+    assert_eq!(secret.0, StatusCode::UNAUTHORIZED);
+    for path in ["/org/secret/resolve/main/x", "/api/models/org/secret/tree/main"] {
+        let a = http.get(open.url(path)).send().await.unwrap().status();
+        let b = http
+            .get(open.url(&path.replace("secret", "nothing")))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(a, b, "{path}");
+    }
 }
