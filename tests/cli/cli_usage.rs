@@ -162,3 +162,16 @@ fn serving_a_public_address_without_a_token_says_which_flags_give_one() {
         text(&o.stderr)
     );
 }
+
+/// `xet upload hf://org/repo ./dir`, destination first as with `cp` reversed: a usage
+/// error (2) that says the destination goes last, not "No such file or directory".
+#[test]
+fn an_hf_destination_given_first_is_named_as_the_destination() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), b"a").unwrap();
+    let o = xet(&["upload", "hf://org/repo", dir.path().to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("goes last"), "{err}");
+    assert!(!err.contains("No such file"), "{err}");
+}

@@ -360,6 +360,22 @@ pub async fn upload(out: &Out, a: UploadArgs) -> CliResult {
         )
         .await;
     }
+    // An hf:// address anywhere but last: the destination was put first, as `cp` users
+    // might; say so rather than "No such file or directory".
+    if let Some(hf) = a
+        .paths
+        .iter()
+        .filter_map(|p| p.to_str())
+        .find(|p| xet_hub_client::HfAddress::is_hf(p))
+    {
+        return Err(Failure::new(
+            Code::Usage,
+            anyhow!(
+                "{hf} is the destination and goes last: xet upload PATH... {hf} \
+                 (an hf:// address is never a source)"
+            ),
+        ));
+    }
     let mut roots = a.paths.clone();
     if let Some(src) = &a.files_from {
         roots.extend(read_list(src)?.into_iter().map(|(_, l)| PathBuf::from(l)));
