@@ -19,7 +19,7 @@
 //! - [`visible_across_instances`]: a commit or branch made through one instance is seen
 //!   through the other at once;
 //! - [`stale_parent`]: a commit on a parent that is no longer the head is
-//!   `HubError::ParentMismatch` and changes nothing;
+//!   `RepoError::ParentMismatch` and changes nothing;
 //! - [`sha256_claims`]: a shard's FileMetadataExt sha256s are claimed through the
 //!   instance that took the shard and, without any explicit refresh, through the other;
 //! - [`verified_sha256`]: the first verified file of a sha256 is kept and shared.
@@ -33,7 +33,7 @@ use bytes::Bytes;
 use sha2::Digest as _;
 use xet_cas::Cas;
 use xet_hub::{
-    BranchHead, BranchName, Commit, CommitId, CommitMeta, FileEntry, HubError, Operation, RepoId,
+    BranchHead, BranchName, Commit, CommitId, CommitMeta, FileEntry, RepoError, Operation, RepoId,
     RepoPath, RepoRecord, RepoRef, RepoStore, RepoType, Repos, Revision,
 };
 
@@ -276,7 +276,7 @@ pub async fn records(t: &Twins) {
     let s = repo(RepoType::Space, "org/created");
     let initial = create(&ra, &s, "records").await;
     match rb.create(&s, "bob", true, 1_700_000_001).await {
-        Err(HubError::RepoExists(x)) if x == s => {}
+        Err(RepoError::RepoExists(x)) if x == s => {}
         other => panic!("records: creating {s} again through b: {other:?}"),
     }
     let rec = rb.record(&s).await.expect("records: engine record");
@@ -605,7 +605,7 @@ pub async fn visible_across_instances(t: &Twins) {
         "visible_across_instances: branches through a"
     );
     match ra.create_branch(&r, &dev, &Revision::Commit(initial)).await {
-        Err(HubError::BranchExists { branch, .. }) if branch == dev => {}
+        Err(RepoError::BranchExists { branch, .. }) if branch == dev => {}
         other => panic!("visible_across_instances: creating dev again: {other:?}"),
     }
 }
@@ -632,7 +632,7 @@ pub async fn stale_parent(t: &Twins) {
         .commit_to_branch(&r, &main, Some(initial), &[add("late", b"2")], &m)
         .await
     {
-        Err(HubError::ParentMismatch {
+        Err(RepoError::ParentMismatch {
             repo,
             branch,
             parent,

@@ -24,5 +24,5 @@ pub use commit::{Commit, FileEntry, Operation, Storage};
 pub use id::{
     BranchName, CommitId, NameError, RepoId, RepoPath, RepoRef, RepoType, Revision, git_reserved,
 };
-pub use repos::{CommitMeta, Committed, HubError, Repos};
+pub use repos::{CommitMeta, Committed, RepoError, Repos};
 pub use store::{BranchHead, RepoRecord, RepoStore};

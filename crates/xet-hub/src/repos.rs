@@ -13,7 +13,7 @@ use crate::store::{BranchHead, RepoRecord, RepoStore};
 
 /// Why a repository operation failed; each maps to one Hub API answer.
 #[derive(Debug, thiserror::Error)]
-pub enum HubError {
+pub enum RepoError {
     #[error("repository {0} not found")]
     RepoNotFound(RepoRef),
     #[error("revision {rev} not found in repository {repo}")]
@@ -93,7 +93,7 @@ impl Repos {
         owner: &str,
         private: bool,
         now: u64,
-    ) -> Result<RepoRecord, HubError> {
+    ) -> Result<RepoRecord, RepoError> {
         let record = RepoRecord {
             kind: repo.kind.as_str().to_string(),
             id: repo.id.to_string(),
@@ -114,7 +114,7 @@ impl Repos {
         // one before storing anything (a race past this check stores at most one
         // unreferenced initial commit).
         if self.store.repo(repo).await?.is_some() {
-            return Err(HubError::RepoExists(repo.clone()));
+            return Err(RepoError::RepoExists(repo.clone()));
         }
         // The commit first, so a record is never visible with a `main` that points
         // nowhere; if we die between the record and the branch, the first commit to
@@ -122,7 +122,7 @@ impl Repos {
         let (id, bytes) = initial.encode();
         self.store.put_commit(repo, &id, bytes.into()).await?;
         if !self.store.create_repo(repo, &record).await? {
-            return Err(HubError::RepoExists(repo.clone()));
+            return Err(RepoError::RepoExists(repo.clone()));
         }
         self.store
             .update_branch(repo, &BranchName::main(), None, &id)
@@ -131,21 +131,21 @@ impl Repos {
     }
 
     /// The record of `repo`.
-    pub async fn record(&self, repo: &RepoRef) -> Result<RepoRecord, HubError> {
+    pub async fn record(&self, repo: &RepoRef) -> Result<RepoRecord, RepoError> {
         self.store
             .repo(repo)
             .await?
-            .ok_or_else(|| HubError::RepoNotFound(repo.clone()))
+            .ok_or_else(|| RepoError::RepoNotFound(repo.clone()))
     }
 
     /// Commit `id` of `repo`.
-    pub async fn commit(&self, repo: &RepoRef, id: &CommitId) -> Result<Option<Commit>, HubError> {
+    pub async fn commit(&self, repo: &RepoRef, id: &CommitId) -> Result<Option<Commit>, RepoError> {
         let Some(bytes) = self.store.commit(repo, id).await? else {
             return Ok(None);
         };
         Commit::decode(id, &bytes).map(Some).map_err(|e| {
             let what = format!("repository {repo}, commit {id}");
-            HubError::Store(CasError::storage_with(what, e))
+            RepoError::Store(CasError::storage_with(what, e))
         })
     }
 
@@ -154,8 +154,8 @@ impl Repos {
         &self,
         repo: &RepoRef,
         rev: &Revision,
-    ) -> Result<(CommitId, Commit), HubError> {
-        let not_found = || HubError::RevisionNotFound {
+    ) -> Result<(CommitId, Commit), RepoError> {
+        let not_found = || RepoError::RevisionNotFound {
             repo: repo.clone(),
             rev: rev.to_string(),
         };
@@ -175,7 +175,7 @@ impl Repos {
 
     /// Apply `ops` on top of `branch` and move it to the result.
     ///
-    /// With `parent`, the branch must be at that commit (else [`HubError::ParentMismatch`]).
+    /// With `parent`, the branch must be at that commit (else [`RepoError::ParentMismatch`]).
     /// Without, the commit is re-applied to whatever head it finds until its
     /// compare-and-swap wins, so concurrent commits all land, in some order.
     pub async fn commit_to_branch(
@@ -185,13 +185,13 @@ impl Repos {
         parent: Option<CommitId>,
         ops: &[Operation],
         meta: &CommitMeta,
-    ) -> Result<Committed, HubError> {
+    ) -> Result<Committed, RepoError> {
         for _ in 0..MAX_COMMIT_ATTEMPTS {
             let head = self.store.branch(repo, branch).await?;
             if let (Some(parent), Some(head)) = (parent, head)
                 && parent != head.commit
             {
-                return Err(HubError::ParentMismatch {
+                return Err(RepoError::ParentMismatch {
                     repo: repo.clone(),
                     branch: branch.clone(),
                     parent,
@@ -232,7 +232,7 @@ impl Repos {
                 return Ok(Committed { id, commit });
             }
         }
-        Err(HubError::Contention {
+        Err(RepoError::Contention {
             repo: repo.clone(),
             branch: branch.clone(),
             attempts: MAX_COMMIT_ATTEMPTS,
@@ -245,12 +245,12 @@ impl Repos {
         repo: &RepoRef,
         branch: &BranchName,
         from: &Revision,
-    ) -> Result<BranchHead, HubError> {
+    ) -> Result<BranchHead, RepoError> {
         let (id, _) = self.resolve(repo, from).await?;
         self.store
             .update_branch(repo, branch, None, &id)
             .await?
-            .ok_or_else(|| HubError::BranchExists {
+            .ok_or_else(|| RepoError::BranchExists {
                 repo: repo.clone(),
                 branch: branch.clone(),
             })
@@ -262,11 +262,11 @@ impl Repos {
         rev: &str,
         commit: &'a Commit,
         path: &RepoPath,
-    ) -> Result<&'a FileEntry, HubError> {
+    ) -> Result<&'a FileEntry, RepoError> {
         commit
             .files
             .get(path)
-            .ok_or_else(|| HubError::EntryNotFound {
+            .ok_or_else(|| RepoError::EntryNotFound {
                 repo: repo.clone(),
                 rev: rev.to_string(),
                 path: path.to_string(),

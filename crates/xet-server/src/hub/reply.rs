@@ -4,7 +4,7 @@
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use xet_hub::api::{ErrorBody, error_code, header as hh};
-use xet_hub::{CommitId, HubError, NameError};
+use xet_hub::{CommitId, RepoError, NameError};
 
 use crate::error::ApiError;
 
@@ -101,32 +101,32 @@ impl IntoResponse for HubReply {
     }
 }
 
-impl From<HubError> for HubReply {
-    fn from(e: HubError) -> HubReply {
+impl From<RepoError> for HubReply {
+    fn from(e: RepoError) -> HubReply {
         use xet_hub::commit::ApplyError;
         let message = e.to_string();
         match e {
-            HubError::RepoNotFound(_) => {
+            RepoError::RepoNotFound(_) => {
                 HubReply::coded(StatusCode::NOT_FOUND, error_code::REPO_NOT_FOUND, message)
             }
-            HubError::RevisionNotFound { .. } => HubReply::coded(
+            RepoError::RevisionNotFound { .. } => HubReply::coded(
                 StatusCode::NOT_FOUND,
                 error_code::REVISION_NOT_FOUND,
                 message,
             ),
-            HubError::EntryNotFound { .. }
-            | HubError::Apply(ApplyError::NoSuchFile { .. } | ApplyError::NoSuchFolder { .. }) => {
+            RepoError::EntryNotFound { .. }
+            | RepoError::Apply(ApplyError::NoSuchFile { .. } | ApplyError::NoSuchFolder { .. }) => {
                 HubReply::coded(StatusCode::NOT_FOUND, error_code::ENTRY_NOT_FOUND, message)
             }
-            HubError::RepoExists(_) | HubError::BranchExists { .. } => {
+            RepoError::RepoExists(_) | RepoError::BranchExists { .. } => {
                 HubReply::new(StatusCode::CONFLICT, message)
             }
-            HubError::ParentMismatch { .. } => {
+            RepoError::ParentMismatch { .. } => {
                 HubReply::new(StatusCode::PRECONDITION_FAILED, message)
             }
-            HubError::Apply(_) => HubReply::new(StatusCode::UNPROCESSABLE_ENTITY, message),
-            HubError::Contention { .. } => HubReply::new(StatusCode::SERVICE_UNAVAILABLE, message),
-            HubError::Store(e) => HubReply::from(ApiError::from(e)),
+            RepoError::Apply(_) => HubReply::new(StatusCode::UNPROCESSABLE_ENTITY, message),
+            RepoError::Contention { .. } => HubReply::new(StatusCode::SERVICE_UNAVAILABLE, message),
+            RepoError::Store(e) => HubReply::from(ApiError::from(e)),
         }
     }
 }
