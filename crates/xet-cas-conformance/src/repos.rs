@@ -33,7 +33,7 @@ use bytes::Bytes;
 use sha2::Digest as _;
 use xet_cas::Cas;
 use xet_hub::{
-    BranchHead, BranchName, Commit, CommitId, CommitMeta, FileEntry, RepoError, Operation, RepoId,
+    BranchHead, BranchName, Commit, CommitId, CommitMeta, FileEntry, Operation, RepoError, RepoId,
     RepoPath, RepoRecord, RepoRef, RepoStore, RepoType, Repos, Revision,
 };
 

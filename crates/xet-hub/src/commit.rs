@@ -472,7 +472,10 @@ mod tests {
             ("CAF\u{c9}.TXT", "caf\u{e9}.txt"),
         ] {
             match apply(&base, &[add(new)]) {
-                Err(ApplyError::NameCollision { new: n, existing: e }) => {
+                Err(ApplyError::NameCollision {
+                    new: n,
+                    existing: e,
+                }) => {
                     assert!(new.starts_with(&n) && e == existing, "{new}: {n} / {e}");
                 }
                 other => panic!("{new}: {other:?}"),
@@ -485,7 +488,13 @@ mod tests {
         ));
         // Replacing a file under its own name, and names that differ otherwise, are fine;
         // a collision the tree had before does not stop other commits.
-        assert!(apply(&base, &[add("readme.md"), add("Data/z.bin"), add("readme.txt")]).is_ok());
+        assert!(
+            apply(
+                &base,
+                &[add("readme.md"), add("Data/z.bin"), add("readme.txt")]
+            )
+            .is_ok()
+        );
         let mut old = base.clone();
         old.insert(p("README.md"), entry(4));
         assert!(apply(&old, &[add("other.txt")]).is_ok());
@@ -493,7 +502,12 @@ mod tests {
         assert!(
             apply(
                 &base,
-                &[Operation::DeleteFile { path: p("readme.md") }, add("README.md")]
+                &[
+                    Operation::DeleteFile {
+                        path: p("readme.md")
+                    },
+                    add("README.md")
+                ]
             )
             .is_ok()
         );

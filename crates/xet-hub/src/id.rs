@@ -287,6 +287,14 @@ impl BranchName {
         if s.split('/').any(|seg| seg.starts_with('.')) {
             return bad("no segment may start with '.'");
         }
+        // Names that would print as another revision: `refs/heads/x` reads as branch x,
+        // 40 hex digits as a commit id.
+        if s.starts_with("refs/heads/") {
+            return bad("a branch name may not itself start with refs/heads/");
+        }
+        if s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return bad("40 hex digits name a commit, not a branch");
+        }
         Ok(BranchName(s.to_string()))
     }
 
@@ -533,8 +541,25 @@ mod tests {
             Revision::parse("refs/pr/1"),
             Ok(Revision::Branch(_))
         ));
-        for bad in ["", "a..b", "a b", "/a", "a/", "x.lock", "a:b", "@", "a/.b"] {
+        for bad in [
+            "",
+            "a..b",
+            "a b",
+            "/a",
+            "a/",
+            "x.lock",
+            "a:b",
+            "@",
+            "a/.b",
+            "refs/heads/refs/heads/dev",
+        ] {
             assert!(Revision::parse(bad).is_err(), "{bad}");
+        }
+        // A branch name prints back to a revision that parses to it.
+        assert!(BranchName::parse(&format!("refs/heads/{c}")).is_err());
+        for ok in ["main", "refs/heads/dev", "refs/pr/1", "feature/x", "v1.0"] {
+            let r = Revision::parse(ok).unwrap();
+            assert_eq!(Revision::parse(&r.to_string()).unwrap(), r, "{ok}");
         }
         assert_eq!(CommitId::parse(c).unwrap().to_string(), c);
         assert_eq!(CommitId::parse(&c.to_uppercase()).unwrap().to_string(), c);

@@ -4,7 +4,7 @@
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use xet_hub::api::{ErrorBody, error_code, header as hh};
-use xet_hub::{CommitId, RepoError, NameError};
+use xet_hub::{CommitId, NameError, RepoError};
 
 use crate::error::ApiError;
 

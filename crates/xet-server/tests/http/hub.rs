@@ -668,9 +668,21 @@ async fn callers_are_checked_before_their_bodies_are_read() {
     hub.create("b").await;
     let cases = [
         ("/api/validate-yaml", None, StatusCode::UNAUTHORIZED),
-        ("/api/validate-yaml", Some("wrong"), StatusCode::UNAUTHORIZED),
-        ("/org/b.git/info/lfs/objects/batch", None, StatusCode::UNAUTHORIZED),
-        ("/org/b.git/info/lfs/objects/batch", Some("wrong"), StatusCode::UNAUTHORIZED),
+        (
+            "/api/validate-yaml",
+            Some("wrong"),
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            "/org/b.git/info/lfs/objects/batch",
+            None,
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            "/org/b.git/info/lfs/objects/batch",
+            Some("wrong"),
+            StatusCode::UNAUTHORIZED,
+        ),
     ];
     for (path, token, status) in cases {
         let mut r = hub
@@ -696,7 +708,11 @@ async fn callers_are_checked_before_their_bodies_are_read() {
     let down = hub.post_json(path, Some(R), batch("download")).await;
     assert_eq!(down.status(), StatusCode::OK);
     let yaml = hub
-        .post_json("/api/validate-yaml", Some(R), json!({"content": "license: mit"}))
+        .post_json(
+            "/api/validate-yaml",
+            Some(R),
+            json!({"content": "license: mit"}),
+        )
         .await;
     assert_eq!(yaml.status(), StatusCode::OK);
 }
@@ -717,7 +733,12 @@ async fn the_token_route_tells_a_minted_token_s_real_expiry() {
         minted["accessToken"].as_str().unwrap(),
         minted["exp"].as_u64().unwrap(),
     );
-    let r: Value = hub.get("/v1/token", Some(token)).await.json().await.unwrap();
+    let r: Value = hub
+        .get("/v1/token", Some(token))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(r["exp"].as_u64(), Some(exp), "{r}");
     assert_eq!(r["accessToken"].as_str(), Some(token));
 }
@@ -743,7 +764,7 @@ async fn an_open_server_answers_private_and_missing_repositories_alike() {
     let repos = xet_hub::Repos::new(hub.store.clone());
     let open = TestServer::start_hub(config, hub.store.clone(), Some(repos)).await;
     let http = client();
-    let ask = |name: &str| {
+    let ask = |name: &'static str| {
         let url = open.url(&format!("/api/models/org/{name}"));
         let http = http.clone();
         async move {
@@ -757,7 +778,10 @@ async fn an_open_server_answers_private_and_missing_repositories_alike() {
     let (secret, missing) = (ask("secret").await, ask("nothing").await);
     assert_eq!(secret, missing);
     assert_eq!(secret.0, StatusCode::UNAUTHORIZED);
-    for path in ["/org/secret/resolve/main/x", "/api/models/org/secret/tree/main"] {
+    for path in [
+        "/org/secret/resolve/main/x",
+        "/api/models/org/secret/tree/main",
+    ] {
         let a = http.get(open.url(path)).send().await.unwrap().status();
         let b = http
             .get(open.url(&path.replace("secret", "nothing")))
