@@ -82,6 +82,12 @@ impl ObjectKey {
         format!("{}{}/", Self::hub_branches_prefix(repo), hex(branch))
     }
 
+    /// The hint of a branch's head: the decimal version its last mover wrote there
+    /// (outside `branches/`, so listings of versions never see it).
+    pub fn hub_branch_hint(repo: &HubName, branch: &HubName) -> Self {
+        ObjectKey(format!("{HUB_REPOS}{}/heads/{}", hex(repo), hex(branch)))
+    }
+
     /// Version `version` of a branch: where it pointed after its `version`-th move.
     pub fn hub_branch_version(repo: &HubName, branch: &HubName, version: u64) -> Self {
         ObjectKey(format!(

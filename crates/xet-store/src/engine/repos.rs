@@ -7,12 +7,14 @@
 //! hub/repos/<rk>/record                      RepoRecord JSON (put-if-absent: created once)
 //! hub/repos/<rk>/commits/<commit id>         commit bytes (content-addressed)
 //! hub/repos/<rk>/branches/<bk>/<version>     {"name": <branch>, "commit": <40 hex>}
+//! hub/repos/<rk>/heads/<bk>                  the head version as its last mover saw it (a hint)
 //! hub/sha256/<sha256>                        the Xet hash string of a verified file
 //! ```
 //!
 //! `<rk>` is [`hub_repo_name`] (a hash of `type/namespace/name`), `<bk>` is
 //! [`hub_branch_name`] (a hash of the branch name), `<version>` 20 decimal digits. A
-//! branch's head is its highest version. Moving it from version `v` is the put-if-absent
+//! branch's head is its highest version, found by probing forward from the hint (a
+//! few reads, whatever the branch's history; no listing). Moving it from version `v` is the put-if-absent
 //! of version `v + 1`: of several writers racing from `v`, in any processes, exactly one
 //! creates it, which is the compare-and-swap [`RepoStore::update_branch`] promises,
 //! without a lock or anything but the backend's atomic put-if-absent. Versions are never
@@ -100,6 +102,73 @@ impl<B: ObjectBackend> StoreCas<B> {
         })
     }
 
+    /// The head version of branch `bk` of `rk`, `None` if the branch does not exist,
+    /// found without a listing. Versions run 1, 2, … without gaps and are never removed,
+    /// so the head is the last present one: from the hint its last mover left (current,
+    /// or behind after a crash or a race between movers) forward, the step doubling
+    /// while versions are present, then halving back to the last one. Two reads past
+    /// the version itself when the hint is current; O(log n) without a hint (stores
+    /// written before hints, or a hint being rewritten).
+    async fn head_version(&self, rk: &HubName, bk: &HubName) -> Result<Option<u64>> {
+        let present = |v: u64| {
+            let key = ObjectKey::hub_branch_version(rk, bk, v);
+            async move { self.backend().exists(&key).await }
+        };
+        let mut lo = match self.branch_hint(rk, bk).await? {
+            Some(v) if v >= 1 && present(v).await? => v,
+            _ if present(1).await? => 1,
+            _ => return Ok(None),
+        };
+        // `lo` is present; find a missing `hi` above it, then close in.
+        let mut step = 1u64;
+        let mut hi = loop {
+            let probe = lo.saturating_add(step);
+            if probe == lo || !present(probe).await? {
+                break probe;
+            }
+            lo = probe;
+            step = step.saturating_mul(2);
+        };
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if present(mid).await? {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(Some(lo))
+    }
+
+    /// The version the hint of branch `bk` names; `None` if there is none or it does not
+    /// read as a version (it is advice: the probes above check it).
+    async fn branch_hint(&self, rk: &HubName, bk: &HubName) -> Result<Option<u64>> {
+        let key = ObjectKey::hub_branch_hint(rk, bk);
+        let Some(bytes) = self.backend().get(&key).await? else {
+            return Ok(None);
+        };
+        Ok(std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(|s| s.trim().parse().ok()))
+    }
+
+    /// Point the hint of branch `bk` at `version`, which its mover just created. Best
+    /// effort: a hint missing, or left behind by a racing mover, costs readers a few
+    /// more probes, never a wrong head.
+    async fn write_branch_hint(&self, rk: &HubName, bk: &HubName, version: u64) {
+        let key = ObjectKey::hub_branch_hint(rk, bk);
+        let backend = self.backend();
+        let written = async {
+            backend.delete(&key).await?;
+            backend
+                .put_if_absent(&key, Bytes::from(version.to_string()))
+                .await
+        };
+        if let Err(e) = written.await {
+            tracing::debug!("cannot update {key} to version {version}: {e}");
+        }
+    }
+
     /// The highest version present of each branch listed under `prefix`, by `bk`.
     async fn latest_versions(&self, prefix: &str) -> Result<BTreeMap<HubName, u64>> {
         let mut latest = BTreeMap::new();
@@ -164,17 +233,16 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
     async fn branch(&self, repo: &RepoRef, name: &BranchName) -> Result<Option<BranchHead>> {
         let rk = hub_repo_name(repo);
         let bk = hub_branch_name(name);
-        let prefix = ObjectKey::hub_branch_prefix(&rk, &bk);
-        let Some(&version) = self.latest_versions(&prefix).await?.get(&bk) else {
+        let Some(version) = self.head_version(&rk, &bk).await? else {
             return Ok(None);
         };
-        // Listed, so stored; objects are never removed by the store.
+        // Found present, so stored; objects are never removed by the store.
         let commit = self
             .branch_object(repo, &rk, name, version)
             .await?
             .ok_or_else(|| {
                 CasError::storage(format!(
-                    "version {version} of branch {name} of repository {repo} was listed but \
+                    "version {version} of branch {name} of repository {repo} was found but \
                      cannot be read"
                 ))
             })?;
@@ -250,6 +318,10 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
             .backend()
             .put_if_absent(&key, Bytes::from(body))
             .await?;
+        if moved {
+            self.write_branch_hint(&rk, &hub_branch_name(name), version)
+                .await;
+        }
         Ok(moved.then_some(BranchHead {
             commit: *to,
             version,
@@ -328,6 +400,8 @@ mod tests {
     struct Counting {
         inner: MemoryBackend,
         shard_listings: Arc<AtomicUsize>,
+        /// Listings of branch versions.
+        branch_listings: Arc<AtomicUsize>,
         list_delay: Duration,
     }
 
@@ -350,11 +424,72 @@ mod tests {
                 self.shard_listings.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(self.list_delay).await;
             }
+            if prefix.contains("/branches/") {
+                self.branch_listings.fetch_add(1, Ordering::SeqCst);
+            }
             self.inner.list(prefix).await
         }
         async fn delete(&self, key: &ObjectKey) -> Result<bool> {
             self.inner.delete(key).await
         }
+    }
+
+    /// A branch's head is found without listing, from a current hint, a stale one
+    /// (a mover that crashed or lost a race), a missing one (a store written before
+    /// hints) or an unreadable one; moves still compare and swap.
+    #[tokio::test]
+    async fn heads_are_found_from_the_hint_without_listing_versions() {
+        use xet_hub::{BranchName, RepoId, RepoRef, RepoStore, RepoType};
+        let store = StoreCas::open(Counting::default()).await.unwrap();
+        let repo = RepoRef::new(RepoType::Model, RepoId::new("org", "h").unwrap());
+        let main = BranchName::main();
+        let commit = |i: u64| CommitId::from_bytes([(i % 251) as u8; 20]);
+        let mut head = None;
+        for i in 1..=100u64 {
+            head = store
+                .update_branch(&repo, &main, head.as_ref(), &commit(i))
+                .await
+                .unwrap();
+            assert_eq!(head.as_ref().map(|h| h.version), Some(i));
+        }
+        // A move from a stale head is refused.
+        let stale = BranchHead {
+            commit: commit(99),
+            version: 99,
+        };
+        assert!(
+            store
+                .update_branch(&repo, &main, Some(&stale), &commit(7))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let (rk, bk) = (hub_repo_name(&repo), hub_branch_name(&main));
+        let hint = ObjectKey::hub_branch_hint(&rk, &bk);
+        let want = Some(BranchHead {
+            commit: commit(100),
+            version: 100,
+        });
+        for state in [
+            None,
+            Some("100"),
+            Some("3"),
+            Some("not a number"),
+            Some("0"),
+        ] {
+            store.backend().delete(&hint).await.unwrap();
+            if let Some(h) = state {
+                store
+                    .backend()
+                    .put_if_absent(&hint, Bytes::from(h))
+                    .await
+                    .unwrap();
+            }
+            assert_eq!(store.branch(&repo, &main).await.unwrap(), want, "{state:?}");
+        }
+        let dev = BranchName::parse("dev").unwrap();
+        assert_eq!(store.branch(&repo, &dev).await.unwrap(), None);
+        assert_eq!(store.backend().branch_listings.load(Ordering::SeqCst), 0);
     }
 
     fn listings(store: &StoreCas<Counting>) -> usize {
