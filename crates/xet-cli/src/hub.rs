@@ -102,6 +102,10 @@ fn failure(e: HubError) -> Failure {
         ErrorKind::Interrupted => Code::Interrupted,
         ErrorKind::Other => Code::Failure,
     };
+    // The library names the environment and `hf auth login`; the flag is the CLI's.
+    if matches!(e, HubError::NoToken { .. }) {
+        return Failure::new(code, anyhow!("{e}; or pass --token"));
+    }
     Failure::new(code, anyhow::Error::new(e))
 }
 
@@ -126,7 +130,9 @@ fn address(s: &str, repo_type: Option<&str>) -> CliResult<HfAddress> {
 /// The Hub client: endpoint from `HF_ENDPOINT`, token from `flag` / `HF_TOKEN` / the
 /// token file.
 fn client(env: &HubEnv, flag: Option<&str>) -> CliResult<HubClient> {
-    let token = env.token(flag).map_err(Failure::input)?;
+    let token = env
+        .token(flag.map(|t| (t, "--token")))
+        .map_err(Failure::input)?;
     HubClient::new(&env.endpoint(), token).map_err(failure)
 }
 
@@ -445,5 +451,11 @@ mod tests {
             message: String::new(),
         });
         assert_eq!(f.code, Code::Auth);
+        // The CLI adds its flag to the library's advice.
+        let text = f.error.to_string();
+        assert!(
+            text.contains("HF_TOKEN") && text.ends_with("or pass --token"),
+            "{text}"
+        );
     }
 }

@@ -701,7 +701,7 @@ mod tests {
     fn the_token_goes_to_the_hub_origin_only() {
         let token = crate::env::HubToken {
             secret: xet_client::Secret::new("hf_x"),
-            origin: crate::env::TokenOrigin::Flag,
+            origin: crate::env::TokenOrigin::Given("--token"),
         };
         let c = HubClient::new("http://127.0.0.1:8080/", Some(token)).unwrap();
         assert_eq!(c.endpoint(), "http://127.0.0.1:8080");

@@ -253,7 +253,7 @@ fn select(
             return Err(HubError::EntryNotFound { subject });
         }
         return Err(HubError::Usage(format!(
-            "{subject} (commit {commit}) has {} files, but none matches --include / --exclude",
+            "{subject} (commit {commit}) has {} files, but none matches the include and exclude patterns",
             listed.len()
         )));
     }

@@ -21,8 +21,8 @@ pub struct HubEnv {
 /// Where a token came from, for messages ("the token from HF_TOKEN was refused").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenOrigin {
-    /// `--token`.
-    Flag,
+    /// Given by the program, which names how (a command-line flag, a setting).
+    Given(&'static str),
     /// An environment variable (its name).
     Env(&'static str),
     /// The token file `huggingface_hub` stores (`hf auth login`).
@@ -32,7 +32,7 @@ pub enum TokenOrigin {
 impl std::fmt::Display for TokenOrigin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            TokenOrigin::Flag => f.write_str("--token"),
+            TokenOrigin::Given(how) => f.write_str(how),
             TokenOrigin::Env(v) => f.write_str(v),
             TokenOrigin::File(p) => write!(f, "the token file {}", p.display()),
         }
@@ -120,18 +120,19 @@ impl HubEnv {
         }
     }
 
-    /// The token: `flag` (`--token`), else `HF_TOKEN` (or the legacy
+    /// The token: `given` (the token, and how the program got it: `--token` for the CLI),
+    /// else `HF_TOKEN` (or the legacy
     /// `HUGGING_FACE_HUB_TOKEN`), else the token file. Whitespace and line breaks are
     /// removed and an empty token is no token, as `huggingface_hub` cleans them. A token
     /// file that exists but cannot be read is an error, not silently no token.
-    pub fn token(&self, flag: Option<&str>) -> std::io::Result<Option<HubToken>> {
+    pub fn token(&self, given: Option<(&str, &'static str)>) -> std::io::Result<Option<HubToken>> {
         let found = |s: &str, origin| {
             clean(s).map(|t| HubToken {
                 secret: Secret::new(t),
                 origin,
             })
         };
-        if let Some(t) = flag.and_then(|f| found(f, TokenOrigin::Flag)) {
+        if let Some(t) = given.and_then(|(t, how)| found(t, TokenOrigin::Given(how))) {
             return Ok(Some(t));
         }
         for v in TOKEN_VARS {
@@ -204,8 +205,8 @@ mod tests {
         let file = dir.path().join("token");
         std::fs::write(&file, " hf_file\r\n").unwrap();
         let path = file.to_str().unwrap();
-        let tok = |e: &HubEnv, flag| {
-            e.token(flag)
+        let tok = |e: &HubEnv, flag: Option<&str>| {
+            e.token(flag.map(|f| (f, "--token")))
                 .unwrap()
                 .map(|t| (t.secret.expose().to_string(), t.origin))
         };
@@ -229,7 +230,7 @@ mod tests {
         );
         assert_eq!(
             tok(&e, Some("flag")),
-            Some(("flag".into(), TokenOrigin::Flag))
+            Some(("flag".into(), TokenOrigin::Given("--token")))
         );
         // An empty flag is no flag.
         assert_eq!(tok(&e, Some("  ")).unwrap().1, TokenOrigin::Env("HF_TOKEN"));

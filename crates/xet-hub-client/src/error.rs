@@ -115,7 +115,7 @@ pub enum HubError {
     )]
     Gated { subject: Subject, message: String },
     #[error(
-        "{action} {subject} needs a Hub token: pass --token, set HF_TOKEN, or log in with `hf auth login` ({message})"
+        "{action} {subject} needs a Hub token: set HF_TOKEN or log in with `hf auth login` ({message})"
     )]
     NoToken {
         action: &'static str,
@@ -216,7 +216,7 @@ fn private_hint(authenticated: bool) -> &'static str {
     if authenticated {
         "; if it is private or gated, your token may not read it"
     } else {
-        "; if it is private, give a token (--token, HF_TOKEN or `hf auth login`)"
+        "; if it is private, give a token (HF_TOKEN or `hf auth login`)"
     }
 }
 
