@@ -803,3 +803,53 @@ fn the_hub_commit_does_its_cpu_work_off_the_executor() {
         );
     }
 }
+
+/// The "one of each" sentences of docs/ARCHITECTURE.md that code can check: each of these
+/// is defined in exactly one file of the workspace (crates, the binary, tests), the one
+/// named. A second copy is what the review of main fc285a3 kept finding.
+#[test]
+fn the_one_of_each_is_one() {
+    let ones: &[(&str, &str)] = &[
+        // The retry policy of both clients and the pipelines.
+        ("fn parse_retry_after(", "crates/xet-cas/src/backoff.rs"),
+        ("fn retryable_status(", "crates/xet-cas/src/backoff.rs"),
+        ("pub fn delay(", "crates/xet-cas/src/backoff.rs"),
+        // The CRC of grant uploads.
+        ("pub fn crc64_nvme(data", "crates/xet-cas/src/crc.rs"),
+        ("pub fn crc64_nvme_combine(", "crates/xet-cas/src/crc.rs"),
+        // Durable writes: the atomic replace.
+        ("pub fn replace_with(", "crates/xet-mmap/src/durable.rs"),
+        // TCP_NODELAY on accepted connections.
+        ("fn set_nodelay(", "crates/xet-server/src/conn/accept.rs"),
+        // The fault-injecting test proxy.
+        ("pub struct Proxy ", "crates/xet-testdata/src/proxy.rs"),
+        ("fn serve_connection(", "crates/xet-testdata/src/proxy.rs"),
+        ("fn replace_all(", "crates/xet-testdata/src/proxy.rs"),
+    ];
+    let mut files = Vec::new();
+    for dir in ["crates", "src", "tests", "xtask"] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    let this = root().join(file!());
+    let texts: Vec<(PathBuf, String)> = files
+        .into_iter()
+        .filter(|f| *f != this)
+        .map(|f| {
+            let text = std::fs::read_to_string(&f).unwrap();
+            (f, text)
+        })
+        .collect();
+    for (item, home) in ones {
+        let found: Vec<String> = texts
+            .iter()
+            .filter(|(_, t)| t.contains(item))
+            .map(|(f, _)| {
+                f.strip_prefix(root())
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        assert_eq!(found, [*home], "`{item}` must be defined once, in {home}");
+    }
+}
