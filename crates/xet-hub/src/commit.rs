@@ -325,6 +325,18 @@ mod tests {
         RepoPath::parse(s).unwrap()
     }
 
+    fn empty_commit() -> Commit {
+        Commit {
+            version: Commit::VERSION,
+            parent: None,
+            summary: "s".into(),
+            description: String::new(),
+            author: "u".into(),
+            created_at: 1,
+            files: BTreeMap::new(),
+        }
+    }
+
     fn entry(n: u8) -> FileEntry {
         FileEntry::regular(xet_hash::chunk_hash(&[n]), &[n])
     }
@@ -349,15 +361,7 @@ mod tests {
 
     #[test]
     fn commit_ids_are_content_addresses() {
-        let mut c = Commit {
-            version: Commit::VERSION,
-            parent: None,
-            summary: "s".into(),
-            description: String::new(),
-            author: "u".into(),
-            created_at: 1,
-            files: BTreeMap::new(),
-        };
+        let mut c = empty_commit();
         c.files.insert(p("b"), entry(2));
         c.files.insert(p("a"), entry(1));
         let (id, bytes) = c.encode();
@@ -370,15 +374,7 @@ mod tests {
 
     #[test]
     fn stored_paths_git_refuses_are_left_out_and_others_fail() {
-        let mut c = Commit {
-            version: Commit::VERSION,
-            parent: None,
-            summary: "s".into(),
-            description: String::new(),
-            author: "u".into(),
-            created_at: 1,
-            files: BTreeMap::new(),
-        };
+        let mut c = empty_commit();
         c.files.insert(p("sub/a.txt"), entry(1));
         let (_, bytes) = c.encode();
         // A tree stored before the rule: the same object with a planted `.git` file.
