@@ -15,6 +15,7 @@
 
 pub mod api;
 pub mod commit;
+pub mod commit_body;
 pub mod id;
 pub mod mode;
 pub mod repos;

@@ -16,11 +16,11 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::Response;
-use base64::Engine as _;
 use bytes::Bytes;
 use xet_hash::MerkleHash;
-use xet_hub::api::{CommitLine, CommitResponse, url};
-use xet_hub::id::{hex, hex_decode};
+use xet_hub::api::{CommitResponse, url};
+use xet_hub::commit_body::{self, CommitRequest};
+use xet_hub::id::hex;
 use xet_hub::{CommitId, CommitMeta, FileEntry, Operation, RepoPath, RepoRef, Revision};
 
 use super::ctx::Ctx;
@@ -29,17 +29,6 @@ use crate::config::Access;
 use crate::routes::json;
 use crate::sign::unix_now as now;
 use crate::state::body::read_body;
-
-/// A parsed commit request.
-#[derive(Default)]
-struct Request {
-    summary: String,
-    description: String,
-    parent: Option<CommitId>,
-    inline: Vec<(RepoPath, Bytes)>,
-    lfs: Vec<(RepoPath, [u8; 32], Option<u64>)>,
-    deletions: Vec<Operation>,
-}
 
 pub(super) async fn commit(
     ctx: &Ctx,
@@ -117,81 +106,10 @@ async fn off_executor<T: Send + 'static>(
     })?
 }
 
-/// Parse the NDJSON body whole (step 1). CPU work: call through [`off_executor`].
-fn parse(body: &[u8]) -> HubResult<Request> {
-    let text = std::str::from_utf8(body)
-        .map_err(|e| HubReply::bad_request(format!("the commit body is not UTF-8: {e}")))?;
-    let mut req = Request::default();
-    let mut header = false;
-    for (i, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let n = i + 1;
-        let bad = |what: String| HubReply::bad_request(format!("commit line {n}: {what}"));
-        let parsed: CommitLine = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
-        match parsed {
-            CommitLine::Header(h) => {
-                if std::mem::replace(&mut header, true) {
-                    return Err(bad("a second header".into()));
-                }
-                req.summary = h.summary;
-                req.description = h.description;
-                req.parent = h
-                    .parent_commit
-                    .map(|p| {
-                        CommitId::parse(&p).ok_or_else(|| {
-                            bad(format!("parentCommit {p:?} is not a 40-hex commit id"))
-                        })
-                    })
-                    .transpose()?;
-            }
-            CommitLine::File(f) => {
-                let content = match f.encoding.as_str() {
-                    "base64" => base64::engine::general_purpose::STANDARD
-                        .decode(f.content.as_bytes())
-                        .map_err(|e| {
-                            bad(format!("the content of {} is not base64: {e}", f.path))
-                        })?,
-                    "utf-8" | "utf8" => f.content.into_bytes(),
-                    other => return Err(bad(format!("unknown encoding {other:?} for {}", f.path))),
-                };
-                req.inline
-                    .push((RepoPath::parse(&f.path)?, Bytes::from(content)));
-            }
-            CommitLine::LfsFile(f) => {
-                if f.algo != "sha256" {
-                    return Err(bad(format!("{}: algo {:?} is not sha256", f.path, f.algo)));
-                }
-                let sha = parse_sha256(&f.oid).ok_or_else(|| {
-                    bad(format!(
-                        "{}: oid {:?} is not a sha256 (64 hex)",
-                        f.path, f.oid
-                    ))
-                })?;
-                req.lfs.push((RepoPath::parse(&f.path)?, sha, f.size));
-            }
-            CommitLine::DeletedFile(d) => req.deletions.push(Operation::DeleteFile {
-                path: RepoPath::parse(&d.path)?,
-            }),
-            CommitLine::DeletedFolder(d) => req.deletions.push(Operation::DeleteFolder {
-                path: RepoPath::parse_folder(&d.path)?,
-            }),
-        }
-    }
-    if !header {
-        return Err(HubReply::bad_request("the commit has no header line"));
-    }
-    Ok(req)
-}
-
-pub(super) fn parse_sha256(s: &str) -> Option<[u8; 32]> {
-    (s.len() == 64)
-        .then(|| hex_decode(s))
-        .flatten()?
-        .try_into()
-        .ok()
+/// Parse the NDJSON body whole (step 1, [`xet_hub::commit_body`]); a refusal is a `400`
+/// naming the line and why. CPU work: call through [`off_executor`].
+fn parse(body: &[u8]) -> HubResult<CommitRequest> {
+    commit_body::parse(body).map_err(|e| HubReply::bad_request(xet_cas::error_chain(&e)))
 }
 
 /// The stored file whose content has `sha256`, checked (step 2): a pair verified before,

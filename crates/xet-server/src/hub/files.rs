@@ -212,7 +212,7 @@ async fn lfs_batch(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<Response>
     };
     let mut objects = Vec::with_capacity(req.objects.len());
     for o in req.objects {
-        let known = match super::commit::parse_sha256(&o.oid) {
+        let known = match xet_hub::commit_body::sha256_from_hex(&o.oid) {
             Some(sha) => super::commit::known_sha256(ctx, &sha).await?.is_some(),
             None => false,
         };

@@ -1,0 +1,188 @@
+//! The body of `POST .../commit/{rev}`: NDJSON lines (`header`, `file`, `lfsFile`,
+//! `deletedFile`, `deletedFolder`) parsed in one validating pass into a
+//! [`CommitRequest`]: every path a [`RepoPath`], every sha256 and parent id checked,
+//! inline contents decoded. Pure CPU work on bytes the caller already holds (a server
+//! runs it off its executor); what the request means for a tree is [`crate::commit`]'s.
+
+use base64::Engine as _;
+use bytes::Bytes;
+
+use crate::api::CommitLine;
+use crate::commit::Operation;
+use crate::id::{CommitId, NameError, RepoPath, hex_decode};
+
+/// A parsed commit request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitRequest {
+    pub summary: String,
+    pub description: String,
+    pub parent: Option<CommitId>,
+    /// `file` lines: the path and the decoded content.
+    pub inline: Vec<(RepoPath, Bytes)>,
+    /// `lfsFile` lines: the path, the sha256 and the size if given.
+    pub lfs: Vec<(RepoPath, [u8; 32], Option<u64>)>,
+    /// `deletedFile` and `deletedFolder` lines, in order.
+    pub deletions: Vec<Operation>,
+}
+
+/// Why a commit body was refused; each names its line (from 1).
+#[derive(Debug, thiserror::Error)]
+pub enum CommitBodyError {
+    #[error("the commit body is not UTF-8")]
+    NotUtf8(#[source] std::str::Utf8Error),
+    #[error("commit line {line}: {why}")]
+    Line { line: usize, why: String },
+    #[error("commit line {line}")]
+    Name {
+        line: usize,
+        #[source]
+        source: NameError,
+    },
+    #[error("the commit has no header line")]
+    NoHeader,
+}
+
+/// Parse a whole commit body (blank lines skipped; exactly one header).
+pub fn parse(body: &[u8]) -> Result<CommitRequest, CommitBodyError> {
+    let text = std::str::from_utf8(body).map_err(CommitBodyError::NotUtf8)?;
+    let mut req = CommitRequest::default();
+    let mut header = false;
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let n = i + 1;
+        let bad = |why: String| CommitBodyError::Line { line: n, why };
+        let name = |source| CommitBodyError::Name { line: n, source };
+        match serde_json::from_str(line).map_err(|e| bad(e.to_string()))? {
+            CommitLine::Header(h) => {
+                if std::mem::replace(&mut header, true) {
+                    return Err(bad("a second header".into()));
+                }
+                req.summary = h.summary;
+                req.description = h.description;
+                req.parent = h
+                    .parent_commit
+                    .map(|p| {
+                        CommitId::parse(&p).ok_or_else(|| {
+                            bad(format!("parentCommit {p:?} is not a 40-hex commit id"))
+                        })
+                    })
+                    .transpose()?;
+            }
+            CommitLine::File(f) => {
+                let content = match f.encoding.as_str() {
+                    "base64" => base64::engine::general_purpose::STANDARD
+                        .decode(f.content.as_bytes())
+                        .map_err(|e| {
+                            bad(format!("the content of {} is not base64: {e}", f.path))
+                        })?,
+                    "utf-8" | "utf8" => f.content.into_bytes(),
+                    other => return Err(bad(format!("unknown encoding {other:?} for {}", f.path))),
+                };
+                let path = RepoPath::parse(&f.path).map_err(name)?;
+                req.inline.push((path, Bytes::from(content)));
+            }
+            CommitLine::LfsFile(f) => {
+                if f.algo != "sha256" {
+                    return Err(bad(format!("{}: algo {:?} is not sha256", f.path, f.algo)));
+                }
+                let sha = sha256_from_hex(&f.oid).ok_or_else(|| {
+                    bad(format!(
+                        "{}: oid {:?} is not a sha256 (64 hex)",
+                        f.path, f.oid
+                    ))
+                })?;
+                req.lfs
+                    .push((RepoPath::parse(&f.path).map_err(name)?, sha, f.size));
+            }
+            CommitLine::DeletedFile(d) => req.deletions.push(Operation::DeleteFile {
+                path: RepoPath::parse(&d.path).map_err(name)?,
+            }),
+            CommitLine::DeletedFolder(d) => req.deletions.push(Operation::DeleteFolder {
+                path: RepoPath::parse_folder(&d.path).map_err(name)?,
+            }),
+        }
+    }
+    if !header {
+        return Err(CommitBodyError::NoHeader);
+    }
+    Ok(req)
+}
+
+/// A sha256 as 64 hex digits (either case).
+pub fn sha256_from_hex(s: &str) -> Option<[u8; 32]> {
+    (s.len() == 64)
+        .then(|| hex_decode(s))
+        .flatten()?
+        .try_into()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_of_every_kind_and_what_is_refused() {
+        let sha = "ab".repeat(32);
+        let body = format!(
+            "{}\n\n{}\n{}\n{}\n{}\n",
+            r#"{"key":"header","value":{"summary":"s","parentCommit":"0123456789abcdef0123456789abcdef01234567"}}"#,
+            r#"{"key":"file","value":{"path":"a.txt","content":"aGk=","encoding":"base64"}}"#,
+            format_args!(
+                r#"{{"key":"lfsFile","value":{{"path":"w.bin","algo":"sha256","oid":"{sha}","size":3}}}}"#
+            ),
+            r#"{"key":"deletedFile","value":{"path":"old.txt"}}"#,
+            r#"{"key":"deletedFolder","value":{"path":"logs/"}}"#,
+        );
+        let r = parse(body.as_bytes()).unwrap();
+        assert_eq!(r.summary, "s");
+        assert!(r.parent.is_some());
+        assert_eq!(r.inline[0].1.as_ref(), b"hi");
+        assert_eq!(r.lfs[0].1, [0xab; 32]);
+        assert_eq!(r.deletions.len(), 2);
+        let header = r#"{"key":"header","value":{"summary":"s"}}"#;
+        for (bad, line) in [
+            ("", None),
+            ("{not json", Some(1)),
+            (&format!("{header}\n{header}"), Some(2)),
+            (
+                &format!(
+                    "{header}\n{}",
+                    r#"{"key":"file","value":{"path":"a","content":"!!","encoding":"base64"}}"#
+                ),
+                Some(2),
+            ),
+            (
+                &format!(
+                    "{header}\n{}",
+                    r#"{"key":"lfsFile","value":{"path":"a","oid":"xyz"}}"#
+                ),
+                Some(2),
+            ),
+        ] {
+            match (parse(bad.as_bytes()), line) {
+                (Err(CommitBodyError::NoHeader), None) => {}
+                (Err(CommitBodyError::Line { line: l, .. }), Some(n)) => assert_eq!(l, n, "{bad}"),
+                (other, _) => panic!("{bad}: {other:?}"),
+            }
+        }
+        let planted = format!(
+            "{header}\n{}",
+            r#"{"key":"deletedFile","value":{"path":"sub/.git/config"}}"#
+        );
+        assert!(matches!(
+            parse(planted.as_bytes()),
+            Err(CommitBodyError::Name {
+                line: 2,
+                source: NameError::GitPath { .. }
+            })
+        ));
+        assert!(matches!(
+            parse(&[0xff, b'\n']),
+            Err(CommitBodyError::NotUtf8(_))
+        ));
+    }
+}
