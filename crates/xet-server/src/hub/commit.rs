@@ -114,7 +114,7 @@ fn parse(body: &[u8]) -> HubResult<CommitRequest> {
 
 /// The stored file whose content has `sha256`, checked (step 2): a pair verified before,
 /// else the first file whose shard claims it and whose bytes hash to it.
-pub(super) async fn known_sha256(
+async fn known_sha256(
     ctx: &Ctx,
     sha256: &[u8; 32],
 ) -> HubResult<Option<(MerkleHash, u64)>> {

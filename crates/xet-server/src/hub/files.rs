@@ -191,6 +191,27 @@ fn tokio_stream_of(
 /// token in each object's `actions.upload.header` and the token route as `href`; objects
 /// whose sha256 the store already has get no action. Only Xet is offered: plain LFS
 /// uploads and downloads are refused per object, naming what to use instead.
+/// The sha256s of the LFS files `repo` holds at `rev` (none for a branch not made yet):
+/// the uploads the LFS batch may skip. Only this repository's: an answer drawn from the
+/// whole store would tell any writer which contents other repositories hold.
+async fn lfs_held(
+    ctx: &Ctx,
+    repo: &RepoRef,
+    rev: &str,
+) -> HubResult<std::collections::HashSet<String>> {
+    let commit = match super::repo::resolve(ctx, repo, rev).await {
+        Ok((_, commit)) => commit,
+        Err(e) if e.is_not_found() => return Ok(Default::default()),
+        Err(e) => return Err(e),
+    };
+    Ok(commit
+        .files
+        .values()
+        .filter(|e| e.storage == Storage::Lfs)
+        .map(|e| e.sha256.clone())
+        .collect())
+}
+
 async fn lfs_batch(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<Response> {
     // Read access (and the repository) is checked before the body is read: what a
     // caller without it sends is never buffered. An upload needs write access, known
@@ -210,12 +231,14 @@ async fn lfs_batch(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<Response>
     } else {
         None
     };
+    let held = if token.is_some() {
+        lfs_held(ctx, repo, rev).await?
+    } else {
+        std::collections::HashSet::new()
+    };
     let mut objects = Vec::with_capacity(req.objects.len());
     for o in req.objects {
-        let known = match xet_hub::commit_body::sha256_from_hex(&o.oid) {
-            Some(sha) => super::commit::known_sha256(ctx, &sha).await?.is_some(),
-            None => false,
-        };
+        let known = held.contains(&o.oid.to_ascii_lowercase());
         let (actions, error) = match &token {
             _ if !upload || !xet => (
                 None,

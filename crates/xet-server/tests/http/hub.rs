@@ -593,7 +593,9 @@ async fn whoami_lfs_batch_private_repos_and_minted_tokens() {
         .await
         .unwrap();
     assert_eq!(r["transfer"], "xet");
-    assert!(r["objects"][0].get("actions").is_none(), "{r}");
+    // Stored, but not in this repository: the answer does not tell (an upload is asked
+    // for), so no writer learns what other repositories hold.
+    assert!(r["objects"][0]["actions"]["upload"].is_object(), "{r}");
     let up = &r["objects"][1]["actions"]["upload"];
     assert!(
         up["href"]
@@ -616,6 +618,31 @@ async fn whoami_lfs_batch_private_repos_and_minted_tokens() {
         .await
         .unwrap();
     assert_eq!(r["objects"][1]["error"]["code"], 501);
+    // Once this repository holds it, its upload is skipped.
+    let lfs = json!({"key": "lfsFile", "value": {"path": "k.bin", "algo": "sha256",
+        "oid": sha256_hex(&known.data), "size": known.data.len()}});
+    let body: String = [header(), lfs].iter().map(|l| format!("{l}\n")).collect();
+    let c = hub
+        .send(
+            reqwest::Method::POST,
+            "/api/models/org/p/commit/main",
+            Some(W),
+            Some(("application/x-ndjson", body.into_bytes())),
+        )
+        .await;
+    assert_eq!(c.status(), StatusCode::OK);
+    let r: Value = hub
+        .post_json(
+            "/org/p.git/info/lfs/objects/batch",
+            Some(W),
+            batch(json!(["basic", "xet"])),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(r["objects"][0].get("actions").is_none(), "{r}");
+    assert!(r["objects"][1]["actions"]["upload"].is_object(), "{r}");
     // The minted token works on the CAS (a junk shard is a 400, not a 401), a user token's
     // read scope gives a read CAS token, and minted tokens are no Hub tokens.
     let shard = hub
