@@ -114,10 +114,7 @@ fn parse(body: &[u8]) -> HubResult<CommitRequest> {
 
 /// The stored file whose content has `sha256`, checked (step 2): a pair verified before,
 /// else the first file whose shard claims it and whose bytes hash to it.
-async fn known_sha256(
-    ctx: &Ctx,
-    sha256: &[u8; 32],
-) -> HubResult<Option<(MerkleHash, u64)>> {
+async fn known_sha256(ctx: &Ctx, sha256: &[u8; 32]) -> HubResult<Option<(MerkleHash, u64)>> {
     let store = ctx.repos().store();
     let cas = &ctx.state.cas;
     if let Some(file) = store.verified_sha256(sha256).await?
