@@ -582,16 +582,17 @@ async fn whoami_lfs_batch_private_repos_and_minted_tokens() {
                "objects": [{"oid": sha256_hex(&known.data), "size": known.data.len()},
                            {"oid": "ab".repeat(32), "size": 10}]})
     };
-    let r: Value = hub
-        .post_json(
-            "/org/p.git/info/lfs/objects/batch",
-            Some(W),
-            batch(json!(["basic", "xet"])),
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
+    let answer = |transfers: Value| async {
+        let r = hub
+            .post_json(
+                "/org/p.git/info/lfs/objects/batch",
+                Some(W),
+                batch(transfers),
+            )
+            .await;
+        r.json::<Value>().await.unwrap()
+    };
+    let r = answer(json!(["basic", "xet"])).await;
     assert_eq!(r["transfer"], "xet");
     // Stored, but not in this repository: the answer does not tell (an upload is asked
     // for), so no writer learns what other repositories hold.
@@ -607,40 +608,16 @@ async fn whoami_lfs_batch_private_repos_and_minted_tokens() {
         .as_str()
         .unwrap()
         .to_string();
-    let r: Value = hub
-        .post_json(
-            "/org/p.git/info/lfs/objects/batch",
-            Some(W),
-            batch(json!(["basic"])),
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
+    let r = answer(json!(["basic"])).await;
     assert_eq!(r["objects"][1]["error"]["code"], 501);
     // Once this repository holds it, its upload is skipped.
     let lfs = json!({"key": "lfsFile", "value": {"path": "k.bin", "algo": "sha256",
         "oid": sha256_hex(&known.data), "size": known.data.len()}});
-    let body: String = [header(), lfs].iter().map(|l| format!("{l}\n")).collect();
-    let c = hub
-        .send(
-            reqwest::Method::POST,
-            "/api/models/org/p/commit/main",
-            Some(W),
-            Some(("application/x-ndjson", body.into_bytes())),
-        )
-        .await;
-    assert_eq!(c.status(), StatusCode::OK);
-    let r: Value = hub
-        .post_json(
-            "/org/p.git/info/lfs/objects/batch",
-            Some(W),
-            batch(json!(["basic", "xet"])),
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
+    assert_eq!(
+        hub.commit("org/p", &[header(), lfs]).await.status(),
+        StatusCode::OK
+    );
+    let r = answer(json!(["basic", "xet"])).await;
     assert!(r["objects"][0].get("actions").is_none(), "{r}");
     assert!(r["objects"][1]["actions"]["upload"].is_object(), "{r}");
     // The minted token works on the CAS (a junk shard is a 400, not a 401), a user token's
