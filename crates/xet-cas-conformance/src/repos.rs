@@ -32,9 +32,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use sha2::Digest as _;
 use xet_cas::Cas;
+use xet_hub::commit::Stored;
 use xet_hub::{
     BranchHead, BranchName, Commit, CommitId, CommitMeta, FileEntry, Operation, RepoError, RepoId,
-    RepoPath, RepoRecord, RepoRef, RepoStore, RepoType, Repos, Revision,
+    RepoObject, RepoPath, RepoRecord, RepoRef, RepoStore, RepoType, Repos, Revision,
 };
 
 use crate::fixture::fixture;
@@ -165,16 +166,15 @@ fn add(p: &str, content: &[u8]) -> Operation {
     }
 }
 
-/// A commit of `files` on `parent`, encoded: its id and bytes.
-fn commit(parent: Option<CommitId>, summary: &str, files: &[(&str, &[u8])]) -> (CommitId, Bytes) {
+/// A commit of the empty tree on `parent`, encoded: its id and bytes.
+fn commit(parent: Option<CommitId>, summary: &str) -> (CommitId, Bytes) {
     let c = Commit {
-        version: Commit::VERSION,
+        tree: xet_hub::git::empty_tree_id(),
         parent,
         summary: summary.to_string(),
         description: String::new(),
         author: "conformance".to_string(),
         created_at: 1_700_000_000,
-        files: files.iter().map(|(p, c)| (path(p), entry(c))).collect(),
     };
     let (id, bytes) = c.encode();
     (id, Bytes::from(bytes))
@@ -206,8 +206,11 @@ async fn create(repos: &Repos, r: &RepoRef, what: &str) -> CommitId {
     head(&**repos.store(), r, &main_branch(), what).await.commit
 }
 
-fn file_names(c: &Commit) -> Vec<String> {
-    c.files.keys().map(|p| p.to_string()).collect()
+/// The paths of every file of `c`'s tree.
+async fn file_names(repos: &Repos, r: &RepoRef, c: &Commit) -> Vec<String> {
+    let files = repos.files(r, &c.tree).await;
+    let files = files.unwrap_or_else(|e| panic!("the files of tree {} of {r}: {e}", c.tree));
+    files.into_iter().map(|(p, _)| p).collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -291,56 +294,115 @@ pub async fn records(t: &Twins) {
         .expect("records: main of a new repository");
     assert_eq!(id, initial, "records: main through b");
     assert!(
-        c.files.is_empty() && c.parent.is_none(),
+        file_names(&rb, &s, &c).await.is_empty() && c.parent.is_none(),
         "records: initial commit {c:?}"
     );
 }
 
-/// Commits: stored bytes come back identical through both instances; storing a commit
-/// again (either instance) is a no-op; repositories do not share commits.
+/// Commits, trees and facts: stored bytes come back identical through both instances;
+/// storing an object again (either instance) is a no-op; repositories do not share
+/// objects; kinds do not share names. LFS file records likewise.
 pub async fn commits(t: &Twins) {
     let r = repo(RepoType::Model, "org/commits");
     let other = repo(RepoType::Model, "org/other");
-    let (id, bytes) = commit(None, "first", &[("a.txt", b"a"), ("dir/b.bin", b"b")]);
+    let (id, bytes) = commit(None, "first");
+    let obj = |s: &Arc<dyn HubStore>, repo: RepoRef, kind, id: CommitId| {
+        let s = Arc::clone(s);
+        async move { text_err(s.object(&repo, kind, &id).await) }
+    };
     assert_eq!(
-        text_err(t.a.commit(&r, &id).await),
+        obj(&t.a, r.clone(), RepoObject::Commit, id).await,
         Ok(None),
         "commits: before storing"
     );
     for (who, s) in [("a", &t.a), ("a again", &t.a), ("b", &t.b)] {
         assert_eq!(
-            text_err(s.put_commit(&r, &id, bytes.clone()).await),
+            text_err(
+                s.put_object(&r, RepoObject::Commit, &id, bytes.clone())
+                    .await
+            ),
             Ok(()),
             "commits: storing through {who}"
         );
     }
     for (who, s) in [("a", &t.a), ("b", &t.b)] {
-        let got = s.commit(&r, &id).await;
         assert_eq!(
-            text_err(got),
+            obj(s, r.clone(), RepoObject::Commit, id).await,
             Ok(Some(bytes.clone())),
             "commits: read through {who}"
         );
     }
-    let decoded = Commit::decode(&id, &bytes).expect("commits: decodes");
+    match Commit::decode(&id, &bytes) {
+        Ok(Stored::Git(c)) => assert_eq!(c.summary, "first", "commits: decoded"),
+        other => panic!("commits: decoding: {other:?}"),
+    }
     assert_eq!(
-        file_names(&decoded),
-        ["a.txt", "dir/b.bin"],
-        "commits: tree"
-    );
-    assert_eq!(
-        text_err(t.b.commit(&other, &id).await),
+        obj(&t.b, other.clone(), RepoObject::Commit, id).await,
         Ok(None),
         "commits: another repository"
     );
-    let (child, child_bytes) = commit(Some(id), "second", &[("a.txt", b"A")]);
-    t.b.put_commit(&r, &child, child_bytes.clone())
+    // A tree and its facts under one id, neither visible as the other kind.
+    let tree = Bytes::from_static(b"tree 0\0");
+    let facts = Bytes::from_static(b"xet-facts 1\n");
+    let tid = xet_hub::git::empty_tree_id();
+    t.b.put_object(&r, RepoObject::Tree, &tid, tree.clone())
+        .await
+        .expect("commits: tree");
+    assert_eq!(
+        obj(&t.a, r.clone(), RepoObject::Facts, tid).await,
+        Ok(None),
+        "commits: facts before they are stored"
+    );
+    t.a.put_object(&r, RepoObject::Facts, &tid, facts.clone())
+        .await
+        .expect("commits: facts");
+    for (kind, want) in [(RepoObject::Tree, &tree), (RepoObject::Facts, &facts)] {
+        assert_eq!(
+            obj(&t.a, r.clone(), kind, tid).await,
+            Ok(Some(want.clone())),
+            "commits: {kind:?} through a"
+        );
+    }
+    assert_eq!(
+        obj(&t.a, r.clone(), RepoObject::Commit, tid).await,
+        Ok(None),
+        "commits: a tree is not a commit"
+    );
+    let (child, child_bytes) = commit(Some(id), "second");
+    t.b.put_object(&r, RepoObject::Commit, &child, child_bytes.clone())
         .await
         .expect("commits: child");
     assert_eq!(
-        text_err(t.a.commit(&r, &child).await),
+        obj(&t.a, r.clone(), RepoObject::Commit, child).await,
         Ok(Some(child_bytes)),
         "commits: child through a"
+    );
+    // LFS files a repository committed: its own, first one kept.
+    let (sha, f1, f2) = (
+        [7u8; 32],
+        xet_hash::chunk_hash(b"1"),
+        xet_hash::chunk_hash(b"2"),
+    );
+    assert_eq!(
+        text_err(t.a.lfs_file(&r, &sha).await),
+        Ok(None),
+        "commits: lfs before"
+    );
+    t.a.record_lfs_file(&r, &sha, &f1)
+        .await
+        .expect("commits: lfs");
+    t.b.record_lfs_file(&r, &sha, &f2)
+        .await
+        .expect("commits: lfs again");
+    assert_eq!(
+        text_err(t.b.lfs_file(&r, &sha).await),
+        Ok(Some(f1)),
+        "commits: lfs through b"
+    );
+    assert_eq!(
+        text_err(t.b.lfs_file(&other, &sha).await),
+        Ok(None),
+        "commits: lfs of another repository"
     );
 }
 
@@ -351,8 +413,8 @@ pub async fn branches(t: &Twins) {
     let main = main_branch();
     let mut ids = Vec::new();
     for i in 0..3u8 {
-        let (id, bytes) = commit(None, &format!("c{i}"), &[("f", &[i])]);
-        t.a.put_commit(&r, &id, bytes)
+        let (id, bytes) = commit(None, &format!("c{i}"));
+        t.a.put_object(&r, RepoObject::Commit, &id, bytes)
             .await
             .expect("branches: commit");
         ids.push(id);
@@ -508,7 +570,7 @@ pub async fn concurrent_commits(t: &Twins) {
             .await
             .expect("concurrent_commits: head");
         assert_eq!(
-            file_names(&c),
+            file_names(repos, &r, &c).await,
             want,
             "concurrent_commits: final tree through {who}"
         );
@@ -527,8 +589,8 @@ pub async fn concurrent_commits(t: &Twins) {
             .expect("concurrent_commits: parent")
             .unwrap_or_else(|| panic!("concurrent_commits: parent {parent} of {id} not stored"));
         assert_eq!(
-            pc.files.len() + 1,
-            c.files.len(),
+            file_names(&ra, &r, &pc).await.len() + 1,
+            file_names(&ra, &r, &c).await.len(),
             "concurrent_commits: {id} adds one file to {parent}"
         );
         chain.push(id);
@@ -651,7 +713,7 @@ pub async fn stale_parent(t: &Twins) {
         .await
         .expect("stale_parent: head");
     assert_eq!(
-        (id, file_names(&c)),
+        (id, file_names(&ra, &r, &c).await),
         (first.id, vec!["one".to_string()]),
         "stale_parent: unchanged"
     );

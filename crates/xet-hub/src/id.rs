@@ -208,13 +208,17 @@ impl fmt::Display for RepoRef {
     }
 }
 
-/// A commit id: 40 lowercase hex digits (the SHA-1 of the commit object).
+/// A git object id: 40 lowercase hex digits, the SHA-1 of the object (commit, tree or
+/// blob) with its git header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CommitId([u8; 20]);
+pub struct ObjectId([u8; 20]);
 
-impl CommitId {
-    pub fn from_bytes(b: [u8; 20]) -> CommitId {
-        CommitId(b)
+/// The id of a commit object.
+pub type CommitId = ObjectId;
+
+impl ObjectId {
+    pub fn from_bytes(b: [u8; 20]) -> ObjectId {
+        ObjectId(b)
     }
 
     pub fn as_bytes(&self) -> &[u8; 20] {
@@ -222,28 +226,28 @@ impl CommitId {
     }
 
     /// Parse 40 hex digits (either case).
-    pub fn parse(s: &str) -> Option<CommitId> {
+    pub fn parse(s: &str) -> Option<ObjectId> {
         let v = hex_decode(s)?;
-        <[u8; 20]>::try_from(v).ok().map(CommitId)
+        <[u8; 20]>::try_from(v).ok().map(ObjectId)
     }
 }
 
-impl fmt::Display for CommitId {
+impl fmt::Display for ObjectId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&hex(&self.0))
     }
 }
 
-impl serde::Serialize for CommitId {
+impl serde::Serialize for ObjectId {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
     }
 }
 
-impl<'de> serde::Deserialize<'de> for CommitId {
+impl<'de> serde::Deserialize<'de> for ObjectId {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        CommitId::parse(&s).ok_or_else(|| serde::de::Error::custom("expected a 40-hex commit id"))
+        ObjectId::parse(&s).ok_or_else(|| serde::de::Error::custom("expected a 40-hex object id"))
     }
 }
 
@@ -393,6 +397,16 @@ impl RepoPath {
     pub fn is_within(&self, folder: &RepoPath) -> bool {
         self.0 == folder.0
             || (self.0.starts_with(&folder.0) && self.0.as_bytes()[folder.0.len()] == b'/')
+    }
+
+    /// The components of this path, outermost first (`a/b/c` → `a`, `b`, `c`).
+    pub fn components(&self) -> impl Iterator<Item = &str> {
+        self.0.split('/')
+    }
+
+    /// The last component (`a/b/c` → `c`).
+    pub fn file_name(&self) -> &str {
+        self.0.rsplit('/').next().unwrap_or(&self.0)
     }
 
     /// The folders containing this path, outermost first (`a/b/c` → `a`, `a/b`).

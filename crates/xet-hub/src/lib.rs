@@ -3,8 +3,10 @@
 //!
 //! - [`id`]: repository types and ids, revisions, paths, commit ids — parsed once,
 //!   strictly, so nothing taken from a request reaches a storage key or a URL unchecked;
-//! - [`commit`]: commits as immutable, content-addressed full trees, and the operations
-//!   a commit applies;
+//! - [`git`]: git's commit and tree objects, byte for byte, and their SHA-1 ids;
+//! - [`commit`]: commits, the files of their trees, and the operations a commit applies;
+//! - [`tree`]: one git tree per folder with its files' facts, and applying operations to
+//!   the folders a commit passes through;
 //! - [`api`]: the JSON and NDJSON of the Hub API, its headers and URL forms
 //!   (`hub-api.md`);
 //! - [`mode`]: which files go to Xet and which inline;
@@ -16,14 +18,18 @@
 pub mod api;
 pub mod commit;
 pub mod commit_body;
+pub mod git;
 pub mod id;
 pub mod mode;
 pub mod repos;
 pub mod store;
+pub mod tree;
 
 pub use commit::{Commit, FileEntry, Operation, Storage};
 pub use id::{
-    BranchName, CommitId, NameError, RepoId, RepoPath, RepoRef, RepoType, Revision, git_reserved,
+    BranchName, CommitId, NameError, ObjectId, RepoId, RepoPath, RepoRef, RepoType, Revision,
+    git_reserved,
 };
-pub use repos::{CommitMeta, Committed, RepoError, Repos};
-pub use store::{BranchHead, RepoRecord, RepoStore};
+pub use repos::{CommitMeta, Committed, Listed, Offload, Page, RepoError, Repos};
+pub use store::{BranchHead, RepoObject, RepoRecord, RepoStore};
+pub use tree::{Folder, Item};

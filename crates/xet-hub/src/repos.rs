@@ -1,15 +1,21 @@
-//! Repository operations over a [`RepoStore`]: create, resolve a revision, commit with
-//! compare-and-swap retries, branch. What a commit's files are (Xet hashes, sha256) is
-//! decided by the caller before it gets here; this layer only moves trees and heads.
+//! Repository operations over a [`RepoStore`]: create, resolve a revision, read folders
+//! and files, list, commit with compare-and-swap retries, branch. What a commit's files
+//! are (Xet hashes, sha256) is decided by the caller before it gets here; this layer only
+//! moves trees and heads.
+//!
+//! Commits and folders never change once written, so they are cached here (by
+//! repository and id, within a memory budget); heads and records are read from the store
+//! every time, so several servers on one store see each other's commits at once.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use futures_util::future::BoxFuture;
 use xet_cas::CasError;
 
-use crate::commit::{ApplyError, Commit, FileEntry, Operation, apply};
-use crate::id::{BranchName, CommitId, RepoPath, RepoRef, Revision};
-use crate::store::{BranchHead, RepoRecord, RepoStore};
+use crate::commit::{ApplyError, Commit, FileEntry, LegacyCommit, Operation, Storage, Stored};
+use crate::id::{BranchName, CommitId, ObjectId, RepoPath, RepoRef, Revision};
+use crate::store::{BranchHead, RepoObject, RepoRecord, RepoStore};
+use crate::tree::{Dir, Folder, Item, NewFolder, Slot, apply, folders_to_load};
 
 /// Why a repository operation failed; each maps to one Hub API answer.
 #[derive(Debug, thiserror::Error)]
@@ -71,19 +77,101 @@ pub struct Committed {
 /// commits that can race at once, not the time any of them waits.
 pub const MAX_COMMIT_ATTEMPTS: u32 = 256;
 
-/// Repository operations (see the module docs). Cloning shares the store.
+/// Runs CPU work (a closure) where it does not hold up the caller's async executor, and
+/// resolves when it has run. The server passes tokio's blocking pool; the default runs
+/// the closure in place.
+pub type Offload = Arc<dyn Fn(Box<dyn FnOnce() + Send>) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// Folders of more bytes than this are decoded through the [`Offload`].
+const OFFLOAD_DECODE: usize = 64 * 1024;
+/// Objects read or written at once by one operation.
+const CONCURRENT_OBJECTS: usize = 16;
+/// Memory the object cache may hold, roughly.
+const CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
+#[derive(Clone)]
+enum Cached {
+    Commit(Arc<Commit>),
+    Folder(Arc<Folder>),
+}
+
+#[derive(Clone)]
+struct Weigh;
+
+impl quick_cache::Weighter<(RepoRef, ObjectId), Cached> for Weigh {
+    fn weight(&self, _: &(RepoRef, ObjectId), v: &Cached) -> u64 {
+        match v {
+            Cached::Commit(c) => (256 + c.summary.len() + c.description.len()) as u64,
+            Cached::Folder(f) => f.weight() as u64,
+        }
+    }
+}
+
+type Cache = quick_cache::sync::Cache<(RepoRef, ObjectId), Cached, Weigh>;
+
+/// One entry of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The path from the repository's root.
+    pub path: String,
+    pub item: Item,
+}
+
+/// A page of a listing; `more` if entries follow the last one.
+#[derive(Debug, Clone, Default)]
+pub struct Page {
+    pub entries: Vec<Listed>,
+    pub more: bool,
+}
+
+/// Repository operations (see the module docs). Cloning shares the store and the cache.
 #[derive(Clone)]
 pub struct Repos {
     store: Arc<dyn RepoStore>,
+    cache: Arc<Cache>,
+    offload: Offload,
 }
 
 impl Repos {
     pub fn new(store: Arc<dyn RepoStore>) -> Repos {
-        Repos { store }
+        Repos {
+            store,
+            cache: Arc::new(Cache::with_weighter(16_384, CACHE_BYTES, Weigh)),
+            offload: Arc::new(|f| {
+                f();
+                Box::pin(async {})
+            }),
+        }
+    }
+
+    /// Run CPU work (applying a commit, decoding large folders) through `offload`.
+    pub fn with_offload(mut self, offload: Offload) -> Repos {
+        self.offload = offload;
+        self
     }
 
     pub fn store(&self) -> &Arc<dyn RepoStore> {
         &self.store
+    }
+
+    /// `f`'s result, computed through the offload.
+    async fn off<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, RepoError> {
+        let slot = Arc::new(Mutex::new(None));
+        let put = Arc::clone(&slot);
+        (self.offload)(Box::new(move || {
+            let v = f();
+            *put.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(v);
+        }))
+        .await;
+        let v = slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        v.ok_or_else(|| RepoError::Store(CasError::storage("a worker thread failed")))
     }
 
     /// Create `repo` with an empty initial commit on `main`.
@@ -101,26 +189,29 @@ impl Repos {
             owner: owner.to_string(),
             created_at: now,
         };
-        let initial = Commit {
-            version: Commit::VERSION,
-            parent: None,
-            summary: "initial commit".into(),
-            description: String::new(),
-            author: owner.to_string(),
-            created_at: now,
-            files: BTreeMap::new(),
-        };
         // Clients ask to create the repository before every upload: answer an existing
         // one before storing anything (a race past this check stores at most one
         // unreferenced initial commit).
         if self.store.repo(repo).await?.is_some() {
             return Err(RepoError::RepoExists(repo.clone()));
         }
+        let (tree, folders) = Dir::default().build();
+        self.write_folders(repo, folders).await?;
+        let initial = Commit {
+            tree,
+            parent: None,
+            summary: "initial commit".into(),
+            description: String::new(),
+            author: owner.to_string(),
+            created_at: now,
+        };
         // The commit first, so a record is never visible with a `main` that points
         // nowhere; if we die between the record and the branch, the first commit to
         // `main` creates the branch.
         let (id, bytes) = initial.encode();
-        self.store.put_commit(repo, &id, bytes.into()).await?;
+        self.store
+            .put_object(repo, RepoObject::Commit, &id, bytes.into())
+            .await?;
         if !self.store.create_repo(repo, &record).await? {
             return Err(RepoError::RepoExists(repo.clone()));
         }
@@ -138,15 +229,46 @@ impl Repos {
             .ok_or_else(|| RepoError::RepoNotFound(repo.clone()))
     }
 
-    /// Commit `id` of `repo`.
+    /// Commit `id` of `repo`. A commit of a store written before git trees has its tree
+    /// written out as git trees the first time it is read (in any process: the objects
+    /// are content-addressed, so writers agree).
     pub async fn commit(&self, repo: &RepoRef, id: &CommitId) -> Result<Option<Commit>, RepoError> {
-        let Some(bytes) = self.store.commit(repo, id).await? else {
+        let key = (repo.clone(), *id);
+        if let Some(Cached::Commit(c)) = self.cache.get(&key) {
+            return Ok(Some((*c).clone()));
+        }
+        let Some(bytes) = self.store.object(repo, RepoObject::Commit, id).await? else {
             return Ok(None);
         };
-        Commit::decode(id, &bytes).map(Some).map_err(|e| {
+        let stored = Commit::decode(id, &bytes).map_err(|e| {
             let what = format!("repository {repo}, commit {id}");
             RepoError::Store(CasError::storage_with(what, e))
-        })
+        })?;
+        let commit = match stored {
+            Stored::Git(c) => c,
+            Stored::Legacy(legacy) => self.convert_legacy(repo, legacy).await?,
+        };
+        self.cache
+            .insert(key, Cached::Commit(Arc::new(commit.clone())));
+        Ok(Some(commit))
+    }
+
+    /// Write a legacy commit's tree as git trees; the commit with that tree.
+    async fn convert_legacy(
+        &self,
+        repo: &RepoRef,
+        legacy: LegacyCommit,
+    ) -> Result<Commit, RepoError> {
+        let (legacy, tree, folders) = self
+            .off(move || {
+                let (tree, folders) = Dir::from_files(&legacy.files).build();
+                (legacy, tree, folders)
+            })
+            .await?;
+        self.write_folders(repo, folders).await?;
+        let lfs: Vec<&FileEntry> = legacy.files.values().collect();
+        self.record_lfs_files(repo, lfs).await?;
+        Ok(legacy.with_tree(tree))
     }
 
     /// The commit `rev` names in `repo` (which must exist).
@@ -173,11 +295,299 @@ impl Repos {
         Ok((id, commit))
     }
 
+    /// The folder whose tree is `id`.
+    pub async fn folder(&self, repo: &RepoRef, id: &ObjectId) -> Result<Arc<Folder>, RepoError> {
+        let key = (repo.clone(), *id);
+        if let Some(Cached::Folder(f)) = self.cache.get(&key) {
+            return Ok(f);
+        }
+        let missing = |what: &str| {
+            RepoError::Store(CasError::storage(format!(
+                "repository {repo}: the {what} of tree {id} is referenced but not stored"
+            )))
+        };
+        let (tree, facts) = futures_util::try_join!(
+            self.store.object(repo, RepoObject::Tree, id),
+            self.store.object(repo, RepoObject::Facts, id),
+        )?;
+        let tree = tree.ok_or_else(|| missing("object"))?;
+        let facts = facts.ok_or_else(|| missing("facts"))?;
+        let id_ = *id;
+        let large = tree.len() > OFFLOAD_DECODE;
+        let decode = move || {
+            let body = crate::git::unframe("tree", &id_, &tree)?;
+            Folder::decode(body, &facts)
+        };
+        let folder = if large {
+            self.off(decode).await?
+        } else {
+            decode()
+        }
+        .map_err(|e| {
+            RepoError::Store(CasError::storage_with(
+                format!("repository {repo}, tree {id}"),
+                e,
+            ))
+        })?;
+        let folder = Arc::new(folder);
+        self.cache.insert(key, Cached::Folder(Arc::clone(&folder)));
+        Ok(folder)
+    }
+
+    /// What `path` is in the tree `root`: a file with its facts, a folder, or nothing.
+    /// Reads one folder per component of the path.
+    pub async fn entry(
+        &self,
+        repo: &RepoRef,
+        root: &ObjectId,
+        path: &RepoPath,
+    ) -> Result<Option<Item>, RepoError> {
+        let mut folder = self.folder(repo, root).await?;
+        let comps: Vec<&str> = path.components().collect();
+        for (i, c) in comps.iter().enumerate() {
+            let Some(ix) = folder.find(c) else {
+                return Ok(None);
+            };
+            let item = folder.entries[ix].1.clone();
+            if i + 1 == comps.len() {
+                return Ok(Some(item));
+            }
+            match item {
+                Item::Folder(id) => folder = self.folder(repo, &id).await?,
+                Item::File(_) => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Up to `limit` entries of `folder` (the root for `None`) of tree `root`, in git's
+    /// order: its direct children, or with `recursive` everything below it (a folder
+    /// before its content), starting after `after` (the last path of the previous page).
+    /// `None` if `folder` is not a folder of the tree. Costs the folders the page passes
+    /// through, not the size of the tree.
+    pub async fn list(
+        &self,
+        repo: &RepoRef,
+        root: &ObjectId,
+        folder: Option<&RepoPath>,
+        recursive: bool,
+        after: Option<&RepoPath>,
+        limit: usize,
+    ) -> Result<Option<Page>, RepoError> {
+        let base = match folder {
+            None => *root,
+            Some(f) => match self.entry(repo, root, f).await? {
+                Some(Item::Folder(id)) => id,
+                _ => return Ok(None),
+            },
+        };
+        let prefix = folder
+            .map(|f| format!("{}/", f.as_str()))
+            .unwrap_or_default();
+        let top = self.folder(repo, &base).await?;
+        let rel = after.and_then(|a| a.as_str().strip_prefix(prefix.as_str()));
+        let mut stack = match rel {
+            Some(rel) => self.resume(repo, &prefix, top, rel, recursive).await?,
+            None => vec![(prefix, top, 0)],
+        };
+        let mut entries = Vec::new();
+        while let Some((path, f, i)) = stack.last_mut() {
+            if *i >= f.entries.len() {
+                stack.pop();
+                continue;
+            }
+            if entries.len() >= limit {
+                break;
+            }
+            let (name, item) = f.entries[*i].clone();
+            *i += 1;
+            let full = format!("{path}{name}");
+            if let (Item::Folder(id), true) = (&item, recursive) {
+                let child = self.folder(repo, id).await?;
+                stack.push((format!("{full}/"), child, 0));
+            }
+            entries.push(Listed { path: full, item });
+        }
+        Ok(Some(Page {
+            entries,
+            more: !stack.is_empty(),
+        }))
+    }
+
+    /// The listing stack that goes on after `rel` (relative to `prefix`, whose folder is
+    /// `top`): for each folder on the way down, the index after the component in it.
+    async fn resume(
+        &self,
+        repo: &RepoRef,
+        prefix: &str,
+        top: Arc<Folder>,
+        rel: &str,
+        recursive: bool,
+    ) -> Result<Vec<(String, Arc<Folder>, usize)>, RepoError> {
+        let comps: Vec<&str> = rel.split('/').collect();
+        let comps = if recursive { &comps[..] } else { &comps[..1] };
+        let mut stack = Vec::new();
+        let (mut cur, mut path) = (top, prefix.to_string());
+        for (i, c) in comps.iter().enumerate() {
+            stack.push((path.clone(), Arc::clone(&cur), cur.resume_after(c)));
+            let child = match cur.find(c).map(|ix| &cur.entries[ix].1) {
+                Some(Item::Folder(id)) if recursive => *id,
+                _ => break,
+            };
+            let child = self.folder(repo, &child).await?;
+            path = format!("{path}{c}/");
+            if i + 1 == comps.len() {
+                // The page ended at this folder: its content comes next.
+                stack.push((path, child, 0));
+                break;
+            }
+            cur = child;
+        }
+        Ok(stack)
+    }
+
+    /// Every file of tree `root` with its path, sorted by path. Reads every folder, a
+    /// level at a time.
+    pub async fn files(
+        &self,
+        repo: &RepoRef,
+        root: &ObjectId,
+    ) -> Result<Vec<(String, FileEntry)>, RepoError> {
+        let mut out = Vec::new();
+        let mut level = vec![(String::new(), *root)];
+        while !level.is_empty() {
+            let ids: Vec<ObjectId> = level.iter().map(|(_, id)| *id).collect();
+            let folders = self.folders(repo, &ids).await?;
+            let mut next = Vec::new();
+            for ((p, _), f) in level.iter().zip(folders) {
+                for (name, item) in &f.entries {
+                    match item {
+                        Item::File(e) => out.push((format!("{p}{name}"), e.clone())),
+                        Item::Folder(id) => next.push((format!("{p}{name}/"), *id)),
+                    }
+                }
+            }
+            level = next;
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// The tree `base` (empty for `None`) with the folders `ops` pass through loaded, a
+    /// depth at a time, each depth's folders read concurrently.
+    async fn load_for(
+        &self,
+        repo: &RepoRef,
+        base: Option<ObjectId>,
+        ops: &[Operation],
+    ) -> Result<Dir, RepoError> {
+        let mut root = match base {
+            Some(id) => Dir::read(id, &*self.folder(repo, &id).await?),
+            None => Dir::default(),
+        };
+        let wanted = folders_to_load(ops);
+        let mut depth = 1;
+        while wanted.iter().any(|w| w.len() == depth) {
+            let mut stored = Vec::new();
+            for w in wanted.iter().filter(|w| w.len() == depth) {
+                let comps: Vec<&str> = w.iter().map(String::as_str).collect();
+                let (last, parent) = comps.split_last().expect("depth >= 1");
+                if let Some(Slot::Stored(id)) =
+                    root.loaded_mut(parent).and_then(|d| d.items.get(*last))
+                {
+                    stored.push((w.clone(), *id));
+                }
+            }
+            let ids: Vec<ObjectId> = stored.iter().map(|(_, id)| *id).collect();
+            let folders = self.folders(repo, &ids).await?;
+            for ((w, id), folder) in stored.into_iter().zip(folders) {
+                let comps: Vec<&str> = w.iter().map(String::as_str).collect();
+                let (last, parent) = comps.split_last().expect("depth >= 1");
+                if let Some(dir) = root.loaded_mut(parent) {
+                    dir.items
+                        .insert((*last).to_string(), Slot::Loaded(Dir::read(id, &folder)));
+                }
+            }
+            depth += 1;
+        }
+        Ok(root)
+    }
+
+    /// The folders of trees `ids`, in order, read [`CONCURRENT_OBJECTS`] at a time.
+    async fn folders(
+        &self,
+        repo: &RepoRef,
+        ids: &[ObjectId],
+    ) -> Result<Vec<Arc<Folder>>, RepoError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(CONCURRENT_OBJECTS) {
+            let read = chunk.iter().map(|id| self.folder(repo, id));
+            out.extend(futures_util::future::try_join_all(read).await?);
+        }
+        Ok(out)
+    }
+
+    /// Store folders a commit made, [`CONCURRENT_OBJECTS`] at a time.
+    async fn write_folders(
+        &self,
+        repo: &RepoRef,
+        mut folders: Vec<NewFolder>,
+    ) -> Result<(), RepoError> {
+        while !folders.is_empty() {
+            let rest = folders.split_off(folders.len().min(CONCURRENT_OBJECTS));
+            let batch = std::mem::replace(&mut folders, rest);
+            let writes = batch.into_iter().map(|f| self.write_folder(repo, f));
+            futures_util::future::try_join_all(writes).await?;
+        }
+        Ok(())
+    }
+
+    /// Store one folder: facts before the tree, so whoever finds a tree finds its facts.
+    /// It is cached too, as it will be read next.
+    async fn write_folder(&self, repo: &RepoRef, f: NewFolder) -> Result<(), RepoError> {
+        self.store
+            .put_object(repo, RepoObject::Facts, &f.id, f.facts.into())
+            .await?;
+        self.store
+            .put_object(repo, RepoObject::Tree, &f.id, f.tree.into())
+            .await?;
+        self.cache
+            .insert((repo.clone(), f.id), Cached::Folder(Arc::new(f.folder)));
+        Ok(())
+    }
+
+    /// Remember the LFS files among `files` as this repository's (the LFS batch asks).
+    async fn record_lfs_files(
+        &self,
+        repo: &RepoRef,
+        files: Vec<&FileEntry>,
+    ) -> Result<(), RepoError> {
+        let mut lfs: Vec<([u8; 32], xet_hash::MerkleHash)> = Vec::new();
+        for e in files {
+            if e.storage != Storage::Lfs {
+                continue;
+            }
+            if let Some(sha) = crate::commit_body::sha256_from_hex(&e.sha256) {
+                lfs.push((sha, e.xet_hash));
+            }
+        }
+        lfs.sort();
+        lfs.dedup();
+        for chunk in lfs.chunks(CONCURRENT_OBJECTS) {
+            let writes = chunk
+                .iter()
+                .map(|(sha, xet)| self.store.record_lfs_file(repo, sha, xet));
+            futures_util::future::try_join_all(writes).await?;
+        }
+        Ok(())
+    }
+
     /// Apply `ops` on top of `branch` and move it to the result.
     ///
     /// With `parent`, the branch must be at that commit (else [`RepoError::ParentMismatch`]).
     /// Without, the commit is re-applied to whatever head it finds until its
-    /// compare-and-swap wins, so concurrent commits all land, in some order.
+    /// compare-and-swap wins, so concurrent commits all land, in some order. Costs the
+    /// folders the operations pass through, not the size of the tree.
     pub async fn commit_to_branch(
         &self,
         repo: &RepoRef,
@@ -186,6 +596,15 @@ impl Repos {
         ops: &[Operation],
         meta: &CommitMeta,
     ) -> Result<Committed, RepoError> {
+        let shared: Arc<[Operation]> = ops.into();
+        let added: Vec<&FileEntry> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Operation::Add { entry, .. } => Some(entry),
+                _ => None,
+            })
+            .collect();
+        self.record_lfs_files(repo, added).await?;
         for _ in 0..MAX_COMMIT_ATTEMPTS {
             let head = self.store.branch(repo, branch).await?;
             if let (Some(parent), Some(head)) = (parent, head)
@@ -199,36 +618,46 @@ impl Repos {
                 });
             }
             let base = match head {
-                Some(h) => self
-                    .commit(repo, &h.commit)
-                    .await?
-                    .ok_or_else(|| {
-                        CasError::storage(format!(
-                            "branch {branch} of {repo} points at commit {}, which is not stored",
-                            h.commit
-                        ))
-                    })?
-                    .files,
-                None => BTreeMap::new(),
+                Some(h) => Some(self.commit(repo, &h.commit).await?.ok_or_else(|| {
+                    CasError::storage(format!(
+                        "branch {branch} of {repo} points at commit {}, which is not stored",
+                        h.commit
+                    ))
+                })?.tree),
+                None => None,
             };
-            let files = apply(&base, ops)?;
-            let commit = Commit {
-                version: Commit::VERSION,
-                parent: head.map(|h| h.commit),
-                summary: meta.summary.clone(),
-                description: meta.description.clone(),
-                author: meta.author.clone(),
-                created_at: meta.created_at,
-                files,
-            };
-            let (id, bytes) = commit.encode();
-            self.store.put_commit(repo, &id, bytes.into()).await?;
+            let root = self.load_for(repo, base, ops).await?;
+            let (ops_, meta_) = (Arc::clone(&shared), meta.clone());
+            let parent_id = head.map(|h| h.commit);
+            let (folders, id, bytes, commit) = self
+                .off(move || {
+                    let mut root = root;
+                    apply(&mut root, &ops_)?;
+                    let (tree, folders) = root.build();
+                    let commit = Commit {
+                        tree,
+                        parent: parent_id,
+                        summary: meta_.summary,
+                        description: meta_.description,
+                        author: meta_.author,
+                        created_at: meta_.created_at,
+                    };
+                    let (id, bytes) = commit.encode();
+                    Ok::<_, RepoError>((folders, id, bytes, commit))
+                })
+                .await??;
+            self.write_folders(repo, folders).await?;
+            self.store
+                .put_object(repo, RepoObject::Commit, &id, bytes.into())
+                .await?;
             if self
                 .store
                 .update_branch(repo, branch, head.as_ref(), &id)
                 .await?
                 .is_some()
             {
+                self.cache
+                    .insert((repo.clone(), id), Cached::Commit(Arc::new(commit.clone())));
                 return Ok(Committed { id, commit });
             }
         }
@@ -253,23 +682,6 @@ impl Repos {
             .ok_or_else(|| RepoError::BranchExists {
                 repo: repo.clone(),
                 branch: branch.clone(),
-            })
-    }
-
-    /// The entry of `path` in `commit`, or why there is none.
-    pub fn entry<'a>(
-        repo: &RepoRef,
-        rev: &str,
-        commit: &'a Commit,
-        path: &RepoPath,
-    ) -> Result<&'a FileEntry, RepoError> {
-        commit
-            .files
-            .get(path)
-            .ok_or_else(|| RepoError::EntryNotFound {
-                repo: repo.clone(),
-                rev: rev.to_string(),
-                path: path.to_string(),
             })
     }
 }

@@ -2,8 +2,9 @@
 //! over the same object backend (directory or S3 bucket) as the CAS.
 //!
 //! Contract (checked by `xet_cas_conformance::repos` on every implementation):
-//! - Repository records and commit objects are written once, atomically, and never
-//!   change; writing an existing commit id again is a no-op (same id, same bytes).
+//! - Repository records and repository objects (commits, trees, tree facts, LFS files)
+//!   are written once, atomically, and never change; writing an existing object again is
+//!   a no-op (same id, same bytes).
 //! - A branch head moves only through [`RepoStore::update_branch`], a compare-and-swap:
 //!   of any number of concurrent calls from the same head, exactly one succeeds, in this
 //!   process or in another process sharing the backend; a successful move is visible to
@@ -17,7 +18,20 @@ use bytes::Bytes;
 use xet_cas::{CasError, Result};
 use xet_hash::MerkleHash;
 
-use crate::id::{BranchName, CommitId, RepoRef};
+use crate::id::{BranchName, CommitId, ObjectId, RepoRef};
+
+/// The kinds of objects a repository holds, each named by a git id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RepoObject {
+    /// A git commit object (or, in stores written before git objects, a commit's JSON
+    /// with its full tree), named by the SHA-1 of its bytes.
+    Commit,
+    /// A git tree object, named by the SHA-1 of its bytes.
+    Tree,
+    /// The file facts of a tree (Xet hash, sha256, size of each file entry), named by the
+    /// tree's id.
+    Facts,
+}
 
 /// What is stored about a repository besides its commits.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -63,11 +77,33 @@ pub trait RepoStore: Send + Sync + 'static {
     /// The record of `repo`, if it exists.
     async fn repo(&self, repo: &RepoRef) -> Result<Option<RepoRecord>>;
 
-    /// Store the commit `id` of `repo` (the bytes `Commit::encode` gave).
-    async fn put_commit(&self, repo: &RepoRef, id: &CommitId, bytes: Bytes) -> Result<()>;
+    /// Store object `id` of `repo`.
+    async fn put_object(
+        &self,
+        repo: &RepoRef,
+        kind: RepoObject,
+        id: &ObjectId,
+        bytes: Bytes,
+    ) -> Result<()>;
 
-    /// The bytes of commit `id` of `repo`.
-    async fn commit(&self, repo: &RepoRef, id: &CommitId) -> Result<Option<Bytes>>;
+    /// The bytes of object `id` of `repo`.
+    async fn object(
+        &self,
+        repo: &RepoRef,
+        kind: RepoObject,
+        id: &ObjectId,
+    ) -> Result<Option<Bytes>>;
+
+    /// Remember that `repo` committed `file` as an LFS file with this sha256.
+    async fn record_lfs_file(
+        &self,
+        repo: &RepoRef,
+        sha256: &[u8; 32],
+        file: &MerkleHash,
+    ) -> Result<()>;
+
+    /// The Xet file `repo` committed as an LFS file with this sha256, if it ever did.
+    async fn lfs_file(&self, repo: &RepoRef, sha256: &[u8; 32]) -> Result<Option<MerkleHash>>;
 
     /// Where `name` points, if the branch exists.
     async fn branch(&self, repo: &RepoRef, name: &BranchName) -> Result<Option<BranchHead>>;

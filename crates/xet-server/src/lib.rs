@@ -203,7 +203,16 @@ impl Server {
         let state = Arc::new(state::Shared {
             cas,
             auth,
-            hub: repos.map(|repos| Arc::new(state::Hub { repos })),
+            hub: repos.map(|repos| {
+                // Applying a commit and decoding large folders is CPU work: the blocking
+                // pool's, not the executor's.
+                let repos = repos.with_offload(Arc::new(|work| {
+                    Box::pin(async move {
+                        let _ = tokio::task::spawn_blocking(work).await;
+                    })
+                }));
+                Arc::new(state::Hub { repos })
+            }),
             signer: sign::UrlSigner::random(),
             grants,
             upload_permits: Arc::new(tokio::sync::Semaphore::new(

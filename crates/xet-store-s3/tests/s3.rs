@@ -200,7 +200,7 @@ async fn hub_keys_nest_under_the_prefix() {
     let (rk, bk) = ([0xab; 16], [0x01; 16]);
     let keys = [
         ObjectKey::hub_record(&rk),
-        ObjectKey::hub_commit(&rk, &[0xcd; 20]),
+        ObjectKey::hub_object(&rk, xet_store::RepoObject::Commit, &[0xcd; 20]),
         ObjectKey::hub_branch_version(&rk, &bk, 1),
         ObjectKey::hub_branch_version(&rk, &bk, 2),
         ObjectKey::hub_sha256(&[0xef; 32]),
@@ -427,7 +427,7 @@ async fn a_server_ignoring_conditional_writes_is_detected() {
         assert_eq!(xet_cas_conformance::text_err(b.get(&key).await), Ok(None));
     }
     for key in [
-        ObjectKey::hub_commit(&rk, &[3; 20]),
+        ObjectKey::hub_object(&rk, xet_store::RepoObject::Commit, &[3; 20]),
         ObjectKey::hub_sha256(&[4; 32]),
     ] {
         assert_eq!(

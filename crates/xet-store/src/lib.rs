@@ -15,3 +15,5 @@ pub use engine::{
     XORB_PREFIX, XorbMeta, check_range, format, hub_branch_name, hub_repo_name,
 };
 pub use fs::{FsBackend, STALE_TMP_AGE, open_store, open_store_with};
+/// The kinds of repository objects an [`ObjectKey::hub_object`] names.
+pub use xet_hub::RepoObject;

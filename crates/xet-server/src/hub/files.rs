@@ -9,7 +9,7 @@ use xet_hub::api::{
     LfsAction, LfsActions, LfsBatchRequest, LfsBatchResponse, LfsObject, LfsObjectError,
     header as hh, url,
 };
-use xet_hub::{CommitId, FileEntry, RepoError, RepoId, RepoPath, RepoRef, RepoType, Storage};
+use xet_hub::{CommitId, FileEntry, Item, RepoError, RepoId, RepoPath, RepoRef, RepoType, Storage};
 
 use super::ctx::{Ctx, segments};
 use super::reply::{HubReply, HubResult, content_type, header_value, set};
@@ -56,7 +56,7 @@ fn is_typed(p: &str, rest: &[&str]) -> bool {
 fn etag(e: &FileEntry) -> String {
     match e.storage {
         Storage::Lfs => e.sha256.clone(),
-        Storage::Regular => e.git_oid.clone(),
+        Storage::Regular => e.git_oid.to_string(),
     }
 }
 
@@ -70,18 +70,18 @@ async fn resolve(
     let caller = ctx.caller(Access::Read)?;
     ctx.open_repo(repo, &caller).await?;
     let (id, commit) = super::repo::resolve(ctx, repo, rev).await?;
-    let entry = RepoPath::parse(path)
-        .ok()
-        .and_then(|p| commit.files.get(&p))
-        .ok_or_else(|| {
-            HubReply::from(RepoError::EntryNotFound {
-                repo: repo.clone(),
-                rev: rev.to_string(),
-                path: path.to_string(),
-            })
-            .at_commit(id)
-        })?
-        .clone();
+    let item = match RepoPath::parse(path) {
+        Ok(p) => ctx.repos().entry(repo, &commit.tree, &p).await?,
+        Err(_) => None,
+    };
+    let Some(Item::File(entry)) = item else {
+        return Err(HubReply::from(RepoError::EntryNotFound {
+            repo: repo.clone(),
+            rev: rev.to_string(),
+            path: path.to_string(),
+        })
+        .at_commit(id));
+    };
     let wants_fileinfo = ctx
         .headers
         .get(header::ACCEPT)
@@ -191,25 +191,14 @@ fn tokio_stream_of(
 /// token in each object's `actions.upload.header` and the token route as `href`; objects
 /// whose sha256 the store already has get no action. Only Xet is offered: plain LFS
 /// uploads and downloads are refused per object, naming what to use instead.
-/// The sha256s of the LFS files `repo` holds at `rev` (none for a branch not made yet):
-/// the uploads the LFS batch may skip. Only this repository's: an answer drawn from the
-/// whole store would tell any writer which contents other repositories hold.
-async fn lfs_held(
-    ctx: &Ctx,
-    repo: &RepoRef,
-    rev: &str,
-) -> HubResult<std::collections::HashSet<String>> {
-    let commit = match super::repo::resolve(ctx, repo, rev).await {
-        Ok((_, commit)) => commit,
-        Err(e) if e.is_not_found() => return Ok(Default::default()),
-        Err(e) => return Err(e),
+/// Whether `repo` ever committed an LFS file with this sha256 (hex): the uploads the
+/// LFS batch may skip. Only this repository's: an answer drawn from the whole store
+/// would tell any writer which contents other repositories hold.
+async fn lfs_held(ctx: &Ctx, repo: &RepoRef, sha256: &str) -> HubResult<bool> {
+    let Some(sha) = xet_hub::commit_body::sha256_from_hex(sha256) else {
+        return Ok(false);
     };
-    Ok(commit
-        .files
-        .values()
-        .filter(|e| e.storage == Storage::Lfs)
-        .map(|e| e.sha256.clone())
-        .collect())
+    Ok(ctx.repos().store().lfs_file(repo, &sha).await?.is_some())
 }
 
 async fn lfs_batch(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<Response> {
@@ -231,14 +220,9 @@ async fn lfs_batch(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<Response>
     } else {
         None
     };
-    let held = if token.is_some() {
-        lfs_held(ctx, repo, rev).await?
-    } else {
-        std::collections::HashSet::new()
-    };
     let mut objects = Vec::with_capacity(req.objects.len());
     for o in req.objects {
-        let known = held.contains(&o.oid.to_ascii_lowercase());
+        let known = token.is_some() && lfs_held(ctx, repo, &o.oid).await?;
         let (actions, error) = match &token {
             _ if !upload || !xet => (
                 None,

@@ -21,11 +21,6 @@ pub(crate) struct HubReply {
 pub(crate) type HubResult<T> = Result<T, HubReply>;
 
 impl HubReply {
-    /// Whether this answers "not found" (a repository, revision or path).
-    pub(crate) fn is_not_found(&self) -> bool {
-        self.status == StatusCode::NOT_FOUND
-    }
-
     pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> HubReply {
         HubReply {
             status,

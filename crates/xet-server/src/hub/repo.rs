@@ -8,10 +8,9 @@ use xet_hub::api::{
     CreateBranchRequest, CreateRepoRequest, CreateRepoResponse, PathsInfoRequest, RepoInfo,
     Sibling, SiblingLfs, TreeEntry, TreeLfs, url,
 };
-use xet_hub::commit::folder_oid;
 use xet_hub::{
-    BranchName, Commit, CommitId, FileEntry, RepoError, RepoId, RepoPath, RepoRef, RepoType,
-    Revision, Storage,
+    BranchName, Commit, CommitId, FileEntry, Item, Listed, ObjectId, RepoError, RepoId, RepoPath,
+    RepoRef, RepoType, Revision, Storage,
 };
 
 use super::ctx::{Ctx, form_pairs};
@@ -105,13 +104,13 @@ pub(super) async fn info(ctx: &Ctx, repo: &RepoRef, rev: &str) -> HubResult<Resp
     let caller = ctx.caller(Access::Read)?;
     let record = ctx.open_repo(repo, &caller).await?;
     let (id, commit) = resolve(ctx, repo, rev).await?;
-    let siblings = commit
-        .files
-        .iter()
+    let files = ctx.repos().files(repo, &commit.tree).await?;
+    let siblings = files
+        .into_iter()
         .map(|(p, e)| Sibling {
-            rfilename: p.to_string(),
+            rfilename: p,
             size: Some(e.size),
-            blob_id: Some(e.git_oid.clone()),
+            blob_id: Some(e.git_oid.to_string()),
             lfs: (e.storage == Storage::Lfs).then(|| SiblingLfs {
                 size: e.size,
                 sha256: e.sha256.clone(),
@@ -144,10 +143,10 @@ pub(super) async fn info(ctx: &Ctx, repo: &RepoRef, rev: &str) -> HubResult<Resp
 }
 
 /// The tree entry of a file.
-pub(super) fn file_entry(path: &RepoPath, e: &FileEntry) -> TreeEntry {
+pub(super) fn file_entry(path: &str, e: &FileEntry) -> TreeEntry {
     let lfs = e.storage == Storage::Lfs;
     TreeEntry::File {
-        oid: e.git_oid.clone(),
+        oid: e.git_oid.to_string(),
         path: path.to_string(),
         size: e.size,
         lfs: lfs.then(|| TreeLfs {
@@ -159,39 +158,20 @@ pub(super) fn file_entry(path: &RepoPath, e: &FileEntry) -> TreeEntry {
     }
 }
 
-/// The tree entry of folder `path` of `commit`.
-fn folder_entry(commit: &Commit, path: &str) -> TreeEntry {
-    let folder = RepoPath::parse(path).expect("folders come from valid paths");
-    TreeEntry::Directory {
-        oid: folder_oid(commit.files_under(Some(&folder))),
-        path: path.to_string(),
-        size: 0,
+/// The tree entry of a listed file or folder (a folder's `oid` is its git tree id).
+fn tree_entry(path: &str, item: &Item) -> TreeEntry {
+    match item {
+        Item::File(e) => file_entry(path, e),
+        Item::Folder(id) => folder_entry(path, id),
     }
 }
 
-/// Entries of `commit` below `folder` (everything for `None`): every file and folder
-/// when `recursive`, else only the direct children. Sorted by path.
-fn list(commit: &Commit, folder: Option<&RepoPath>, recursive: bool) -> Vec<TreeEntry> {
-    let depth = folder.map_or(0, |f| f.as_str().split('/').count());
-    let mut folders = std::collections::BTreeSet::new();
-    let mut out = Vec::new();
-    for (p, e) in commit.files_under(folder) {
-        if folder.is_some_and(|f| f == p) {
-            continue;
-        }
-        for parent in p.parents().skip(depth) {
-            if !recursive && parent.split('/').count() > depth + 1 {
-                break;
-            }
-            folders.insert(parent.to_string());
-        }
-        if recursive || p.as_str().split('/').count() == depth + 1 {
-            out.push(file_entry(p, e));
-        }
+fn folder_entry(path: &str, id: &ObjectId) -> TreeEntry {
+    TreeEntry::Directory {
+        oid: id.to_string(),
+        path: path.to_string(),
+        size: 0,
     }
-    out.extend(folders.iter().map(|f| folder_entry(commit, f)));
-    out.sort_by(|a, b| a.path().cmp(b.path()));
-    out
 }
 
 /// Entries per page of a tree listing unless `limit` says otherwise.
@@ -204,35 +184,50 @@ pub(super) async fn tree(ctx: &Ctx, repo: &RepoRef, rev: &str, path: &str) -> Hu
     let folder = if path.is_empty() {
         None
     } else {
-        let f = RepoPath::parse_folder(path)?;
-        if !commit.is_folder(&f) {
-            return Err(HubReply::from(RepoError::EntryNotFound {
-                repo: repo.clone(),
-                rev: rev.to_string(),
-                path: path.to_string(),
-            })
-            .at_commit(id));
-        }
-        Some(f)
+        Some(RepoPath::parse_folder(path)?)
     };
     let recursive = ctx
         .query_param("recursive")
         .is_some_and(|v| v == "true" || v == "1");
-    let entries = list(&commit, folder.as_ref(), recursive);
     let limit = ctx
         .query_param("limit")
         .and_then(|l| l.parse::<usize>().ok())
         .filter(|&l| l > 0)
         .unwrap_or(TREE_PAGE);
-    let start = ctx
-        .query_param("cursor")
-        .and_then(|c| c.parse::<usize>().ok())
-        .unwrap_or(0)
-        .min(entries.len());
-    let end = start.saturating_add(limit).min(entries.len());
-    let mut r = json(StatusCode::OK, &&entries[start..end]);
-    if end < entries.len() {
-        let next = next_page_url(ctx, end);
+    // The cursor is the last path of the previous page (see `next_page_url`).
+    let after = match ctx.query_param("cursor") {
+        Some(c) => Some(RepoPath::parse(&c).map_err(|_| {
+            HubReply::bad_request(format!("cursor {c:?} is not one this server gave"))
+        })?),
+        None => None,
+    };
+    let page = ctx
+        .repos()
+        .list(
+            repo,
+            &commit.tree,
+            folder.as_ref(),
+            recursive,
+            after.as_ref(),
+            limit,
+        )
+        .await?
+        .ok_or_else(|| {
+            HubReply::from(RepoError::EntryNotFound {
+                repo: repo.clone(),
+                rev: rev.to_string(),
+                path: path.to_string(),
+            })
+            .at_commit(id)
+        })?;
+    let entries: Vec<TreeEntry> = page
+        .entries
+        .iter()
+        .map(|Listed { path, item }| tree_entry(path, item))
+        .collect();
+    let mut r = json(StatusCode::OK, &entries);
+    if let (true, Some(last)) = (page.more, page.entries.last()) {
+        let next = next_page_url(ctx, &last.path);
         r.headers_mut().insert(
             header::LINK,
             header_value(&format!("<{next}>; rel=\"next\"")),
@@ -241,8 +236,8 @@ pub(super) async fn tree(ctx: &Ctx, repo: &RepoRef, rev: &str, path: &str) -> Hu
     Ok(r)
 }
 
-/// This request's URL with `cursor=end` (other parameters kept).
-fn next_page_url(ctx: &Ctx, end: usize) -> String {
+/// This request's URL with `cursor=` the last path listed (other parameters kept).
+fn next_page_url(ctx: &Ctx, last: &str) -> String {
     let mut params: Vec<String> = ctx
         .query
         .as_deref()
@@ -251,7 +246,7 @@ fn next_page_url(ctx: &Ctx, end: usize) -> String {
         .filter(|p| !p.is_empty() && !p.starts_with("cursor="))
         .map(str::to_string)
         .collect();
-    params.push(format!("cursor={end}"));
+    params.push(format!("cursor={}", xet_hub::api::quote_revision(last)));
     format!("{}{}?{}", ctx.base, ctx.path, params.join("&"))
 }
 
@@ -286,10 +281,8 @@ pub(super) async fn paths_info(
     let mut out = Vec::new();
     for p in &req.paths {
         let path = RepoPath::parse_folder(p)?;
-        if let Some(e) = commit.files.get(&path) {
-            out.push(file_entry(&path, e));
-        } else if commit.is_folder(&path) {
-            out.push(folder_entry(&commit, path.as_str()));
+        if let Some(item) = ctx.repos().entry(repo, &commit.tree, &path).await? {
+            out.push(tree_entry(path.as_str(), &item));
         }
     }
     Ok(json(StatusCode::OK, &out))
@@ -384,64 +377,11 @@ fn rfc3339(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-
-    fn commit(paths: &[&str]) -> Commit {
-        let mut files = BTreeMap::new();
-        for p in paths {
-            files.insert(
-                RepoPath::parse(p).unwrap(),
-                FileEntry::regular(xet_hash::MerkleHash::default(), p.as_bytes()),
-            );
-        }
-        Commit {
-            version: 1,
-            parent: None,
-            summary: String::new(),
-            description: String::new(),
-            author: String::new(),
-            created_at: 0,
-            files,
-        }
-    }
-
-    fn paths(v: &[TreeEntry]) -> Vec<String> {
-        v.iter()
-            .map(|e| match e {
-                TreeEntry::File { path, .. } => path.clone(),
-                TreeEntry::Directory { path, .. } => format!("{path}/"),
-            })
-            .collect()
-    }
 
     #[test]
     fn dates() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(1_795_297_561), "2026-11-21T21:46:01.000Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00.000Z");
-    }
-
-    #[test]
-    fn listings() {
-        let c = commit(&["README.md", "a/b/c.bin", "a/d.txt", "e/f"]);
-        assert_eq!(
-            paths(&list(&c, None, true)),
-            [
-                "README.md",
-                "a/",
-                "a/b/",
-                "a/b/c.bin",
-                "a/d.txt",
-                "e/",
-                "e/f"
-            ]
-        );
-        assert_eq!(paths(&list(&c, None, false)), ["README.md", "a/", "e/"]);
-        let a = RepoPath::parse("a").unwrap();
-        assert_eq!(paths(&list(&c, Some(&a), false)), ["a/b/", "a/d.txt"]);
-        assert_eq!(
-            paths(&list(&c, Some(&a), true)),
-            ["a/b/", "a/b/c.bin", "a/d.txt"]
-        );
     }
 }

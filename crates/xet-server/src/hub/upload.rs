@@ -9,7 +9,7 @@ use xet_hub::api::{
     PreuploadAnswer, PreuploadRequest, PreuploadResponse, UploadMode, XetToken, header as hh,
 };
 use xet_hub::mode::upload_mode;
-use xet_hub::{RepoPath, RepoRef, Revision, Storage};
+use xet_hub::{Item, RepoPath, RepoRef, Revision, Storage};
 
 use super::ctx::Ctx;
 use super::reply::{HubReply, HubResult, header_value, set};
@@ -47,12 +47,18 @@ pub(super) async fn preupload(
             .decode(f.sample.as_bytes())
             .unwrap_or_default();
         let mode = upload_mode(path.as_str(), f.size, &sample);
-        let remote = head.as_ref().and_then(|(_, c)| c.files.get(&path));
+        let remote = match &head {
+            Some((_, c)) => match ctx.repos().entry(repo, &c.tree, &path).await? {
+                Some(Item::File(e)) => Some(e),
+                _ => None,
+            },
+            None => None,
+        };
         // The remote id in the id space the client will compare with: sha256 for Xet
         // files, the git blob id for inline ones (only known for files stored inline).
         let oid = remote.and_then(|e| match mode {
-            UploadMode::Lfs => Some(e.sha256.clone()),
-            UploadMode::Regular => (e.storage == Storage::Regular).then(|| e.git_oid.clone()),
+            UploadMode::Lfs => Some(e.sha256),
+            UploadMode::Regular => (e.storage == Storage::Regular).then(|| e.git_oid.to_string()),
         });
         files.push(PreuploadAnswer {
             path: f.path.clone(),

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use xet_hash::MerkleHash;
 
 use xet_cas::{ByteRange, CasError, Result};
+use xet_hub::store::RepoObject;
 
 /// Prefix of stored xorbs (footered form): `xorbs/<hash>`.
 pub const XORB_PREFIX: &str = "xorbs/";
@@ -37,7 +38,10 @@ pub type HubName = [u8; 16];
 ///
 /// ```text
 /// hub/repos/<rk>/record
-/// hub/repos/<rk>/commits/<40 hex commit id>
+/// hub/repos/<rk>/commits/<40 hex git id>
+/// hub/repos/<rk>/trees/<40 hex git id>
+/// hub/repos/<rk>/facts/<40 hex git id of the tree>
+/// hub/repos/<rk>/sha256/<64 hex sha256>
 /// hub/repos/<rk>/branches/<bk>/<version>
 /// hub/sha256/<64 hex sha256>
 /// ```
@@ -67,9 +71,20 @@ impl ObjectKey {
         ObjectKey(format!("{HUB_REPOS}{}/record", hex(repo)))
     }
 
-    /// Commit `id` (the SHA-1 of its bytes) of a repository.
-    pub fn hub_commit(repo: &HubName, id: &[u8; 20]) -> Self {
-        ObjectKey(format!("{HUB_REPOS}{}/commits/{}", hex(repo), hex(id)))
+    /// A git object of a repository (`commits/`, `trees/`: the SHA-1 of its bytes), or
+    /// the file facts of tree `id` (`facts/`).
+    pub fn hub_object(repo: &HubName, kind: RepoObject, id: &[u8; 20]) -> Self {
+        let dir = match kind {
+            RepoObject::Commit => "commits",
+            RepoObject::Tree => "trees",
+            RepoObject::Facts => "facts",
+        };
+        ObjectKey(format!("{HUB_REPOS}{}/{dir}/{}", hex(repo), hex(id)))
+    }
+
+    /// The Xet file a repository committed as an LFS file with this sha256.
+    pub fn hub_repo_sha256(repo: &HubName, sha256: &[u8; 32]) -> Self {
+        ObjectKey(format!("{HUB_REPOS}{}/sha256/{}", hex(repo), hex(sha256)))
     }
 
     /// The prefix every branch object of a repository starts with.
@@ -116,11 +131,15 @@ impl ObjectKey {
     /// write only these with a check and a plain write; the others (metadata, repository
     /// records, branch versions) need a real put-if-absent.
     pub fn is_content_addressed(&self) -> bool {
-        // A verified sha256 names one content, whose Xet hash is a function of it.
+        // A verified sha256 names one content, whose Xet hash is a function of it; a
+        // tree's facts are a function of the tree's blob ids.
         self.0.starts_with(XORB_PREFIX)
             || self.0.starts_with(SHARD_PREFIX)
             || self.0.starts_with(HUB_SHA256)
-            || (self.0.starts_with(HUB_REPOS) && self.0.contains("/commits/"))
+            || (self.0.starts_with(HUB_REPOS)
+                && ["/commits/", "/trees/", "/facts/", "/sha256/"]
+                    .iter()
+                    .any(|d| self.0.contains(d)))
     }
 
     /// Parse a key found while listing a backend; `None` for anything that is not one of
@@ -181,7 +200,8 @@ fn parse_hash(s: &str) -> Option<MerkleHash> {
 fn valid_hub_key(rest: &str) -> bool {
     match rest.split('/').collect::<Vec<_>>()[..] {
         ["repos", rk, "record"] => is_hex(rk, 32),
-        ["repos", rk, "commits", id] => is_hex(rk, 32) && is_hex(id, 40),
+        ["repos", rk, "commits" | "trees" | "facts", id] => is_hex(rk, 32) && is_hex(id, 40),
+        ["repos", rk, "sha256", h] => is_hex(rk, 32) && is_hex(h, 64),
         ["repos", rk, "branches", bk, v] => {
             is_hex(rk, 32) && is_hex(bk, 32) && parse_version(v).is_some()
         }
@@ -437,7 +457,10 @@ mod tests {
     fn hub_keys_round_trip_and_reject_everything_else() {
         let (rk, bk) = ([0xab; 16], [0x01; 16]);
         let record = ObjectKey::hub_record(&rk);
-        let commit = ObjectKey::hub_commit(&rk, &[0xcd; 20]);
+        let commit = ObjectKey::hub_object(&rk, RepoObject::Commit, &[0xcd; 20]);
+        let tree = ObjectKey::hub_object(&rk, RepoObject::Tree, &[0xcd; 20]);
+        let facts = ObjectKey::hub_object(&rk, RepoObject::Facts, &[0xcd; 20]);
+        let repo_sha = ObjectKey::hub_repo_sha256(&rk, &[0xef; 32]);
         let version = ObjectKey::hub_branch_version(&rk, &bk, 7);
         let sha = ObjectKey::hub_sha256(&[0xef; 32]);
         let rks = "ab".repeat(16);
@@ -454,7 +477,19 @@ mod tests {
             )
         );
         assert_eq!(sha.as_str(), format!("hub/sha256/{}", "ef".repeat(32)));
-        for k in [&record, &commit, &version, &sha] {
+        assert_eq!(
+            tree.as_str(),
+            format!("hub/repos/{rks}/trees/{}", "cd".repeat(20))
+        );
+        assert_eq!(
+            facts.as_str(),
+            format!("hub/repos/{rks}/facts/{}", "cd".repeat(20))
+        );
+        assert_eq!(
+            repo_sha.as_str(),
+            format!("hub/repos/{rks}/sha256/{}", "ef".repeat(32))
+        );
+        for k in [&record, &commit, &tree, &facts, &repo_sha, &version, &sha] {
             assert_eq!(ObjectKey::parse(k.as_str()).as_ref(), Some(k));
         }
         assert!(
@@ -474,7 +509,9 @@ mod tests {
             Some((bk, u64::MAX))
         );
         assert_eq!(commit.branch_version(), None);
-        assert!(commit.is_content_addressed() && sha.is_content_addressed());
+        for k in [&commit, &tree, &facts, &repo_sha, &sha] {
+            assert!(k.is_content_addressed(), "{k}");
+        }
         assert!(!record.is_content_addressed() && !version.is_content_addressed());
         assert!(!ObjectKey::meta("dedup-secret").is_content_addressed());
 
@@ -488,6 +525,9 @@ mod tests {
             "hub/repos/org/model/record".to_string(),
             format!("hub/repos/{rks}/commits/{}", "cd".repeat(19)),
             format!("hub/repos/{rks}/commits/{}.tmp", "cd".repeat(20)),
+            format!("hub/repos/{rks}/blobs/{}", "cd".repeat(20)),
+            format!("hub/repos/{rks}/trees/{}", "cd".repeat(32)),
+            format!("hub/repos/{rks}/sha256/{}", "cd".repeat(20)),
             format!("hub/repos/{rks}/branches/{b}"),
             format!("hub/repos/{rks}/branches/{b}/7"),
             format!("hub/repos/{rks}/branches/{b}/99999999999999999999"),

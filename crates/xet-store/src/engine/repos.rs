@@ -5,7 +5,10 @@
 //!
 //! ```text
 //! hub/repos/<rk>/record                      RepoRecord JSON (put-if-absent: created once)
-//! hub/repos/<rk>/commits/<commit id>         commit bytes (content-addressed)
+//! hub/repos/<rk>/commits/<git id>            git commit object (content-addressed)
+//! hub/repos/<rk>/trees/<git id>              git tree object, one per folder
+//! hub/repos/<rk>/facts/<tree id>             the file facts of that tree
+//! hub/repos/<rk>/sha256/<sha256>             the Xet hash of an LFS file it committed
 //! hub/repos/<rk>/branches/<bk>/<version>     {"name": <branch>, "commit": <40 hex>}
 //! hub/repos/<rk>/heads/<bk>                  the head version as its last mover saw it (a hint)
 //! hub/sha256/<sha256>                        the Xet hash string of a verified file
@@ -20,8 +23,9 @@
 //! without a lock or anything but the backend's atomic put-if-absent. Versions are never
 //! removed, so they run 1, 2, … without gaps.
 //!
-//! Nothing is cached: every head, record and commit is read from the backend on every
-//! call, so a commit through one process is visible through every other at once.
+//! Nothing is cached here: every head, record and object is read from the backend on
+//! every call, so a commit through one process is visible through every other at once.
+//! (`xet_hub::Repos` caches objects, which never change once written.)
 
 use std::collections::BTreeMap;
 
@@ -30,7 +34,8 @@ use sha2::Digest as _;
 use tokio::time::Instant;
 use xet_cas::{CasError, Result};
 use xet_hash::MerkleHash;
-use xet_hub::{BranchHead, BranchName, CommitId, RepoRecord, RepoRef, RepoStore};
+use xet_hub::store::RepoObject;
+use xet_hub::{BranchHead, BranchName, CommitId, ObjectId, RepoRecord, RepoRef, RepoStore};
 
 use super::backend::{HubName, ObjectBackend, ObjectKey};
 use super::cas::StoreCas;
@@ -219,15 +224,46 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
         Ok(Some(record))
     }
 
-    async fn put_commit(&self, repo: &RepoRef, id: &CommitId, bytes: Bytes) -> Result<()> {
-        let key = ObjectKey::hub_commit(&hub_repo_name(repo), id.as_bytes());
-        // `false`: the commit is stored already, with these bytes (its id is their hash).
+    async fn put_object(
+        &self,
+        repo: &RepoRef,
+        kind: RepoObject,
+        id: &ObjectId,
+        bytes: Bytes,
+    ) -> Result<()> {
+        let key = ObjectKey::hub_object(&hub_repo_name(repo), kind, id.as_bytes());
+        // `false`: the object is stored already, with these bytes (its id is their hash,
+        // or for facts a function of the tree it names).
         self.backend().put_if_absent(&key, bytes).await.map(drop)
     }
 
-    async fn commit(&self, repo: &RepoRef, id: &CommitId) -> Result<Option<Bytes>> {
-        let key = ObjectKey::hub_commit(&hub_repo_name(repo), id.as_bytes());
+    async fn object(
+        &self,
+        repo: &RepoRef,
+        kind: RepoObject,
+        id: &ObjectId,
+    ) -> Result<Option<Bytes>> {
+        let key = ObjectKey::hub_object(&hub_repo_name(repo), kind, id.as_bytes());
         self.backend().get(&key).await
+    }
+
+    async fn record_lfs_file(
+        &self,
+        repo: &RepoRef,
+        sha256: &[u8; 32],
+        file: &MerkleHash,
+    ) -> Result<()> {
+        let key = ObjectKey::hub_repo_sha256(&hub_repo_name(repo), sha256);
+        let body = Bytes::from(file.to_string());
+        self.backend().put_if_absent(&key, body).await.map(drop)
+    }
+
+    async fn lfs_file(&self, repo: &RepoRef, sha256: &[u8; 32]) -> Result<Option<MerkleHash>> {
+        let key = ObjectKey::hub_repo_sha256(&hub_repo_name(repo), sha256);
+        let Some(bytes) = self.backend().get(&key).await? else {
+            return Ok(None);
+        };
+        parse_file_hash(&key, &bytes).map(Some)
     }
 
     async fn branch(&self, repo: &RepoRef, name: &BranchName) -> Result<Option<BranchHead>> {
@@ -345,16 +381,7 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
         let Some(bytes) = self.backend().get(&key).await? else {
             return Ok(None);
         };
-        std::str::from_utf8(&bytes)
-            .ok()
-            .and_then(|s| MerkleHash::from_hex(s).ok())
-            .map(Some)
-            .ok_or_else(|| {
-                CasError::storage(format!(
-                    "{key} holds {} bytes that are not a Xet hash string",
-                    bytes.len()
-                ))
-            })
+        parse_file_hash(&key, &bytes).map(Some)
     }
 
     async fn record_verified_sha256(&self, sha256: &[u8; 32], file: &MerkleHash) -> Result<()> {
@@ -380,6 +407,19 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
         }
         Ok(())
     }
+}
+
+/// The Xet hash string stored at `key`.
+fn parse_file_hash(key: &ObjectKey, bytes: &[u8]) -> Result<MerkleHash> {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|s| MerkleHash::from_hex(s).ok())
+        .ok_or_else(|| {
+            CasError::storage(format!(
+                "{key} holds {} bytes that are not a Xet hash string",
+                bytes.len()
+            ))
+        })
 }
 
 #[cfg(test)]

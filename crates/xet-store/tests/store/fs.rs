@@ -258,12 +258,19 @@ async fn hub_layout_is_as_documented_and_ignored_by_the_cas() {
     let listed = store.backend().list("hub/").await.unwrap();
     assert_eq!(
         listed.len(),
-        6,
-        "record, 2 commits, 2 versions, 1 sha256: {listed:?}"
+        12,
+        "record, 2 commits, 3 trees (the empty one, the root, a/) and their facts, \
+         2 versions, 1 sha256: {listed:?}"
+    );
+    // Git's own ids: the empty tree every new repository starts with.
+    assert!(
+        repo_dir
+            .join("trees/4b825dc642cb6eb9a060e54bf8d69288fbee4904")
+            .is_file()
     );
     assert_eq!(
         store.backend().list("").await.unwrap().len(),
-        7,
+        13,
         "and the dedup secret"
     );
     let (id, _) = repos

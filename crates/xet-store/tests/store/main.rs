@@ -2,6 +2,7 @@
 //! One test binary for the crate (one build, one link); a module per former file.
 
 mod fs;
+mod git_trees;
 mod memory;
 mod reference;
 mod shard_bits;
