@@ -21,6 +21,7 @@ mod micro;
 mod opts;
 mod proc;
 mod report;
+mod scale;
 mod serve;
 mod transfer;
 mod wan;
@@ -55,6 +56,10 @@ pub fn run(args: &[String]) -> Result<()> {
         return wan::run(&o);
     }
     let root = crate::workspace_root();
+    if o.only.as_deref() == Some("scale") {
+        // Its own table: goals, not a reference to compare with.
+        return scale::run(&inputs::build_release(&root)?, o.write);
+    }
     let size_mib = o.size_mib.unwrap_or(1024);
     let setup = Setup::new(&root, &o, size_mib)?;
     let mut rows = Vec::new();
@@ -69,6 +74,9 @@ pub fn run(args: &[String]) -> Result<()> {
     println!("{table}");
     if o.write {
         report::write_loopback(&root, &o, size_mib, &table)?;
+    }
+    if o.only.is_none() {
+        scale::run(&setup.xet, o.write)?;
     }
     report::check_bounds(&rows)
 }

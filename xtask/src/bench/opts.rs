@@ -9,7 +9,8 @@ pub const USAGE: &str =
     "usage: cargo xtask bench [--size-mib N] [--runs N] [--only GROUP] [--no-write]
   --size-mib N   input size for the upload/download cases (default 1024)
   --runs N       measured runs per contender, best taken (default 2)
-  --only GROUP   only one group of cases: micro, hash, upload, small, download, hub, bundle or load
+  --only GROUP   only one group of cases: micro, hash, upload, small, download, hub, bundle,
+                 load or scale (the Hub at scale: its own table of goals)
   --no-write     print the table without rewriting docs/BENCHMARKS.md
   --wan          the emulated wide-area link instead (see `cargo xtask bench --wan --help`)";
 
