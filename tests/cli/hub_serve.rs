@@ -839,3 +839,132 @@ fn two_servers_on_one_s3_bucket() {
     );
     assert_tree_equals(out.path(), &files);
 }
+
+/// Issue 36, item 4, with the real client: a token scoped to `team/*` creates, uploads
+/// to (through the CAS tokens minted for its repository) and downloads its repositories,
+/// and gets "not found" for any other; an open server on the same store serves public
+/// repositories and never a private one's files.
+#[test]
+fn scoped_tokens_and_an_open_server_beside_a_token_server() {
+    const SCOPED: &str = "hub-team-token";
+    let store = tempfile::tempdir().unwrap();
+    let scoped = Served::spawn(
+        Command::new(env!("CARGO_BIN_EXE_xet"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
+            .arg(store.path())
+            .args([
+                "--token",
+                &format!("write:{WRITE}"),
+                "--token",
+                &format!("write:{SCOPED}:team/*"),
+            ])
+            .stderr(Stdio::null()),
+    );
+    let py = Py::new();
+    let src = tempfile::tempdir().unwrap();
+    let weights = pseudo_random(300_000, 36);
+    std::fs::write(src.path().join("weights.bin"), &weights).unwrap();
+    let run = |url: &str, token: Option<&str>, args: &[&str]| {
+        let out = py.hf(url, token, args);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    std::fs::write(src.path().join("secret.bin"), pseudo_random(200_000, 37)).unwrap();
+    for (repo, token, private, file) in [
+        ("team/model", SCOPED, false, "weights.bin"),
+        ("other/secret", WRITE, true, "secret.bin"),
+    ] {
+        let path = src.path().join(file);
+        let mut create = vec!["repos", "create", repo];
+        if private {
+            create.push("--private");
+        }
+        let (ok, text) = run(&scoped.url, Some(token), &create);
+        assert!(ok, "{text}");
+        let (ok, text) = run(
+            &scoped.url,
+            Some(token),
+            &["upload", repo, path.to_str().unwrap(), "weights.bin"],
+        );
+        assert!(ok, "upload to {repo}: {text}");
+    }
+    // In scope: downloads whole. Out of scope: not found, nothing written.
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("mine");
+    let (ok, text) = run(
+        &scoped.url,
+        Some(SCOPED),
+        &[
+            "download",
+            "team/model",
+            "--local-dir",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{text}");
+    assert!(std::fs::read(dir.join("weights.bin")).unwrap() == weights);
+    let theirs = out.path().join("theirs");
+    let (ok, text) = run(
+        &scoped.url,
+        Some(SCOPED),
+        &[
+            "download",
+            "other/secret",
+            "--local-dir",
+            theirs.to_str().unwrap(),
+        ],
+    );
+    assert!(!ok, "a scoped token downloaded another repository: {text}");
+    assert!(
+        text.contains("not found") || text.contains("NotFound"),
+        "{text}"
+    );
+    assert!(!theirs.join("weights.bin").exists());
+    let (ok, text) = run(
+        &scoped.url,
+        Some(SCOPED),
+        &["repos", "create", "other/mine"],
+    );
+    assert!(
+        !ok,
+        "a scoped token created a repository outside its scope: {text}"
+    );
+
+    // An open server on the same store: the public repository, never the private one.
+    let open = Served::spawn(
+        Command::new(env!("CARGO_BIN_EXE_xet"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
+            .arg(store.path())
+            .stderr(Stdio::null()),
+    );
+    let public = out.path().join("public");
+    let (ok, text) = run(
+        &open.url,
+        None,
+        &[
+            "download",
+            "team/model",
+            "--local-dir",
+            public.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{text}");
+    assert!(std::fs::read(public.join("weights.bin")).unwrap() == weights);
+    let private = out.path().join("private");
+    let (ok, text) = run(
+        &open.url,
+        None,
+        &[
+            "download",
+            "other/secret",
+            "--local-dir",
+            private.to_str().unwrap(),
+        ],
+    );
+    assert!(!ok, "an open server served a private repository: {text}");
+    assert!(!private.join("weights.bin").exists());
+}

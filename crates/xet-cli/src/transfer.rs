@@ -493,10 +493,13 @@ pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR:PORT")]
     listen: String,
-    /// Accepted bearer token (repeatable); prefix with `read:` for read-only.
+    /// Accepted bearer token (repeatable); prefix with `read:` for read-only. With a
+    /// prefix, a last `:ORG/*` or `:ORG/NAME` scopes it to those Hub repositories
+    /// (`write:TOKEN:org/*`): it sees no other, not even whether it exists.
     #[arg(long = "token", value_name = "TOKEN")]
     tokens: Vec<String>,
-    /// File of tokens, one per line (`read:`/`write:` prefixes, `#` comments).
+    /// File of tokens, one per line (`read:`/`write:` prefixes, scopes as for --token,
+    /// `#` comments).
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
     /// Base URL clients reach this server at (for presigned URLs); default: the Host header.

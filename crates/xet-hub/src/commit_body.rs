@@ -23,6 +23,38 @@ pub struct CommitRequest {
     pub lfs: Vec<(RepoPath, [u8; 32], Option<u64>)>,
     /// `deletedFile` and `deletedFolder` lines, in order.
     pub deletions: Vec<Operation>,
+    /// Which kind each operation line was, in the body's order: the commit applies its
+    /// operations in that order ([`CommitRequest::in_order`]).
+    pub order: Vec<LineKind>,
+}
+
+/// The kind of an operation line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineKind {
+    Inline,
+    Lfs,
+    Deletion,
+}
+
+impl CommitRequest {
+    /// The operations of the `file`, `lfsFile` and deletion lines (each list in its
+    /// lines' order, as resolved by the caller) merged back into the body's order.
+    pub fn in_order(
+        order: &[LineKind],
+        inline: Vec<Operation>,
+        lfs: Vec<Operation>,
+        deletions: Vec<Operation>,
+    ) -> Vec<Operation> {
+        let (mut i, mut l, mut d) = (inline.into_iter(), lfs.into_iter(), deletions.into_iter());
+        order
+            .iter()
+            .filter_map(|k| match k {
+                LineKind::Inline => i.next(),
+                LineKind::Lfs => l.next(),
+                LineKind::Deletion => d.next(),
+            })
+            .collect()
+    }
 }
 
 /// Why a commit body was refused; each names its line (from 1).
@@ -83,6 +115,7 @@ pub fn parse(body: &[u8]) -> Result<CommitRequest, CommitBodyError> {
                 };
                 let path = RepoPath::parse(&f.path).map_err(name)?;
                 req.inline.push((path, Bytes::from(content)));
+                req.order.push(LineKind::Inline);
             }
             CommitLine::LfsFile(f) => {
                 if f.algo != "sha256" {
@@ -96,13 +129,20 @@ pub fn parse(body: &[u8]) -> Result<CommitRequest, CommitBodyError> {
                 })?;
                 req.lfs
                     .push((RepoPath::parse(&f.path).map_err(name)?, sha, f.size));
+                req.order.push(LineKind::Lfs);
             }
-            CommitLine::DeletedFile(d) => req.deletions.push(Operation::DeleteFile {
-                path: RepoPath::parse(&d.path).map_err(name)?,
-            }),
-            CommitLine::DeletedFolder(d) => req.deletions.push(Operation::DeleteFolder {
-                path: RepoPath::parse_folder(&d.path).map_err(name)?,
-            }),
+            CommitLine::DeletedFile(d) => {
+                req.deletions.push(Operation::DeleteFile {
+                    path: RepoPath::parse(&d.path).map_err(name)?,
+                });
+                req.order.push(LineKind::Deletion);
+            }
+            CommitLine::DeletedFolder(d) => {
+                req.deletions.push(Operation::DeleteFolder {
+                    path: RepoPath::parse_folder(&d.path).map_err(name)?,
+                });
+                req.order.push(LineKind::Deletion);
+            }
         }
     }
     if !header {

@@ -267,7 +267,7 @@ impl Repos {
             .await?;
         self.write_folders(repo, folders).await?;
         let lfs: Vec<&FileEntry> = legacy.files.values().collect();
-        self.record_lfs_files(repo, lfs).await?;
+        self.record_files(repo, lfs).await?;
         Ok(legacy.with_tree(tree))
     }
 
@@ -556,14 +556,13 @@ impl Repos {
         Ok(())
     }
 
-    /// Remember the LFS files among `files` as this repository's (the LFS batch asks).
-    async fn record_lfs_files(
-        &self,
-        repo: &RepoRef,
-        files: Vec<&FileEntry>,
-    ) -> Result<(), RepoError> {
+    /// Remember `files` as this repository's: every file as one it references (what its
+    /// CAS tokens may read), the LFS ones also by sha256 (what the LFS batch asks).
+    async fn record_files(&self, repo: &RepoRef, files: Vec<&FileEntry>) -> Result<(), RepoError> {
         let mut lfs: Vec<([u8; 32], xet_hash::MerkleHash)> = Vec::new();
+        let mut all: Vec<xet_hash::MerkleHash> = Vec::new();
         for e in files {
+            all.push(e.xet_hash);
             if e.storage != Storage::Lfs {
                 continue;
             }
@@ -571,8 +570,16 @@ impl Repos {
                 lfs.push((sha, e.xet_hash));
             }
         }
+        all.sort();
+        all.dedup();
         lfs.sort();
         lfs.dedup();
+        for chunk in all.chunks(CONCURRENT_OBJECTS) {
+            let writes = chunk
+                .iter()
+                .map(|f| self.store.record_file_reference(repo, f));
+            futures_util::future::try_join_all(writes).await?;
+        }
         for chunk in lfs.chunks(CONCURRENT_OBJECTS) {
             let writes = chunk
                 .iter()
@@ -604,7 +611,7 @@ impl Repos {
                 _ => None,
             })
             .collect();
-        self.record_lfs_files(repo, added).await?;
+        self.record_files(repo, added).await?;
         for _ in 0..MAX_COMMIT_ATTEMPTS {
             let head = self.store.branch(repo, branch).await?;
             if let (Some(parent), Some(head)) = (parent, head)

@@ -122,6 +122,18 @@ pub trait RepoStore: Send + Sync + 'static {
         to: &CommitId,
     ) -> Result<Option<BranchHead>>;
 
+    /// Remember that `repo` references `file`: a commit of it added the file, or an
+    /// upload under a CAS token minted for it registered the file. CAS tokens bound to a
+    /// repository read only such files.
+    async fn record_file_reference(&self, repo: &RepoRef, file: &MerkleHash) -> Result<()>;
+
+    /// Whether [`record_file_reference`](RepoStore::record_file_reference) was called for
+    /// `repo` and `file`.
+    async fn references_file(&self, repo: &RepoRef, file: &MerkleHash) -> Result<bool>;
+
+    /// The records of every repository that references `file` (in no particular order).
+    async fn repos_referencing(&self, file: &MerkleHash) -> Result<Vec<RepoRecord>>;
+
     /// Xet file hashes whose uploaded shards claim content with this sha256
     /// (FileMetadataExt). Claims only: nothing has checked them.
     async fn files_claiming_sha256(&self, sha256: &[u8; 32]) -> Result<Vec<MerkleHash>>;

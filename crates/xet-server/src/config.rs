@@ -17,6 +17,17 @@
 //! The same `read:` / `write:` prefixes work for `--token` on the command line
 //! ([`Token::parse`]). Tokens must be printable ASCII without spaces (they travel in an
 //! `Authorization: Bearer` header).
+//!
+//! A prefixed token may be scoped to Hub repositories with a last `:NAMESPACE/*` (every
+//! repository of a namespace) or `:NAMESPACE/NAME` (one repository, of any type):
+//!
+//! ```text
+//! # reads and writes org's repositories, and sees no other, not even whether it exists
+//! write:team-token:org/*
+//! read:one-repo-token:org/model-a
+//! ```
+//!
+//! The same secret on several lines reaches what any of them grants.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -35,6 +46,46 @@ pub enum Access {
 pub struct Token {
     pub secret: String,
     pub access: Access,
+    /// The Hub repositories it reaches; `None`: all of them.
+    pub scope: Option<RepoPattern>,
+}
+
+/// Hub repositories a scoped token reaches: `NAMESPACE/*` or `NAMESPACE/NAME`, of any
+/// repository type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoPattern {
+    namespace: String,
+    /// `None` for `*`.
+    name: Option<String>,
+}
+
+impl RepoPattern {
+    /// `NAMESPACE/*` or `NAMESPACE/NAME`, with the Hub's rules for both.
+    pub fn parse(s: &str) -> Option<RepoPattern> {
+        let (ns, name) = s.split_once('/')?;
+        let name = (name != "*").then(|| name.to_string());
+        // The Hub's rules for names, checked on a stand-in where the pattern has `*`.
+        xet_hub::RepoId::new(ns, name.as_deref().unwrap_or("x")).ok()?;
+        Some(RepoPattern {
+            namespace: ns.to_string(),
+            name,
+        })
+    }
+
+    pub fn matches(&self, id: &xet_hub::RepoId) -> bool {
+        id.namespace() == self.namespace && self.name.as_deref().is_none_or(|n| n == id.name())
+    }
+}
+
+impl std::fmt::Display for RepoPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{}",
+            self.namespace,
+            self.name.as_deref().unwrap_or("*")
+        )
+    }
 }
 
 impl std::fmt::Debug for Token {
@@ -42,6 +93,7 @@ impl std::fmt::Debug for Token {
         // Never print the secret.
         f.debug_struct("Token")
             .field("access", &self.access)
+            .field("scope", &self.scope)
             .field("secret", &"<redacted>")
             .finish()
     }
@@ -54,6 +106,8 @@ pub enum TokenError {
     Empty { origin: String },
     #[error("{origin}: a token may only contain printable ASCII without spaces")]
     BadCharacter { origin: String },
+    #[error("{origin}: {scope:?} is not a repository scope: write NAMESPACE/* or NAMESPACE/NAME")]
+    BadScope { origin: String, scope: String },
     #[error("cannot read token file {path}: {message}")]
     Io { path: PathBuf, message: String },
 }
@@ -63,28 +117,48 @@ impl Token {
         Token {
             secret: secret.into(),
             access: Access::Read,
+            scope: None,
         }
     }
     pub fn write(secret: impl Into<String>) -> Token {
         Token {
             secret: secret.into(),
             access: Access::Write,
+            scope: None,
         }
     }
 
-    /// Parse `read:T`, `write:T` or `T` (read+write).
+    /// The same token, reaching only the repositories `pattern` matches.
+    pub fn scoped(mut self, pattern: RepoPattern) -> Token {
+        self.scope = Some(pattern);
+        self
+    }
+
+    /// Parse `read:T`, `write:T` or `T` (read+write); the prefixed forms may end in
+    /// `:NAMESPACE/*` or `:NAMESPACE/NAME` (a scope).
     pub fn parse(s: &str) -> Result<Token, TokenError> {
         Self::parse_with_origin(s, "--token")
     }
 
     fn parse_with_origin(s: &str, origin: &str) -> Result<Token, TokenError> {
         let s = s.trim();
-        let (access, secret) = if let Some(rest) = s.strip_prefix("read:") {
-            (Access::Read, rest)
+        let (access, secret, prefixed) = if let Some(rest) = s.strip_prefix("read:") {
+            (Access::Read, rest, true)
         } else if let Some(rest) = s.strip_prefix("write:") {
-            (Access::Write, rest)
+            (Access::Write, rest, true)
         } else {
-            (Access::Write, s)
+            (Access::Write, s, false)
+        };
+        // A scope is what follows the last `:` when it names a repository (has a `/`).
+        let (secret, scope) = match secret.rsplit_once(':') {
+            Some((secret, scope)) if prefixed && scope.contains('/') => {
+                let pattern = RepoPattern::parse(scope).ok_or_else(|| TokenError::BadScope {
+                    origin: origin.to_string(),
+                    scope: scope.to_string(),
+                })?;
+                (secret, Some(pattern))
+            }
+            _ => (secret, None),
         };
         if secret.is_empty() {
             return Err(TokenError::Empty {
@@ -99,6 +173,7 @@ impl Token {
         Ok(Token {
             secret: secret.to_string(),
             access,
+            scope,
         })
     }
 }
@@ -279,6 +354,32 @@ mod tests {
             Token::parse("a b"),
             Err(TokenError::BadCharacter { .. })
         ));
+    }
+
+    #[test]
+    fn token_scopes() {
+        let id = |s: &str| xet_hub::RepoId::parse(s).unwrap();
+        let t = Token::parse("read:abc:org/*").unwrap();
+        let ns = RepoPattern::parse("org/*").unwrap();
+        assert_eq!(t, Token::read("abc").scoped(ns.clone()));
+        assert!(ns.matches(&id("org/x")) && !ns.matches(&id("org2/x")));
+        let one = Token::parse("write:a:b:org/x").unwrap();
+        assert_eq!(one.secret, "a:b");
+        let p = one.scope.unwrap();
+        assert!(p.matches(&id("org/x")) && !p.matches(&id("org/y")));
+        assert_eq!(p.to_string(), "org/x");
+        // Without a prefix, or with no `/`, the colon is part of the secret.
+        assert_eq!(Token::parse("abc:org/*").unwrap().scope, None);
+        assert_eq!(Token::parse("read:a:b").unwrap().secret, "a:b");
+        for bad in ["read:t:org/", "read:t:/x", "write:t:a/b/c", "read:t:o g/*"] {
+            assert!(
+                matches!(
+                    Token::parse(bad),
+                    Err(TokenError::BadScope { .. } | TokenError::BadCharacter { .. })
+                ),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -99,7 +99,9 @@ pub mod sign;
 pub mod spool;
 pub mod state;
 
-pub use config::{Access, ServerConfig, Token, TokenError, load_token_file, parse_token_file};
+pub use config::{
+    Access, RepoPattern, ServerConfig, Token, TokenError, load_token_file, parse_token_file,
+};
 
 use std::future::Future;
 use std::net::SocketAddr;

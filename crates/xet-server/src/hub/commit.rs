@@ -25,9 +25,11 @@ use xet_hub::{CommitId, CommitMeta, FileEntry, Operation, RepoPath, RepoRef, Rev
 
 use super::ctx::Ctx;
 use super::reply::{HubReply, HubResult};
+use crate::auth::Caller;
 use crate::config::Access;
 use crate::routes::json;
 use crate::sign::unix_now as now;
+use crate::state::access::can_read_file;
 use crate::state::body::read_body;
 
 pub(super) async fn commit(
@@ -63,10 +65,11 @@ pub(super) async fn commit(
     let bytes = read_body(&ctx.headers, body, max, "commit").await?;
     // UTF-8, JSON and base64 of up to `max_commit_bytes`: CPU work, off the executor.
     let req = off_executor(move || parse(&bytes)).await?;
-    let mut ops = Vec::with_capacity(req.inline.len() + req.lfs.len() + req.deletions.len());
-    ops.extend(resolve_all_lfs(ctx, repo, req.lfs).await?);
-    ops.extend(store_inline(ctx, req.inline).await?);
-    ops.extend(req.deletions);
+    let lfs = resolve_all_lfs(ctx, repo, &caller, req.lfs).await?;
+    let inline = store_inline(ctx, req.inline).await?;
+    // In the body's order: a deletion before an addition of its path below it (a file
+    // becoming a folder) must apply first.
+    let ops = CommitRequest::in_order(&req.order, inline, lfs, req.deletions);
     let meta = CommitMeta {
         summary: req.summary,
         description: req.description,
@@ -155,6 +158,7 @@ const LFS_RESOLVES_AT_ONCE: usize = 16;
 async fn resolve_all_lfs(
     ctx: &Ctx,
     repo: &RepoRef,
+    caller: &Caller,
     lfs: Vec<(RepoPath, [u8; 32], Option<u64>)>,
 ) -> HubResult<Vec<Operation>> {
     use futures_util::{StreamExt as _, TryStreamExt as _};
@@ -163,7 +167,7 @@ async fn resolve_all_lfs(
     futures_util::stream::iter(lfs)
         .map(|(path, sha, size)| async move {
             Ok(Operation::Add {
-                entry: resolve_lfs(ctx, repo, &path, &sha, size).await?,
+                entry: resolve_lfs(ctx, repo, caller, &path, &sha, size).await?,
                 path,
             })
         })
@@ -175,18 +179,31 @@ async fn resolve_all_lfs(
 async fn resolve_lfs(
     ctx: &Ctx,
     repo: &RepoRef,
+    caller: &Caller,
     path: &RepoPath,
     sha: &[u8; 32],
     size: Option<u64>,
 ) -> HubResult<FileEntry> {
     let unprocessable = |msg: String| HubReply::new(StatusCode::UNPROCESSABLE_ENTITY, msg);
-    let Some((file, actual)) = known_sha256(ctx, sha).await? else {
-        return Err(unprocessable(format!(
-            "{path}: no file with sha256 {} was uploaded to this server's CAS; upload it through \
-             Xet (hf_xet) before committing it to {repo}",
+    let missing = || {
+        unprocessable(format!(
+            "{path}: no file with sha256 {} was uploaded to {repo}; upload it through Xet \
+             (hf_xet) with this repository's write token before committing it",
             hex(sha)
-        )));
+        ))
     };
+    let Some((file, actual)) = known_sha256(ctx, sha).await? else {
+        return Err(missing());
+    };
+    // A claim needs the bytes: uploaded under this repository's token (or committed to
+    // it before), or readable by the committer in a repository holding them. Anything
+    // else is answered as if the file did not exist.
+    let store = ctx.repos().store();
+    if !store.references_file(repo, &file).await?
+        && !can_read_file(&ctx.state, caller, &file).await?
+    {
+        return Err(missing());
+    }
     if let Some(size) = size.filter(|&s| s != actual) {
         return Err(unprocessable(format!(
             "{path}: the commit says {size} bytes, but the uploaded file with sha256 {} has {actual}",

@@ -6,7 +6,7 @@ use xet_hub::api::{error_code, unquote};
 use xet_hub::{RepoError, RepoRecord, RepoRef, Repos};
 
 use super::reply::{HubReply, HubResult};
-use crate::auth::{Caller, bearer};
+use crate::auth::{Caller, UserGrant, bearer};
 use crate::config::Access;
 use crate::state::{AppState, Hub};
 
@@ -38,12 +38,7 @@ impl Ctx {
     pub(crate) fn caller(&self, need: Access) -> HubResult<Caller> {
         let auth = &self.state.auth;
         if !auth.enabled() {
-            return Ok(Caller {
-                token: None,
-                access: Access::Write,
-                user: false,
-                expires: None,
-            });
+            return Ok(Caller::open(None));
         }
         let Some(presented) = bearer(&self.headers) else {
             return Err(HubReply::coded(
@@ -52,30 +47,34 @@ impl Ctx {
                 "authentication required: this server needs a token (set HF_TOKEN or pass --token)",
             ));
         };
-        let Some(access) = auth.user_access(presented) else {
-            return Err(HubReply::new(
+        match auth.user_grant(presented, need) {
+            UserGrant::Unknown => Err(HubReply::new(
                 StatusCode::UNAUTHORIZED,
                 "Invalid credentials in Authorization header",
-            ));
-        };
-        if access < need {
-            return Err(HubReply::new(
+            )),
+            UserGrant::TooWeak => Err(HubReply::new(
                 StatusCode::FORBIDDEN,
                 "this token is read-only: writing to a repository needs a write token",
-            ));
+            )),
+            UserGrant::Granted { access, scope } => Ok(Caller {
+                token: Some(presented.to_string()),
+                access,
+                user: true,
+                expires: None,
+                scope,
+            }),
         }
-        Ok(Caller {
-            token: Some(presented.to_string()),
-            access,
-            user: true,
-            expires: None,
-        })
     }
 
     /// The record of `repo`, if `caller` may see it. To anyone without a user token a
     /// private repository and a missing one both answer 401 `RepoNotFound`, as the Hub
     /// does.
     pub(crate) async fn open_repo(&self, repo: &RepoRef, caller: &Caller) -> HubResult<RepoRecord> {
+        // A scoped token sees nothing outside its scope, existence included: such a
+        // repository answers as one that does not exist.
+        if !caller.scope.reaches(repo) {
+            return Err(RepoError::RepoNotFound(repo.clone()).into());
+        }
         // Without a user token, a private repository and one that does not exist answer
         // alike (as the Hub does), so that nobody learns which private ones exist.
         let hidden = || {

@@ -216,7 +216,7 @@ async fn lfs_batch(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<Response>
     let rev = req.reference.as_ref().map_or("main", |r| r.name.as_str());
     let rev = rev.strip_prefix("refs/heads/").unwrap_or(rev);
     let token = if upload && xet {
-        Some(super::upload::mint(ctx, Access::Write)?)
+        Some(super::upload::mint(ctx, repo, Access::Write)?)
     } else {
         None
     };

@@ -35,10 +35,14 @@
 //! Hub routes take the configured tokens (`--token`, `--token-file`): user tokens,
 //! never minted CAS tokens. With none configured (loopback only) everyone may read and
 //! write public repositories; a private repository is readable only with a user token,
-//! so an open server refuses to create one. The xet token routes mint short-lived CAS
-//! tokens ([`crate::auth::TokenMinter`]) whose scope follows the route and the caller: a
-//! read-only user never gets a write CAS token. Hub tokens are never logged and never
-//! reach the CAS.
+//! so an open server refuses to create one. A scoped user token (`write:T:org/*`)
+//! reaches the repositories its scope matches; any other answers as a missing one, and
+//! it creates none. The xet token routes mint short-lived CAS tokens
+//! ([`crate::auth::TokenMinter`]) bound to the repository asked for, whose access
+//! follows the route and the caller (a read-only user never gets a write CAS token):
+//! they read the files that repository references (`crate::state::access`), and the
+//! files of shards uploaded with them become the repository's, for the commit that
+//! names them. Hub tokens are never logged and never reach the CAS.
 
 mod commit;
 mod ctx;

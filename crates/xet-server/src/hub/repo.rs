@@ -44,12 +44,18 @@ pub(super) async fn json_body<T: serde::de::DeserializeOwned>(
 }
 
 pub(super) async fn create(ctx: &Ctx, body: Body) -> HubResult<Response> {
-    ctx.caller(Access::Write)?;
+    let caller = ctx.caller(Access::Write)?;
     let req: CreateRepoRequest = json_body(ctx, body, "create-repo").await?;
     let kind = RepoType::parse(req.repo_type.as_deref())?;
     let cfg = &ctx.state.config;
     let namespace = req.organization.as_deref().unwrap_or(&cfg.hub_user);
     let repo = RepoRef::new(kind, RepoId::new(namespace, &req.name)?);
+    if !caller.scope.reaches(&repo) {
+        return Err(HubReply::new(
+            StatusCode::FORBIDDEN,
+            format!("this token cannot create {repo}: it is scoped to other repositories"),
+        ));
+    }
     if req.is_private() && !ctx.state.auth.enabled() {
         return Err(HubReply::bad_request(
             "this server has no tokens, so nobody could ever read a private repository: \

@@ -81,7 +81,7 @@ pub(super) async fn preupload(
 pub(super) async fn xet_token(ctx: &Ctx, repo: &RepoRef, need: Access) -> HubResult<Response> {
     let caller = ctx.caller(need)?;
     ctx.open_repo(repo, &caller).await?;
-    let token = mint(ctx, need)?;
+    let token = mint(ctx, repo, need)?;
     let mut r = json(StatusCode::OK, &token);
     set(&mut r, hh::XET_CAS_URL, header_value(&token.cas_url));
     set(
@@ -97,12 +97,12 @@ pub(super) async fn xet_token(ctx: &Ctx, repo: &RepoRef, need: Access) -> HubRes
     Ok(r)
 }
 
-/// A CAS token with `access`, valid for the configured token lifetime, for the CAS on
-/// this same listener.
-pub(super) fn mint(ctx: &Ctx, access: Access) -> HubResult<XetToken> {
+/// A CAS token with `access` to the files of `repo`, valid for the configured token
+/// lifetime, for the CAS on this same listener.
+pub(super) fn mint(ctx: &Ctx, repo: &RepoRef, access: Access) -> HubResult<XetToken> {
     let exp = unix_now() + ctx.state.config.token_ttl.as_secs().max(60);
     let access_token = match ctx.state.auth.minter() {
-        Some(m) => m.mint(access, exp),
+        Some(m) => m.mint(access, repo, exp),
         // Only reachable on an open server (the CLI always sets a key with a hub):
         // the CAS accepts anything there.
         None => "anonymous".to_string(),

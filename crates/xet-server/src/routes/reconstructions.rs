@@ -3,9 +3,11 @@
 //! [`Reconstruction`] from [`reconstruct`], told apart only by their wire form.
 
 use super::{head_response, json};
+use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, code};
 use crate::range::RangeSpec;
 use crate::sign::query_pairs;
+use crate::state::access::can_read_file;
 use crate::state::extract::{BaseUrl, PathParams, ReadAccess, parse_hash, range_header};
 use crate::state::{AppState, Shared};
 use axum::extract::{RawQuery, State};
@@ -25,33 +27,35 @@ enum Form {
 
 pub(crate) async fn reconstruction_v1(
     State(s): State<AppState>,
-    _: ReadAccess,
+    ReadAccess(caller): ReadAccess,
     BaseUrl(base): BaseUrl,
     PathParams(hash): PathParams<String>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    reconstruction(Form::V1, &s, &base, &hash, &headers).await
+    reconstruction(Form::V1, &s, &caller, &base, &hash, &headers).await
 }
 
 pub(crate) async fn reconstruction_v2(
     State(s): State<AppState>,
-    _: ReadAccess,
+    ReadAccess(caller): ReadAccess,
     BaseUrl(base): BaseUrl,
     PathParams(hash): PathParams<String>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    reconstruction(Form::V2, &s, &base, &hash, &headers).await
+    reconstruction(Form::V2, &s, &caller, &base, &hash, &headers).await
 }
 
 /// File `hash` (or the bytes its `Range` header asks for), in `form`.
 async fn reconstruction(
     form: Form,
     s: &Shared,
+    caller: &Caller,
     base: &str,
     hash: &str,
     headers: &HeaderMap,
 ) -> ApiResult<Response> {
     let file = parse_hash("file", hash)?;
+    readable(s, caller, &file).await?;
     let rec = reconstruct(s, &file, single_range(headers)?).await?;
     let url = presigner(s, base);
     Ok(match form {
@@ -64,7 +68,7 @@ async fn reconstruction(
 /// out of `files`; a malformed id is a 400.
 pub(crate) async fn reconstruction_batch(
     State(s): State<AppState>,
-    _: ReadAccess,
+    ReadAccess(caller): ReadAccess,
     BaseUrl(base): BaseUrl,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Response> {
@@ -79,7 +83,11 @@ pub(crate) async fn reconstruction_batch(
         if out.files.contains_key(&file.to_string()) {
             continue;
         }
-        let rec = match reconstruct(&s, &file, None).await {
+        let rec = match readable(&s, &caller, &file).await {
+            Ok(()) => reconstruct(&s, &file, None).await,
+            Err(e) => Err(e),
+        };
+        let rec = match rec {
             Ok(r) => r,
             Err(e) if e.status == StatusCode::NOT_FOUND => continue,
             Err(e) => return Err(e),
@@ -147,6 +155,16 @@ fn single_range(headers: &HeaderMap) -> ApiResult<Option<RangeSpec>> {
     }
 }
 
+/// `Ok` if `caller` may read `file`, else the answer a missing file gets (404): a
+/// caller learns nothing of files it may not read, not even that they exist.
+async fn readable(s: &Shared, caller: &Caller, file: &MerkleHash) -> ApiResult<()> {
+    if can_read_file(s, caller, file).await? {
+        Ok(())
+    } else {
+        Err(ApiError::not_found(format!("file {file} not found")))
+    }
+}
+
 /// The reconstruction of `file`, or of the bytes `range` selects (416 if none). A range
 /// covering the whole file is asked of the store as the whole file. The empty file (hash
 /// zero) is 0 bytes without being registered, so every range of it is a 416 (`bytes */0`).
@@ -184,13 +202,14 @@ async fn reconstruct(
 
 pub(crate) async fn file_head(
     State(s): State<AppState>,
-    _: ReadAccess,
+    ReadAccess(caller): ReadAccess,
     PathParams(hash): PathParams<String>,
 ) -> ApiResult<Response> {
     let file = parse_hash("file", &hash)?;
     if file.is_zero() {
         return Ok(head_response(0));
     }
+    readable(&s, &caller, &file).await?;
     match s.cas.file_size(&file).await? {
         Some(n) => Ok(head_response(n)),
         None => Err(ApiError::not_found(format!("file {file} not found"))),

@@ -2,30 +2,36 @@
 //! (`GET /v1/chunks/..`, answered with a shard).
 
 use super::{json, octets};
+use crate::auth::{Caller, Scope};
 use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
 use crate::state::body::read_body;
 use crate::state::extract::{PathParams, ReadAccess, WriteAccess, check_prefix, parse_hash};
+use crate::state::{AppState, Shared};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 use std::convert::Infallible;
+use std::sync::Arc;
 use tokio::sync::mpsc;
 use xet_cas::wire::ShardResultV1;
 use xet_cas::{Cas, CasError, routes};
+use xet_hub::{RepoRef, RepoStore};
 
 pub(crate) async fn shards_v1(
     State(s): State<AppState>,
-    _: WriteAccess,
+    WriteAccess(caller): WriteAccess,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
     // The body first: a slow or stalled sender must not hold a permit.
     let body = read_body(&headers, body, s.config.max_shard_bytes, "shard").await?;
     let _permit = s.upload_permit().await?;
-    let inserted = s.cas.put_shard(body).await?;
+    let inserted = s.cas.put_shard(body.clone()).await?;
+    if let Some(to) = uploader_repo(&s, &caller) {
+        record_shard_files(&to, body).await?;
+    }
     Ok(json(
         StatusCode::OK,
         &ShardResultV1 {
@@ -42,7 +48,7 @@ pub(crate) async fn shards_v1(
 /// frame with `retryable: true`.
 pub(crate) async fn shards_v2(
     State(s): State<AppState>,
-    _: WriteAccess,
+    WriteAccess(caller): WriteAccess,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
@@ -51,9 +57,10 @@ pub(crate) async fn shards_v2(
     let permit = s.upload_permit().await?;
     let (tx, rx) = mpsc::channel::<Bytes>(8);
     let cas = s.cas.clone();
+    let to = uploader_repo(&s, &caller);
     tokio::spawn(async move {
         let _permit = permit;
-        register_with_progress(cas.as_ref(), body, &tx).await;
+        register_with_progress(cas.as_ref(), to.as_ref(), body, &tx).await;
     });
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|b| (Ok::<Bytes, Infallible>(b), rx))
@@ -66,15 +73,55 @@ pub(crate) async fn shards_v2(
     Ok(resp)
 }
 
+/// The repository whose files a shard's files become, with its store: the one the
+/// uploading CAS token was minted for. Its CAS tokens may then read them, and commits to
+/// it claim them (an upload, then the commit that names it).
+fn uploader_repo(s: &Shared, caller: &Caller) -> Option<(Arc<dyn RepoStore>, RepoRef)> {
+    match (&caller.scope, &s.hub) {
+        (Scope::Repo(repo), Some(hub)) => Some((Arc::clone(hub.repos.store()), repo.clone())),
+        _ => None,
+    }
+}
+
+/// Record the files of `shard` (registered just now, so valid) as `to`'s.
+async fn record_shard_files(
+    to: &(Arc<dyn RepoStore>, RepoRef),
+    shard: Bytes,
+) -> Result<(), CasError> {
+    let files = tokio::task::spawn_blocking(move || {
+        xet_shard::Shard::parse(&shard, &xet_shard::Limits::default())
+            .map(|s| s.files.into_iter().map(|f| f.file_hash).collect::<Vec<_>>())
+    })
+    .await
+    .map_err(|e| CasError::storage(format!("reading a registered shard's files: {e}")))?
+    .map_err(|e| CasError::storage_with("reading a registered shard's files", e))?;
+    for file in files {
+        to.0.record_file_reference(&to.1, &file).await?;
+    }
+    Ok(())
+}
+
 /// Register `shard`, sending the `/v2/shards` frames to `tx`; stops sending once the
-/// client has gone away.
-async fn register_with_progress(cas: &dyn Cas, shard: Bytes, tx: &mpsc::Sender<Bytes>) {
+/// client has gone away. With `to`, its files become that repository's.
+async fn register_with_progress(
+    cas: &dyn Cas,
+    to: Option<&(Arc<dyn RepoStore>, RepoRef)>,
+    shard: Bytes,
+    tx: &mpsc::Sender<Bytes>,
+) {
     let _ = tx
         .send(frame(
             serde_json::json!({"type": "validating", "verified": 0, "total": 1}),
         ))
         .await;
-    match cas.put_shard(shard).await {
+    let registered = match cas.put_shard(shard.clone()).await {
+        Ok(inserted) => match to {
+            Some(to) => record_shard_files(to, shard).await.map(|()| inserted),
+            None => Ok(inserted),
+        },
+        Err(e) => Err(e),
+    };
+    match registered {
         Ok(inserted) => {
             for f in [
                 serde_json::json!({"type": "validating", "verified": 1, "total": 1}),

@@ -13,6 +13,7 @@ use xet_cas::routes;
 use xet_hash::MerkleHash;
 use xet_hub::Repos;
 
+pub mod access;
 pub mod body;
 pub mod extract;
 

@@ -518,6 +518,41 @@ async fn deletions_clashes_and_branches() {
         .await
         .unwrap();
     assert_eq!(files.len(), 1);
+    // Operations apply in the body's order: a file becomes a folder of its name when
+    // its deletion comes first (as huggingface_hub sends deletions first), not after.
+    let r = hub
+        .commit(
+            "org/d",
+            &[
+                header(),
+                json!({"key": "deletedFile", "value": {"path": "c.txt"}}),
+                inline("c.txt/now-a-folder", b"x"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = hub
+        .commit(
+            "org/d",
+            &[
+                header(),
+                inline("c.txt/z", b"y"),
+                json!({"key": "deletedFolder", "value": {"path": "c.txt"}}),
+            ],
+        )
+        .await;
+    assert_eq!(
+        r.status(),
+        StatusCode::OK,
+        "the folder's deletion comes after the addition, so it takes it too"
+    );
+    let files: Vec<Value> = hub
+        .get("/api/models/org/d/tree/main?recursive=true", Some(R))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(files, Vec::<Value>::new());
     // Branches: created from main, a second time 409, then they diverge.
     let b = hub
         .post_json("/api/models/org/d/branch/dev", Some(W), json!({}))

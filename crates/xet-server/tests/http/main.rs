@@ -11,6 +11,7 @@ mod auth;
 mod grants;
 mod hardening;
 mod hub;
+mod hub_access;
 mod interop;
 mod limits;
 mod load;

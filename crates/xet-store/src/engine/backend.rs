@@ -25,6 +25,7 @@ pub const HUB_PREFIX: &str = "hub/";
 const SHARD_SUFFIX: &str = ".mdb";
 const HUB_REPOS: &str = "hub/repos/";
 const HUB_SHA256: &str = "hub/sha256/";
+const HUB_FILES: &str = "hub/files/";
 
 /// A repository or branch name as it appears in a hub key: the first 16 bytes of its
 /// SHA-256, never the name itself (see `xet_store`'s `RepoStore` implementation).
@@ -44,6 +45,7 @@ pub type HubName = [u8; 16];
 /// hub/repos/<rk>/sha256/<64 hex sha256>
 /// hub/repos/<rk>/branches/<bk>/<version>
 /// hub/sha256/<64 hex sha256>
+/// hub/files/<64-digit Xet hash>/<rk>
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey(String);
@@ -116,6 +118,29 @@ impl ObjectKey {
         ObjectKey(format!("{HUB_SHA256}{}", hex(sha256)))
     }
 
+    /// The mark that repository `repo` references `file` (empty).
+    pub fn hub_file_reference(file: &MerkleHash, repo: &HubName) -> Self {
+        ObjectKey(format!(
+            "{}{}",
+            Self::hub_file_references_prefix(file),
+            hex(repo)
+        ))
+    }
+
+    /// The prefix of every [`hub_file_reference`](Self::hub_file_reference) of `file`.
+    pub fn hub_file_references_prefix(file: &MerkleHash) -> String {
+        format!("{HUB_FILES}{file}/")
+    }
+
+    /// The repository of a [`hub_file_reference`](Self::hub_file_reference) key.
+    pub fn file_reference_repo(&self) -> Option<HubName> {
+        let rest = self.0.strip_prefix(HUB_FILES)?;
+        match rest.split('/').collect::<Vec<_>>()[..] {
+            [_, rk] => unhex(rk),
+            _ => None,
+        }
+    }
+
     /// The branch and version of a [`hub_branch_version`](Self::hub_branch_version) key.
     pub fn branch_version(&self) -> Option<(HubName, u64)> {
         let rest = self.0.strip_prefix(HUB_REPOS)?;
@@ -136,6 +161,7 @@ impl ObjectKey {
         self.0.starts_with(XORB_PREFIX)
             || self.0.starts_with(SHARD_PREFIX)
             || self.0.starts_with(HUB_SHA256)
+            || self.0.starts_with(HUB_FILES)
             || (self.0.starts_with(HUB_REPOS)
                 && ["/commits/", "/trees/", "/facts/", "/sha256/"]
                     .iter()
@@ -206,6 +232,7 @@ fn valid_hub_key(rest: &str) -> bool {
             is_hex(rk, 32) && is_hex(bk, 32) && parse_version(v).is_some()
         }
         ["sha256", h] => is_hex(h, 64),
+        ["files", file, rk] => is_hex(file, 64) && is_hex(rk, 32),
         _ => false,
     }
 }
@@ -489,7 +516,16 @@ mod tests {
             repo_sha.as_str(),
             format!("hub/repos/{rks}/sha256/{}", "ef".repeat(32))
         );
-        for k in [&record, &commit, &tree, &facts, &repo_sha, &version, &sha] {
+        let file_ref = ObjectKey::hub_file_reference(&MerkleHash::default(), &rk);
+        assert_eq!(
+            file_ref.as_str(),
+            format!("hub/files/{}/{rks}", "0".repeat(64))
+        );
+        assert_eq!(file_ref.file_reference_repo(), Some(rk));
+        assert!(file_ref.is_content_addressed());
+        for k in [
+            &record, &commit, &tree, &facts, &repo_sha, &version, &sha, &file_ref,
+        ] {
             assert_eq!(ObjectKey::parse(k.as_str()).as_ref(), Some(k));
         }
         assert!(
@@ -528,6 +564,9 @@ mod tests {
             format!("hub/repos/{rks}/blobs/{}", "cd".repeat(20)),
             format!("hub/repos/{rks}/trees/{}", "cd".repeat(32)),
             format!("hub/repos/{rks}/sha256/{}", "cd".repeat(20)),
+            format!("hub/files/{}", "0".repeat(64)),
+            format!("hub/files/{}/{rks}/x", "0".repeat(64)),
+            format!("hub/files/{}/{rks}", "0".repeat(63)),
             format!("hub/repos/{rks}/branches/{b}"),
             format!("hub/repos/{rks}/branches/{b}/7"),
             format!("hub/repos/{rks}/branches/{b}/99999999999999999999"),

@@ -12,6 +12,7 @@
 //! hub/repos/<rk>/branches/<bk>/<version>     {"name": <branch>, "commit": <40 hex>}
 //! hub/repos/<rk>/heads/<bk>                  the head version as its last mover saw it (a hint)
 //! hub/sha256/<sha256>                        the Xet hash string of a verified file
+//! hub/files/<xet hash>/<rk>                  empty: repository <rk> references that file
 //! ```
 //!
 //! `<rk>` is [`hub_repo_name`] (a hash of `type/namespace/name`), `<bk>` is
@@ -256,6 +257,43 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
         let key = ObjectKey::hub_repo_sha256(&hub_repo_name(repo), sha256);
         let body = Bytes::from(file.to_string());
         self.backend().put_if_absent(&key, body).await.map(drop)
+    }
+
+    async fn record_file_reference(&self, repo: &RepoRef, file: &MerkleHash) -> Result<()> {
+        let key = ObjectKey::hub_file_reference(file, &hub_repo_name(repo));
+        if self.backend().exists(&key).await? {
+            return Ok(());
+        }
+        self.backend()
+            .put_if_absent(&key, Bytes::new())
+            .await
+            .map(drop)
+    }
+
+    async fn references_file(&self, repo: &RepoRef, file: &MerkleHash) -> Result<bool> {
+        let key = ObjectKey::hub_file_reference(file, &hub_repo_name(repo));
+        self.backend().exists(&key).await
+    }
+
+    async fn repos_referencing(&self, file: &MerkleHash) -> Result<Vec<RepoRecord>> {
+        let prefix = ObjectKey::hub_file_references_prefix(file);
+        let mut out = Vec::new();
+        for key in self.backend().list(&prefix).await? {
+            let Some(rk) = key.file_reference_repo() else {
+                continue;
+            };
+            let record_key = ObjectKey::hub_record(&rk);
+            let Some(bytes) = self.backend().get(&record_key).await? else {
+                // A reference written before its repository's record (a crash between
+                // the two, or a repository being created): no repository to answer for.
+                continue;
+            };
+            let record: RepoRecord = serde_json::from_slice(&bytes).map_err(|e| {
+                CasError::storage_with(format!("{record_key} is not a valid record"), e)
+            })?;
+            out.push(record);
+        }
+        Ok(out)
     }
 
     async fn lfs_file(&self, repo: &RepoRef, sha256: &[u8; 32]) -> Result<Option<MerkleHash>> {
