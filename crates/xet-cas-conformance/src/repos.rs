@@ -404,6 +404,47 @@ pub async fn commits(t: &Twins) {
         Ok(None),
         "commits: lfs of another repository"
     );
+    // Which repositories reference a file: recorded through either instance, seen
+    // through both, each repository once; a repository without a record is left out.
+    let file = xet_hash::chunk_hash(b"referenced");
+    t.a.create_repo(&r, &record(&r, "alice", false))
+        .await
+        .expect("commits: record");
+    t.b.create_repo(&other, &record(&other, "bob", true))
+        .await
+        .expect("commits: other record");
+    let ghost = repo(RepoType::Dataset, "org/ghost");
+    for (s, repo) in [(&t.a, &r), (&t.b, &other), (&t.a, &other), (&t.b, &ghost)] {
+        s.record_file_reference(repo, &file)
+            .await
+            .expect("commits: reference");
+    }
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        assert_eq!(
+            text_err(s.references_file(&r, &file).await),
+            Ok(true),
+            "commits: reference through {who}"
+        );
+        let mut holders: Vec<String> = s
+            .repos_referencing(&file)
+            .await
+            .expect("commits: holders")
+            .into_iter()
+            .map(|rec| rec.id)
+            .collect();
+        holders.sort();
+        assert_eq!(
+            holders,
+            ["org/commits", "org/other"],
+            "commits: holders through {who}"
+        );
+    }
+    let unknown = xet_hash::chunk_hash(b"nobody's");
+    assert_eq!(text_err(t.a.references_file(&r, &unknown).await), Ok(false));
+    assert_eq!(
+        text_err(t.b.repos_referencing(&unknown).await).map(|v| v.len()),
+        Ok(0)
+    );
 }
 
 /// Branches: created once, moved only from the current head (compare-and-swap through
