@@ -77,19 +77,33 @@ pub enum CommitBodyError {
 /// Parse a whole commit body (blank lines skipped; exactly one header).
 pub fn parse(body: &[u8]) -> Result<CommitRequest, CommitBodyError> {
     let text = std::str::from_utf8(body).map_err(CommitBodyError::NotUtf8)?;
-    let mut req = CommitRequest::default();
-    let mut header = false;
-    for (i, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let n = i + 1;
+    let mut b = Builder::default();
+    for (i, line) in text.lines().enumerate() {
+        b.line(i + 1, line)?;
+    }
+    b.finish()
+}
+
+/// A commit request built a line at a time, for callers that read the body as it
+/// arrives ([`parse`] is this over a whole body).
+#[derive(Debug, Default)]
+pub struct Builder {
+    req: CommitRequest,
+    header: bool,
+}
+
+impl Builder {
+    /// Take line `n` (from 1; blank lines are skipped).
+    pub fn line(&mut self, n: usize, line: &str) -> Result<(), CommitBodyError> {
+        if line.trim().is_empty() {
+            return Ok(());
+        }
+        let req = &mut self.req;
         let bad = |why: String| CommitBodyError::Line { line: n, why };
         let name = |source| CommitBodyError::Name { line: n, source };
         match serde_json::from_str(line).map_err(|e| bad(e.to_string()))? {
             CommitLine::Header(h) => {
-                if std::mem::replace(&mut header, true) {
+                if std::mem::replace(&mut self.header, true) {
                     return Err(bad("a second header".into()));
                 }
                 req.summary = h.summary;
@@ -144,11 +158,29 @@ pub fn parse(body: &[u8]) -> Result<CommitRequest, CommitBodyError> {
                 req.order.push(LineKind::Deletion);
             }
         }
+        Ok(())
     }
-    if !header {
-        return Err(CommitBodyError::NoHeader);
+
+    /// Note a `file` line the caller read itself (one too long to hold, whose content it
+    /// kept elsewhere): it takes its place in the operations' order, after the inline
+    /// files taken so far.
+    pub fn inline_elsewhere(&mut self) {
+        self.req.order.push(LineKind::Inline);
     }
-    Ok(req)
+
+    /// The inline files taken so far, handed over (the caller keeps them in order with
+    /// the ones it read itself).
+    pub fn take_inline(&mut self) -> Vec<(RepoPath, Bytes)> {
+        std::mem::take(&mut self.req.inline)
+    }
+
+    /// The request, once every line was taken.
+    pub fn finish(self) -> Result<CommitRequest, CommitBodyError> {
+        if !self.header {
+            return Err(CommitBodyError::NoHeader);
+        }
+        Ok(self.req)
+    }
 }
 
 /// A sha256 as 64 hex digits (either case).

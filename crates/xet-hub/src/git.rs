@@ -71,6 +71,26 @@ pub fn unframe<'a>(
     Ok(body)
 }
 
+/// The git blob id of content given in pieces (its length known first, as git's header
+/// needs it).
+pub struct BlobHasher(sha1::Sha1);
+
+impl BlobHasher {
+    pub fn new(size: u64) -> BlobHasher {
+        let mut h = sha1::Sha1::new();
+        h.update(format!("blob {size}\0").as_bytes());
+        BlobHasher(h)
+    }
+
+    pub fn update(&mut self, piece: &[u8]) {
+        self.0.update(piece);
+    }
+
+    pub fn finish(self) -> ObjectId {
+        ObjectId::from_bytes(self.0.finalize().into())
+    }
+}
+
 /// The git blob id (SHA-1 of `blob <len>\0` + content), lowercase hex.
 pub fn git_blob_oid(content: &[u8]) -> String {
     object_id("blob", content).to_string()
@@ -339,6 +359,13 @@ mod tests {
         );
         assert_eq!(
             git_blob_oid(b"hello\n"),
+            "ce013625030ba8dba906f756967f9e9ca394464a"
+        );
+        let mut pieces = BlobHasher::new(6);
+        pieces.update(b"hel");
+        pieces.update(b"lo\n");
+        assert_eq!(
+            pieces.finish().to_string(),
             "ce013625030ba8dba906f756967f9e9ca394464a"
         );
         assert_eq!(

@@ -337,10 +337,11 @@ fn spill_dir_name(pid: u32) -> String {
     format!("xet-grants-{pid}")
 }
 
-/// Remove the spill directories in `spool_dir` of this process id and of processes that
-/// are gone (checked through `/proc` where there is one), and every `xet-commit-*`
-/// directory: older servers kept a Hub commit's inline files there, and a commit killed
-/// mid-way left its directory behind (commits now upload them from memory).
+/// Remove the spill directories in `spool_dir` (grants' `xet-grants-<pid>`, Hub commits'
+/// `xet-commits-<pid>`) of this process id and of processes that are gone (checked
+/// through `/proc` where there is one), and every `xet-commit-*` directory: older servers
+/// kept a Hub commit's inline files there, and a commit killed mid-way left its
+/// directory behind.
 fn clean_spill_dirs(spool_dir: &Path) {
     let Ok(rd) = std::fs::read_dir(spool_dir) else {
         return;
@@ -356,14 +357,22 @@ fn clean_spill_dirs(spool_dir: &Path) {
             }
             continue;
         }
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("xet-grants-"))
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
+        // Grant spill files, and a Hub commit's long inline files (`xet-commits-<pid>`,
+        // which other servers of this process may be using: only a gone process's).
+        let name = name.to_str().unwrap_or("");
+        let (pid, mine_too) = match (
+            name.strip_prefix("xet-grants-"),
+            name.strip_prefix("xet-commits-"),
+        ) {
+            (Some(p), _) => (p.parse::<u32>().ok(), true),
+            (_, Some(p)) => (p.parse::<u32>().ok(), false),
+            _ => (None, false),
+        };
+        let Some(pid) = pid else {
             continue;
         };
-        let stale = pid == me || (proc && !Path::new(&format!("/proc/{pid}")).exists());
+        let gone = proc && !Path::new(&format!("/proc/{pid}")).exists();
+        let stale = (mine_too && pid == me) || gone;
         if stale {
             match std::fs::remove_dir_all(d.path()) {
                 Ok(()) => tracing::info!("removed stale grant spill dir {}", d.path().display()),
@@ -387,11 +396,18 @@ mod tests {
         std::fs::write(commit.join("0"), b"inline file").unwrap();
         let mine = dir.path().join(spill_dir_name(std::process::id()));
         std::fs::create_dir_all(&mine).unwrap();
+        // A commit spool of a process that is gone; this process's own is in use.
+        let my_commits = dir.path().join(format!("xet-commits-{}", u32::MAX - 1));
+        std::fs::create_dir_all(&my_commits).unwrap();
+        let live = dir
+            .path()
+            .join(format!("xet-commits-{}", std::process::id()));
+        std::fs::create_dir_all(&live).unwrap();
         let other = dir.path().join("not-ours");
         std::fs::create_dir_all(&other).unwrap();
         let _spool = Spool::new(1 << 20, dir.path().to_path_buf());
-        assert!(!commit.exists() && !mine.exists());
-        assert!(other.exists());
+        assert!(!commit.exists() && !mine.exists() && !my_commits.exists());
+        assert!(other.exists() && live.exists());
     }
 
     /// A xorb body streamed in many frames is verified on the way in when held in memory,

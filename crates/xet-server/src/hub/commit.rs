@@ -16,13 +16,13 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::Response;
-use bytes::Bytes;
 use xet_hash::MerkleHash;
 use xet_hub::api::{CommitResponse, url};
-use xet_hub::commit_body::{self, CommitRequest};
+use xet_hub::commit_body::CommitRequest;
 use xet_hub::id::hex;
 use xet_hub::{CommitId, CommitMeta, FileEntry, Operation, RepoPath, RepoRef, Revision};
 
+use super::body::{Inline, Received};
 use super::ctx::Ctx;
 use super::reply::{HubReply, HubResult};
 use crate::auth::Caller;
@@ -30,7 +30,6 @@ use crate::config::Access;
 use crate::routes::json;
 use crate::sign::unix_now as now;
 use crate::state::access::can_read_file;
-use crate::state::body::read_body;
 
 pub(super) async fn commit(
     ctx: &Ctx,
@@ -57,16 +56,15 @@ pub(super) async fn commit(
             )));
         }
     };
-    // The permit before the body: commits buffer up to `max_commit_bytes` each, so only
-    // as many as there are permits are read at once (a stalled sender is cut off by
-    // the body timeout), and they take turns with the CAS uploads.
+    // The permit before the body: commits take turns with the CAS uploads, and a
+    // stalled sender is cut off by the body timeout. The body is parsed as it arrives, a
+    // long inline file spooled to disk, so a commit holds a few MiB whatever its size.
     let _permit = ctx.state.upload_permit().await?;
     let max = ctx.state.config.max_commit_bytes;
-    let bytes = read_body(&ctx.headers, body, max, "commit").await?;
-    // UTF-8, JSON and base64 of up to `max_commit_bytes`: CPU work, off the executor.
-    let req = off_executor(move || parse(&bytes)).await?;
+    let spool = commit_spool_dir(ctx);
+    let Received { req, inline } = super::body::receive(&ctx.headers, body, max, spool).await?;
     let lfs = resolve_all_lfs(ctx, repo, &caller, req.lfs).await?;
-    let inline = store_inline(ctx, req.inline).await?;
+    let inline = store_inline(ctx, inline).await?;
     // In the body's order: a deletion before an addition of its path below it (a file
     // becoming a folder) must apply first.
     let ops = CommitRequest::in_order(&req.order, inline, lfs, req.deletions);
@@ -97,6 +95,18 @@ fn answer(ctx: &Ctx, repo: &RepoRef, id: &CommitId) -> Response {
     )
 }
 
+/// Where this process spools a commit's long inline files: `xet-commits-<pid>` in the
+/// spool directory (removed at start-up once its process is gone, see `crate::spool`).
+fn commit_spool_dir(ctx: &Ctx) -> std::path::PathBuf {
+    let base = ctx
+        .state
+        .config
+        .spool_dir
+        .clone()
+        .unwrap_or_else(std::env::temp_dir);
+    base.join(format!("xet-commits-{}", std::process::id()))
+}
+
 /// Run CPU-heavy `f` (parsing, base64, hashing) on a blocking thread.
 async fn off_executor<T: Send + 'static>(
     f: impl FnOnce() -> HubResult<T> + Send + 'static,
@@ -107,12 +117,6 @@ async fn off_executor<T: Send + 'static>(
             format!("a commit worker failed: {e}"),
         )
     })?
-}
-
-/// Parse the NDJSON body whole (step 1, [`xet_hub::commit_body`]); a refusal is a `400`
-/// naming the line and why. CPU work: call through [`off_executor`].
-fn parse(body: &[u8]) -> HubResult<CommitRequest> {
-    commit_body::parse(body).map_err(|e| HubReply::bad_request(xet_cas::error_chain(&e)))
 }
 
 /// The stored file whose content has `sha256`, checked (step 2): a pair verified before,
@@ -213,9 +217,9 @@ async fn resolve_lfs(
     Ok(FileEntry::lfs(file, hex(sha), actual))
 }
 
-/// Store inline contents in the CAS (step 3), through the upload pipeline, from memory;
-/// their git blob ids and sha256 computed off the executor.
-async fn store_inline(ctx: &Ctx, inline: Vec<(RepoPath, Bytes)>) -> HubResult<Vec<Operation>> {
+/// Store inline contents in the CAS (step 3), through the upload pipeline, from memory
+/// or from their spool files; their git blob ids and sha256 computed off the executor.
+async fn store_inline(ctx: &Ctx, inline: Vec<(RepoPath, Inline)>) -> HubResult<Vec<Operation>> {
     if inline.is_empty() {
         return Ok(Vec::new());
     }
@@ -228,9 +232,12 @@ async fn store_inline(ctx: &Ctx, inline: Vec<(RepoPath, Bytes)>) -> HubResult<Ve
     let inputs: Vec<xet_upload::Input> = inline
         .iter()
         .enumerate()
-        .map(|(i, (_, data))| xet_upload::Input::Bytes {
-            name: i.to_string().into(),
-            data: data.clone(),
+        .map(|(i, (_, content))| match content {
+            Inline::Memory(data) => xet_upload::Input::Bytes {
+                name: i.to_string().into(),
+                data: data.clone(),
+            },
+            Inline::Spooled(f) => xet_upload::Input::File(f.path().to_path_buf()),
         })
         .collect();
     let report = xet_upload::upload_inputs(
@@ -254,14 +261,48 @@ async fn store_inline(ctx: &Ctx, inline: Vec<(RepoPath, Bytes)>) -> HubResult<Ve
         )));
     }
     off_executor(move || {
-        Ok(inline
+        inline
             .into_iter()
             .zip(hashes)
-            .map(|((path, content), hash)| Operation::Add {
-                path,
-                entry: FileEntry::regular(hash, &content),
+            .map(|((path, content), hash)| {
+                let entry = match content {
+                    Inline::Memory(data) => FileEntry::regular(hash, &data),
+                    Inline::Spooled(f) => spooled_entry(hash, f.path()).map_err(|e| {
+                        HubReply::new(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            format!("reading back the inline file {path}: {e}"),
+                        )
+                    })?,
+                };
+                Ok(Operation::Add { path, entry })
             })
-            .collect())
+            .collect()
     })
     .await
+}
+
+/// The entry of a regular file stored under `hash` whose content is the file at `p`:
+/// its sha256 and git blob id, read in pieces.
+fn spooled_entry(hash: MerkleHash, p: &std::path::Path) -> std::io::Result<FileEntry> {
+    use sha2::Digest as _;
+    let mut f = std::fs::File::open(p)?;
+    let size = f.metadata()?.len();
+    let mut sha256 = sha2::Sha256::new();
+    let mut blob = xet_hub::git::BlobHasher::new(size);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = std::io::Read::read(&mut f, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        sha256.update(&buf[..n]);
+        blob.update(&buf[..n]);
+    }
+    Ok(FileEntry {
+        xet_hash: hash,
+        sha256: hex(&sha256.finalize()),
+        size,
+        storage: xet_hub::Storage::Regular,
+        git_oid: blob.finish(),
+    })
 }

@@ -44,6 +44,7 @@
 //! files of shards uploaded with them become the repository's, for the commit that
 //! names them. Hub tokens are never logged and never reach the CAS.
 
+mod body;
 mod commit;
 mod ctx;
 mod files;

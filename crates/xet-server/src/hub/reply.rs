@@ -11,9 +11,9 @@ use crate::error::ApiError;
 /// An error answer of the Hub API.
 #[derive(Debug)]
 pub(crate) struct HubReply {
-    status: StatusCode,
+    pub(super) status: StatusCode,
     code: Option<&'static str>,
-    message: String,
+    pub(super) message: String,
     commit: Option<CommitId>,
     headers: Vec<(HeaderName, HeaderValue)>,
 }

@@ -321,6 +321,42 @@ async fn regular_files_by_path_with_ranges() {
     assert_eq!(claims.len(), 1);
 }
 
+/// An inline file too long to hold as one line (over 1 MiB of base64) is spooled to
+/// disk as the body arrives and committed like any other: its bytes, sha256 and git blob
+/// id are the content's.
+#[tokio::test]
+async fn a_long_inline_file_is_committed_from_the_spool() {
+    let hub = Hub::start().await;
+    hub.create("long").await;
+    let content: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+    let r = hub
+        .commit(
+            "org/long",
+            &[
+                header(),
+                inline("a/long.bin", &content),
+                inline("b.txt", b"b"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    let got = hub.get("/org/long/resolve/main/a/long.bin", Some(R)).await;
+    assert_eq!(got.status(), StatusCode::OK);
+    assert!(got.bytes().await.unwrap() == content);
+    let info: Value = hub
+        .post_json(
+            "/api/models/org/long/paths-info/main",
+            Some(R),
+            json!({"paths": ["a/long.bin"]}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(info[0]["oid"], xet_hub::commit::git_blob_oid(&content));
+    assert_eq!(info[0]["size"], content.len());
+}
+
 #[tokio::test]
 async fn xet_files_are_committed_by_checked_sha256_only() {
     let hub = Hub::start().await;
