@@ -804,6 +804,34 @@ fn the_hub_commit_does_its_cpu_work_off_the_executor() {
     }
 }
 
+/// Type names the review of main fc285a3 found on two different types (a store under
+/// test and an error's subject; a running server and the CLI's serve sources): each is
+/// defined at most once in the workspace now.
+#[test]
+fn names_found_on_two_types_are_on_one() {
+    let mut files = Vec::new();
+    for dir in ["crates", "src", "tests", "xtask"] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    let this = root().join(file!());
+    for name in ["Subject", "Served"] {
+        let defined: Vec<String> = files
+            .iter()
+            .filter(|f| **f != this)
+            .filter(|f| {
+                let text = std::fs::read_to_string(f).unwrap();
+                ["struct", "enum", "type", "trait"].iter().any(|k| {
+                    text.contains(&format!("{k} {name} "))
+                        || text.contains(&format!("{k} {name}("))
+                        || text.contains(&format!("{k} {name}<"))
+                })
+            })
+            .map(|f| f.display().to_string())
+            .collect();
+        assert!(defined.len() <= 1, "{name} is defined in {defined:?}");
+    }
+}
+
 /// The "one of each" sentences of docs/ARCHITECTURE.md that code can check: each of these
 /// is defined in exactly one file of the workspace (crates, the binary, tests), the one
 /// named. A second copy is what the review of main fc285a3 kept finding.

@@ -224,7 +224,7 @@ pub enum StoredXorbError {
 
 /// What a [`Problem`] is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Subject {
+pub enum BundlePart {
     /// A xorb or shard of the bundle.
     Object { kind: Kind, hash: MerkleHash },
     /// A file of the manifest.
@@ -235,13 +235,15 @@ pub enum Subject {
     Unlisted { key: [u8; 32] },
 }
 
-impl std::fmt::Display for Subject {
+impl std::fmt::Display for BundlePart {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Subject::Object { kind, hash } => write!(f, "{kind} {hash} (key {})", hash.raw_hex()),
-            Subject::File { hash } => write!(f, "file {hash}"),
-            Subject::Container => f.write_str("SWH read shard"),
-            Subject::Unlisted { key } => write!(f, "key {}", xet_hash::hex::encode(key)),
+            BundlePart::Object { kind, hash } => {
+                write!(f, "{kind} {hash} (key {})", hash.raw_hex())
+            }
+            BundlePart::File { hash } => write!(f, "file {hash}"),
+            BundlePart::Container => f.write_str("SWH read shard"),
+            BundlePart::Unlisted { key } => write!(f, "key {}", xet_hash::hex::encode(key)),
         }
     }
 }
@@ -251,7 +253,7 @@ impl std::fmt::Display for Subject {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{subject}")]
 pub struct Problem {
-    pub subject: Subject,
+    pub subject: BundlePart,
     #[source]
     pub reason: Reason,
 }

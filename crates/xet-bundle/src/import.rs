@@ -8,7 +8,7 @@ use xet_cas::{Cas, CasError, XorbBody};
 use xet_hash::MerkleHash;
 use xet_shard::ParsedShard;
 
-use crate::{Bundle, BundleError, Kind, Problem, Progress, Reason, Subject};
+use crate::{Bundle, BundleError, BundlePart, Kind, Problem, Progress, Reason};
 
 /// How [`import`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,7 +126,7 @@ impl Run {
             count(&mut report, Kind::Shard, hash, outcome);
         }
         report.rejected.sort_by_key(|p| match p.subject {
-            Subject::Object { kind, hash } => (kind == Kind::Shard, hash.to_string()),
+            BundlePart::Object { kind, hash } => (kind == Kind::Shard, hash.to_string()),
             _ => (true, String::new()),
         });
         Ok((report, claims))
@@ -206,7 +206,7 @@ fn count(report: &mut ImportReport, kind: Kind, hash: MerkleHash, outcome: Outco
         Outcome::Rejected(reason) => {
             counts.rejected += 1;
             report.rejected.push(Problem {
-                subject: Subject::Object { kind, hash },
+                subject: BundlePart::Object { kind, hash },
                 reason,
             });
         }

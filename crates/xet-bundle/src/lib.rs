@@ -68,7 +68,7 @@ mod verify;
 pub use backend::BundleBackend;
 pub use bundle::{Bundle, OpenLimits, is_bundle};
 pub use create::{CreateReport, Selection, Wanted, create};
-pub use error::{BundleError, Kind, ManifestError, Problem, Reason, StoredXorbError, Subject};
+pub use error::{BundleError, BundlePart, Kind, ManifestError, Problem, Reason, StoredXorbError};
 pub use import::{ImportOptions, ImportReport, KindCounts, import};
 pub use manifest::{EMPTY_SHA256, FORMAT, FileEntry, MANIFEST_KEY, Manifest, VERSION};
 pub use progress::{NoProgress, Progress};

@@ -10,7 +10,9 @@ use xet_store::{ObjectBackend, ObjectKey, StoreCas, check_range};
 use xet_swh::{ReadLimits, ShardReader};
 
 use crate::import::{Claim, Run, XorbForm, blocking};
-use crate::{Bundle, BundleError, EMPTY_SHA256, MANIFEST_KEY, Problem, Progress, Reason, Subject};
+use crate::{
+    Bundle, BundleError, BundlePart, EMPTY_SHA256, MANIFEST_KEY, Problem, Progress, Reason,
+};
 
 /// What [`verify`] found. The bundle is sound when `problems` is empty.
 #[derive(Debug, Clone)]
@@ -85,7 +87,7 @@ pub async fn verify(
 /// The SWH shard's own check, and objects the manifest does not list.
 fn check_container(bundle: &Bundle) -> (Option<xet_swh::VerifyReport>, Vec<Problem>) {
     let problem = |e| Problem {
-        subject: Subject::Container,
+        subject: BundlePart::Container,
         reason: Reason::Container(e),
     };
     // Opened once already (within the caller's limits): this only re-reads the header.
@@ -106,7 +108,7 @@ fn check_container(bundle: &Bundle) -> (Option<xet_swh::VerifyReport>, Vec<Probl
         match item {
             Ok((key, _)) if *key == MANIFEST_KEY || listed.contains(key) => {}
             Ok((key, _)) => problems.push(Problem {
-                subject: Subject::Unlisted { key: *key },
+                subject: BundlePart::Unlisted { key: *key },
                 reason: Reason::Unlisted,
             }),
             // `verify` reported the damaged entry already.
@@ -130,7 +132,7 @@ async fn check_files<B: ObjectBackend>(
     for f in &bundle.manifest().files {
         let mut bad = |reason: Reason| {
             problems.push(Problem {
-                subject: Subject::File { hash: f.hash },
+                subject: BundlePart::File { hash: f.hash },
                 reason,
             })
         };

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use xet_bundle::{
-    Bundle, BundleBackend, BundleError, ImportOptions, Kind, NoProgress, OpenLimits, Reason,
-    Selection, StoredXorbError, Subject, Wanted,
+    Bundle, BundleBackend, BundleError, BundlePart, ImportOptions, Kind, NoProgress, OpenLimits,
+    Reason, Selection, StoredXorbError, Wanted,
 };
 use xet_cas::{Cas, CasError, XorbBody};
 use xet_hash::MerkleHash;
@@ -301,11 +301,11 @@ async fn a_corrupted_xorb_is_named_and_everything_else_imported() {
     assert_eq!(
         subjects,
         [
-            Subject::Object {
+            BundlePart::Object {
                 kind: Kind::Xorb,
                 hash: bad
             },
-            Subject::Object {
+            BundlePart::Object {
                 kind: Kind::Shard,
                 hash: good.manifest().shards[1]
             },
@@ -348,7 +348,7 @@ async fn a_corrupted_xorb_is_named_and_everything_else_imported() {
     let v = verify(open(&damaged).unwrap()).await;
     assert!(
         v.problems.iter().any(|p| p.subject
-            == Subject::Object {
+            == BundlePart::Object {
                 kind: Kind::Xorb,
                 hash: bad
             }),
@@ -358,7 +358,7 @@ async fn a_corrupted_xorb_is_named_and_everything_else_imported() {
     assert!(
         v.problems
             .iter()
-            .any(|p| matches!(p.subject, Subject::File { .. }))
+            .any(|p| matches!(p.subject, BundlePart::File { .. }))
     );
 }
 

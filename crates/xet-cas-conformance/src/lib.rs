@@ -38,28 +38,28 @@ use xet_store::format::{ShardChunk, ShardContent, ShardFile, ShardTerm, ShardXor
 
 /// A store under test, plus whatever must outlive it (a temporary directory, a server).
 /// Dropped in order: the store first, then the guard.
-pub struct Subject {
+pub struct UnderTest {
     cas: Box<dyn Cas>,
     _guard: Box<dyn Any + Send + Sync>,
 }
 
-impl Subject {
+impl UnderTest {
     pub fn new(cas: impl Cas + 'static) -> Self {
-        Subject {
+        UnderTest {
             cas: Box::new(cas),
             _guard: Box::new(()),
         }
     }
 
     pub fn with_guard(cas: impl Cas + 'static, guard: impl Any + Send + Sync) -> Self {
-        Subject {
+        UnderTest {
             cas: Box::new(cas),
             _guard: Box::new(guard),
         }
     }
 }
 
-impl Deref for Subject {
+impl Deref for UnderTest {
     type Target = dyn Cas;
     fn deref(&self) -> &(dyn Cas + 'static) {
         &*self.cas
@@ -67,13 +67,13 @@ impl Deref for Subject {
 }
 
 /// One `#[tokio::test]` per conformance case. `$make` is a function or closure with no
-/// arguments returning a future of a [`Subject`] holding a fresh, empty store. The
+/// arguments returning a future of a [`UnderTest`] holding a fresh, empty store. The
 /// calling crate needs `tokio` (macros, multi-thread runtime) as a dev-dependency.
 ///
 /// ```ignore
 /// mod conformance {
-///     async fn make() -> xet_cas_conformance::Subject {
-///         xet_cas_conformance::Subject::new(xet_store::MemoryStore::in_memory().await.unwrap())
+///     async fn make() -> xet_cas_conformance::UnderTest {
+///         xet_cas_conformance::UnderTest::new(xet_store::MemoryStore::in_memory().await.unwrap())
 ///     }
 ///     xet_cas_conformance::cas_conformance_tests!(make);
 /// }
@@ -101,7 +101,7 @@ macro_rules! cas_conformance_tests {
 pub async fn run_all<F, Fut>(make: F)
 where
     F: Fn() -> Fut,
-    Fut: Future<Output = Subject>,
+    Fut: Future<Output = UnderTest>,
 {
     empty_store(&*make().await).await;
     xorb_rejections(&*make().await).await;

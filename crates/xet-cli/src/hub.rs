@@ -437,7 +437,7 @@ mod tests {
 
     #[test]
     fn hub_errors_map_to_the_exit_code_table() {
-        let subject = xet_hub_client::Subject::repo(&xet_hub::RepoRef::new(
+        let subject = xet_hub_client::RepoTarget::repo(&xet_hub::RepoRef::new(
             RepoType::Model,
             xet_hub::RepoId::parse("o/m").unwrap(),
         ));

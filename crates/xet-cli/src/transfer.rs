@@ -557,18 +557,18 @@ pub struct ServeArgs {
 /// What `xet serve` serves from: the CAS, the repositories of its Hub API (the same
 /// store), and the key of the CAS tokens the Hub API mints (derived from the store's
 /// secret, so every server on one store accepts the others' tokens).
-struct Served {
+struct ServeSources {
     cas: Arc<dyn xet_cas::Cas>,
     repos: Arc<dyn xet_hub::RepoStore>,
     token_key: [u8; 32],
 }
 
-impl Served {
+impl ServeSources {
     fn new<B: xet_store::ObjectBackend>(
         store: xet_store::StoreCas<B>,
-    ) -> (Served, Arc<xet_store::StoreCas<B>>) {
+    ) -> (ServeSources, Arc<xet_store::StoreCas<B>>) {
         let store = Arc::new(store);
-        let served = Served {
+        let served = ServeSources {
             cas: store.clone(),
             repos: store.clone(),
             token_key: store.derive_key("xet serve: hub CAS token key v1"),
@@ -578,7 +578,7 @@ impl Served {
 }
 
 /// The store of `xet serve --store s3://BUCKET[/PREFIX]`.
-async fn open_s3_store(url: &str, a: &ServeArgs) -> CliResult<Served> {
+async fn open_s3_store(url: &str, a: &ServeArgs) -> CliResult<ServeSources> {
     let mut config = xet_store_s3::S3Config::from_url(url)
         .map_err(|e| Failure::new(Code::Usage, anyhow!("--store: {e}")))?;
     if let Some(e) = &a.s3_endpoint {
@@ -596,7 +596,7 @@ async fn open_s3_store(url: &str, a: &ServeArgs) -> CliResult<Served> {
             anyhow::Error::new(e).context(format!("cannot open the store at {url}")),
         )
     })?;
-    let (served, store) = Served::new(store);
+    let (served, store) = ServeSources::new(store);
     refresh_every(&store, a.refresh_secs);
     Ok(served)
 }
@@ -609,9 +609,9 @@ fn refresh_every<B: xet_store::ObjectBackend>(store: &Arc<xet_store::StoreCas<B>
     }
 }
 
-async fn open_dir_store(dir: &Path, refresh_secs: u64) -> CliResult<Served> {
+async fn open_dir_store(dir: &Path, refresh_secs: u64) -> CliResult<ServeSources> {
     let store = crate::remote::open_dir(dir).await?;
-    let (served, store) = Served::new(store);
+    let (served, store) = ServeSources::new(store);
     refresh_every(&store, refresh_secs);
     Ok(served)
 }
@@ -634,11 +634,11 @@ pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
     let bundle = a.store.as_deref().filter(|p| xet_bundle::is_bundle(p));
     // Grant uploads not yet committed spill to disk past their memory budget: for a
     // directory store, into its visible `grants/` directory (cleaned at start-up).
-    let (store, serving, spool_dir): (Served, String, Option<PathBuf>) =
+    let (store, serving, spool_dir): (ServeSources, String, Option<PathBuf>) =
         match (bundle, s3_url.filter(|u| xet_store_s3::is_s3_url(u))) {
             (Some(file), _) => {
                 // Immutable: nothing to refresh, nowhere to spool.
-                let (served, _) = Served::new(remote::open_bundle(file).await?);
+                let (served, _) = ServeSources::new(remote::open_bundle(file).await?);
                 (
                     served,
                     format!("bundle {} (read-only)", file.display()),

@@ -20,7 +20,7 @@ use xet_hub::api::{self, error_code, header, url};
 use xet_hub::{CommitId, RepoPath, RepoRef, RepoType};
 
 use crate::env::HubToken;
-use crate::error::{HubError, Result, Subject};
+use crate::error::{HubError, RepoTarget, Result};
 
 /// Most bytes of one JSON answer (a tree page of a very large repository stays far below).
 const MAX_JSON_BYTES: usize = 256 << 20;
@@ -147,7 +147,13 @@ impl HubClient {
     }
 
     /// One request to `u`: `action` on `subject` is what its messages say.
-    fn call(&self, method: Method, u: String, action: &'static str, subject: Subject) -> Call<'_> {
+    fn call(
+        &self,
+        method: Method,
+        u: String,
+        action: &'static str,
+        subject: RepoTarget,
+    ) -> Call<'_> {
         Call {
             hub: self,
             client: &self.http,
@@ -161,7 +167,7 @@ impl HubClient {
     /// `GET /api/{type}s/{repo}/revision/{rev}`: the commit `rev` names, and the info.
     pub async fn repo_info(&self, repo: &RepoRef, rev: &str) -> Result<(CommitId, api::RepoInfo)> {
         let u = url::api_repo_rev(&self.endpoint, repo, "revision", rev);
-        let call = self.call(Method::GET, u, "reading", Subject::repo(repo).at(rev));
+        let call = self.call(Method::GET, u, "reading", RepoTarget::repo(repo).at(rev));
         let info: api::RepoInfo = call.json(|rb| rb).await?;
         let commit = CommitId::parse(&info.sha)
             .ok_or_else(|| call.bad(format!("sha {:?} is not a commit id", info.sha)))?;
@@ -176,7 +182,7 @@ impl HubClient {
         path: Option<&RepoPath>,
         recursive: bool,
     ) -> Result<Vec<api::TreeEntry>> {
-        let mut subject = Subject::repo(repo).at(rev);
+        let mut subject = RepoTarget::repo(repo).at(rev);
         let mut u = url::api_repo_rev(&self.endpoint, repo, "tree", rev);
         if let Some(p) = path {
             subject = subject.path(p.as_str());
@@ -208,7 +214,7 @@ impl HubClient {
         rev: &str,
         paths: &[RepoPath],
     ) -> Result<Vec<api::TreeEntry>> {
-        let mut subject = Subject::repo(repo).at(rev);
+        let mut subject = RepoTarget::repo(repo).at(rev);
         if let [one] = paths {
             subject = subject.path(one.as_str());
         }
@@ -233,7 +239,7 @@ impl HubClient {
             sdk: (repo.kind == RepoType::Space).then(|| "gradio".to_string()),
             ..Default::default()
         };
-        let call = self.call(Method::POST, u, "creating", Subject::repo(repo));
+        let call = self.call(Method::POST, u, "creating", RepoTarget::repo(repo));
         let r = call.send(|rb| rb.json(&body)).await?;
         match r.status() {
             s if s.is_success() => Ok(true),
@@ -246,7 +252,7 @@ impl HubClient {
     /// is fine.
     pub async fn create_branch(&self, repo: &RepoRef, branch: &str) -> Result<()> {
         let u = url::api_repo_rev(&self.endpoint, repo, "branch", branch);
-        let subject = Subject::repo(repo).at(branch);
+        let subject = RepoTarget::repo(repo).at(branch);
         let call = self.call(Method::POST, u, "creating a branch in", subject);
         let body = api::CreateBranchRequest::default();
         let r = call.send(|rb| rb.json(&body)).await?;
@@ -265,7 +271,7 @@ impl HubClient {
         files: &[api::PreuploadFile],
     ) -> Result<Vec<api::PreuploadAnswer>> {
         let u = url::api_repo_rev(&self.endpoint, repo, "preupload", rev);
-        let subject = Subject::repo(repo).at(rev);
+        let subject = RepoTarget::repo(repo).at(rev);
         let call = self.call(Method::POST, u, "preparing the upload to", subject);
         let mut out = Vec::with_capacity(files.len());
         for batch in files.chunks(PREUPLOAD_BATCH) {
@@ -301,7 +307,7 @@ impl HubClient {
             Method::POST,
             u,
             "committing to",
-            Subject::repo(repo).at(rev),
+            RepoTarget::repo(repo).at(rev),
         );
         let mut body = Vec::new();
         for l in lines {
@@ -337,7 +343,7 @@ impl HubClient {
     /// before they expire). The Hub token goes to `token_url` only.
     pub fn xet_cas(
         &self,
-        subject: &Subject,
+        subject: &RepoTarget,
         token_url: &str,
         idle_timeout: Option<Duration>,
     ) -> Result<xet_client::HttpCas> {
@@ -368,7 +374,7 @@ impl HubClient {
             method,
             u,
             action,
-            Subject::repo(repo).at(rev).path(path.as_str()),
+            RepoTarget::repo(repo).at(rev).path(path.as_str()),
         )
     }
 
@@ -430,7 +436,7 @@ struct Call<'h> {
     method: Method,
     url: String,
     action: &'static str,
-    subject: Subject,
+    subject: RepoTarget,
 }
 
 impl Call<'_> {

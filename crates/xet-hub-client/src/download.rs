@@ -29,7 +29,7 @@ use xet_hub::{CommitId, RepoPath, RepoRef};
 use crate::address::HfAddress;
 use crate::cache::RepoCache;
 use crate::client::{HubClient, TokenKind};
-use crate::error::{HubError, Result, Subject};
+use crate::error::{HubError, RepoTarget, Result};
 use crate::tree::{Content, EntryError, RemoteFile};
 use crate::verify::{self, Expect, Mismatch};
 use xet_download::dest::Target;
@@ -148,7 +148,7 @@ pub async fn download(
             "resolve"
         };
     }
-    let subject = Subject::repo(&repo).at(&commit.to_string());
+    let subject = RepoTarget::repo(&repo).at(&commit.to_string());
     let fetched = Arc::new(AtomicU64::new(0));
     let (xet_stats, ()) = tokio::try_join!(
         fetch_xet(client, &subject, xet_jobs, &opts, progress.clone()),
@@ -191,7 +191,7 @@ async fn list(
     commit: &CommitId,
 ) -> Result<(Vec<RemoteFile>, bool)> {
     let rev = commit.to_string();
-    let subject = Subject::repo(&addr.repo).at(&rev);
+    let subject = RepoTarget::repo(&addr.repo).at(&rev);
     let entries = match &addr.path {
         None => client.list_tree(&addr.repo, &rev, None, true).await?,
         Some(p) => {
@@ -245,7 +245,8 @@ fn select(
         .cloned()
         .collect();
     if files.is_empty() {
-        let mut subject = Subject::repo(&spec.address.repo).at(spec.address.revision_or_default());
+        let mut subject =
+            RepoTarget::repo(&spec.address.repo).at(spec.address.revision_or_default());
         if let Some(p) = &spec.address.path {
             subject = subject.path(p.as_str());
         }
@@ -399,7 +400,7 @@ fn stable_tmp(path: &Path) -> PathBuf {
 /// places it. Returns (bytes fetched, bytes from the chunk cache).
 async fn fetch_xet(
     client: &HubClient,
-    subject: &Subject,
+    subject: &RepoTarget,
     jobs: Vec<Job>,
     opts: &Options,
     progress: ProgressFn,
@@ -472,7 +473,7 @@ fn path_of(files: &[RemoteFile], hash: xet_hash::MerkleHash) -> Option<&str> {
 /// many at once (1,000 small files over 80 ms took 10.2 s with the fsyncs on the
 /// executor, their waits one after the other on its threads).
 async fn settle_off_executor(
-    subject: Subject,
+    subject: RepoTarget,
     file: RemoteFile,
     paths: Option<(PathBuf, PathBuf)>,
     checked: std::result::Result<(), Mismatch>,
@@ -487,7 +488,7 @@ async fn settle_off_executor(
 
 /// After a file was written and checked: rename it into place, or remove it and say why.
 fn settle(
-    subject: &Subject,
+    subject: &RepoTarget,
     file: &RemoteFile,
     paths: Option<&(PathBuf, PathBuf)>,
     checked: std::result::Result<(), Mismatch>,
@@ -542,7 +543,7 @@ async fn fetch_resolved(
 ) -> Result<()> {
     let cancel = opts.pipeline.cancel.clone().unwrap_or_default();
     let rev = commit.to_string();
-    let subject = Subject::repo(repo).at(&rev);
+    let subject = RepoTarget::repo(repo).at(&rev);
     let all = futures_util::stream::iter(jobs.into_iter().map(Ok)).try_for_each_concurrent(
         opts.concurrency.max(1),
         |job| {

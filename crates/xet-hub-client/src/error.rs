@@ -12,7 +12,7 @@ use crate::env::TokenOrigin;
 /// What an operation was about: the repository and, where known, revision and path.
 /// Boxed, so that every `Result` of the crate stays small.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subject(Box<Parts>);
+pub struct RepoTarget(Box<Parts>);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Parts {
@@ -21,21 +21,21 @@ struct Parts {
     path: Option<String>,
 }
 
-impl Subject {
-    pub fn repo(repo: &RepoRef) -> Subject {
-        Subject(Box::new(Parts {
+impl RepoTarget {
+    pub fn repo(repo: &RepoRef) -> RepoTarget {
+        RepoTarget(Box::new(Parts {
             repo: repo.clone(),
             revision: None,
             path: None,
         }))
     }
 
-    pub fn at(mut self, revision: &str) -> Subject {
+    pub fn at(mut self, revision: &str) -> RepoTarget {
         self.0.revision = Some(revision.to_string());
         self
     }
 
-    pub fn path(mut self, path: &str) -> Subject {
+    pub fn path(mut self, path: &str) -> RepoTarget {
         self.0.path = Some(path.to_string());
         self
     }
@@ -57,7 +57,7 @@ impl Subject {
     }
 }
 
-impl fmt::Display for Subject {
+impl fmt::Display for RepoTarget {
     /// `model org/name (revision main, path a/b.bin)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.0.repo.kind, self.0.repo.id)?;
@@ -99,7 +99,7 @@ pub enum HubError {
         private_hint(*authenticated)
     )]
     RepoNotFound {
-        subject: Subject,
+        subject: RepoTarget,
         endpoint: String,
         authenticated: bool,
     },
@@ -107,19 +107,22 @@ pub enum HubError {
         "revision {} not found in {subject}: check the branch, tag or commit name",
         subject.revision_or_default()
     )]
-    RevisionNotFound { subject: Subject },
+    RevisionNotFound { subject: RepoTarget },
     #[error("{subject}: no such file or folder in the repository (`xet ls` lists what is there)")]
-    EntryNotFound { subject: Subject },
+    EntryNotFound { subject: RepoTarget },
     #[error(
         "{subject} is gated: accept its access conditions on its Hub page, with the account your token belongs to ({message})"
     )]
-    Gated { subject: Subject, message: String },
+    Gated {
+        subject: RepoTarget,
+        message: String,
+    },
     #[error(
         "{action} {subject} needs a Hub token: set HF_TOKEN or log in with `hf auth login` ({message})"
     )]
     NoToken {
         action: &'static str,
-        subject: Subject,
+        subject: RepoTarget,
         message: String,
     },
     #[error(
@@ -127,7 +130,7 @@ pub enum HubError {
     )]
     BadToken {
         action: &'static str,
-        subject: Subject,
+        subject: RepoTarget,
         origin: TokenOrigin,
         message: String,
     },
@@ -136,14 +139,14 @@ pub enum HubError {
     )]
     Forbidden {
         action: &'static str,
-        subject: Subject,
+        subject: RepoTarget,
         origin: TokenOrigin,
         message: String,
     },
     #[error("{action} {subject}: the Hub answered {status} to {url}: {message}")]
     Status {
         action: &'static str,
-        subject: Subject,
+        subject: RepoTarget,
         url: String,
         status: u16,
         message: String,
@@ -151,7 +154,7 @@ pub enum HubError {
     #[error("{action} {subject}: cannot reach {url}")]
     Network {
         action: &'static str,
-        subject: Subject,
+        subject: RepoTarget,
         url: String,
         #[source]
         source: reqwest::Error,
@@ -159,22 +162,22 @@ pub enum HubError {
     #[error("{action} {subject}: the answer of {url} is not valid: {why}")]
     BadAnswer {
         action: &'static str,
-        subject: Subject,
+        subject: RepoTarget,
         url: String,
         why: String,
     },
     /// A listing names a path git refuses: nothing is written, whoever the server is.
     #[error("{subject}: {url} lists a file this machine will not write, so nothing was downloaded")]
     UnsafePath {
-        subject: Subject,
+        subject: RepoTarget,
         url: String,
         #[source]
         source: xet_hub::NameError,
     },
     #[error("{subject}: the transfer broke off: {why}; run the command again")]
-    Transfer { subject: Subject, why: String },
+    Transfer { subject: RepoTarget, why: String },
     #[error("{subject} failed verification: {why}; nothing was kept")]
-    Verify { subject: Subject, why: String },
+    Verify { subject: RepoTarget, why: String },
     #[error("{what} {}", path.display())]
     Local {
         what: &'static str,
@@ -186,19 +189,19 @@ pub enum HubError {
     Usage(String),
     #[error("cannot set up the connection to the CAS of {subject}")]
     CasConfig {
-        subject: Subject,
+        subject: RepoTarget,
         #[source]
         source: xet_client::ConfigError,
     },
     #[error("downloading from {subject} failed")]
     Download {
-        subject: Subject,
+        subject: RepoTarget,
         #[source]
         source: xet_download::DownloadError,
     },
     #[error("uploading to {subject} failed")]
     Upload {
-        subject: Subject,
+        subject: RepoTarget,
         #[source]
         source: xet_upload::UploadError,
     },
@@ -291,8 +294,8 @@ mod tests {
     use super::*;
     use xet_hub::{RepoId, RepoType};
 
-    fn subject() -> Subject {
-        Subject::repo(&RepoRef::new(
+    fn subject() -> RepoTarget {
+        RepoTarget::repo(&RepoRef::new(
             RepoType::Dataset,
             RepoId::parse("org/d").unwrap(),
         ))

@@ -25,5 +25,5 @@ pub mod verify;
 pub use address::{DEFAULT_REVISION, HfAddress};
 pub use client::{HubClient, TokenKind};
 pub use env::{HubEnv, HubToken, TokenOrigin};
-pub use error::{ErrorKind, HubError, Result, Subject};
+pub use error::{ErrorKind, HubError, RepoTarget, Result};
 pub use tree::{Content, EntryError, RemoteFile};

@@ -29,7 +29,7 @@ use xet_hub::{CommitId, RepoPath};
 use crate::address::{DEFAULT_REVISION, HfAddress};
 use crate::client::{HubClient, TokenKind};
 use crate::download::{Progress, ProgressFn};
-use crate::error::{ErrorKind, HubError, Result, Subject};
+use crate::error::{ErrorKind, HubError, RepoTarget, Result};
 
 /// Most files in one commit.
 pub const MAX_FILES_PER_COMMIT: usize = 1000;
@@ -163,7 +163,7 @@ pub async fn upload(
     let started = Instant::now();
     let repo = spec.address.repo.clone();
     let rev = spec.address.revision_or_default().to_string();
-    let subject = Subject::repo(&repo).at(&rev);
+    let subject = RepoTarget::repo(&repo).at(&rev);
     let files = collect(&spec.sources, spec.address.path.as_ref())?;
     progress(Progress::Total(files.iter().map(|f| f.size).sum()));
     let (created_repo, parent) = ensure_target(client, &subject, spec.private).await?;
@@ -300,7 +300,7 @@ fn is_left_out(rel: &str) -> bool {
 /// the revision (`None` for an empty repository).
 async fn ensure_target(
     client: &HubClient,
-    subject: &Subject,
+    subject: &RepoTarget,
     private: bool,
 ) -> Result<(bool, Option<CommitId>)> {
     let repo = subject.repo_ref();
@@ -330,7 +330,7 @@ async fn ensure_target(
 /// The first bytes of each file, base64, and the answers.
 async fn preupload(
     client: &HubClient,
-    subject: &Subject,
+    subject: &RepoTarget,
     files: &[LocalFile],
 ) -> Result<Vec<api::PreuploadAnswer>> {
     let locals: Vec<(PathBuf, String, u64)> = files
@@ -381,7 +381,7 @@ impl xet_upload::Progress for PipelineProgress {
 /// The `lfs` files through the upload pipeline, on a CAS reached with the write token.
 async fn upload_lfs(
     client: &HubClient,
-    subject: &Subject,
+    subject: &RepoTarget,
     files: &[LocalFile],
     lfs: &[usize],
     opts: &Options,
@@ -482,7 +482,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// Commit the changed files in as few commits as the limits allow.
 async fn commit_all(
     client: &HubClient,
-    subject: &Subject,
+    subject: &RepoTarget,
     spec: &UploadSpec,
     files: &[LocalFile],
     changed: &[(usize, bool, String)],

@@ -64,7 +64,9 @@ pub fn upload_mode(path: &str, size: u64, sample: &[u8]) -> UploadMode {
         || name.contains("tfevents")
         || path.starts_with("saved_model/")
         || path.contains("/saved_model/");
-    if size > REGULAR_MAX_SIZE || sample.contains(&0) || by_name {
+    // Only the sample's first 512 bytes count, whatever a client sends.
+    let binary = sample.iter().take(512).any(|&b| b == 0);
+    if size > REGULAR_MAX_SIZE || binary || by_name {
         UploadMode::Lfs
     } else {
         UploadMode::Regular
@@ -95,5 +97,8 @@ mod tests {
         );
         assert_eq!(upload_mode("empty.bin", 0, b""), UploadMode::Regular);
         assert_eq!(upload_mode("x.tar.gz", 5, b"a"), UploadMode::Lfs);
+        let mut long = vec![b'a'; 600];
+        long[550] = 0;
+        assert_eq!(upload_mode("t.txt", 600, &long), UploadMode::Regular);
     }
 }

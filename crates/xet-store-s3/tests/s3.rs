@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use xet_cas::Cas;
-use xet_cas_conformance::{self as conformance, Subject};
+use xet_cas_conformance::{self as conformance, UnderTest};
 use xet_store::{DedupKeys, ObjectBackend, ObjectKey, StoreConfig};
 use xet_store_s3::{ConditionalPut, S3Backend, S3Config, S3Credentials, open_store};
 use xet_testdata::{S3Server, shared_s3};
@@ -128,12 +128,12 @@ mod backend_conformance_unconditional {
 // ---------------------------------------------------------------------------------------
 // The Cas conformance suite on StoreCas<S3Backend>, a fresh bucket per case.
 
-async fn subject(s3: &S3Server, prefix: &str, store: StoreConfig) -> Subject {
+async fn subject(s3: &S3Server, prefix: &str, store: StoreConfig) -> UnderTest {
     let cfg = fresh(s3, prefix, ConditionalPut::Auto);
     let s = xet_store_s3::open_store_with(cfg, store)
         .await
         .expect("open store");
-    Subject::new(s)
+    UnderTest::new(s)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

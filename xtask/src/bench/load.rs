@@ -14,7 +14,7 @@ use super::inputs::{Setup, ensure_file, file_hash, fresh, path_str, warm};
 use super::measure::{Sample, measure_at_once};
 use super::proc::{cpu_secs, status_kib};
 use super::report::Row;
-use super::serve::{Serve, Served, xet_client};
+use super::serve::{Serve, ServeProcess, xet_client};
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,7 +50,7 @@ impl Store {
 
     /// A fresh server on the store; its request log in `log` (emptied first: the log is
     /// the phase's own). The log is parsed, so it is in the default format (no `XET_LOG`).
-    fn serve(&self, xet: &Path, log: PathBuf) -> Result<Served> {
+    fn serve(&self, xet: &Path, log: PathBuf) -> Result<ServeProcess> {
         let _ = std::fs::remove_file(&log);
         let serve = match self {
             Store::Dir(d) => Serve::loopback(xet, d),

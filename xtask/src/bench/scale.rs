@@ -20,7 +20,7 @@
 
 use super::inputs::fresh;
 use super::proc::{cpu_secs, status_kib};
-use super::serve::{HUB_TOKEN, Serve, Served};
+use super::serve::{HUB_TOKEN, Serve, ServeProcess};
 use anyhow::{Context, Result, bail};
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
@@ -232,7 +232,7 @@ fn commit_one_file(addr: &str, repo: &str, path: &str) -> Result<()> {
     Ok(())
 }
 
-fn big_tree(addr: &str, store: &Path, server: &Served) -> Result<Vec<ScaleRow>> {
+fn big_tree(addr: &str, store: &Path, server: &ServeProcess) -> Result<Vec<ScaleRow>> {
     let hub = store.join("hub");
     let before = dir_bytes(&hub);
     commit_one_file(addr, "org/big", "d00050/new.txt")?;
@@ -292,7 +292,7 @@ fn info_ms(addr: &str) -> Result<f64> {
     Ok(percentile(&mut v, 0.5) * 1e3)
 }
 
-fn repo_info(addr: &str, store: &Path, _server: &Served) -> Result<ScaleRow> {
+fn repo_info(addr: &str, store: &Path, _server: &ServeProcess) -> Result<ScaleRow> {
     let first = info_ms(addr)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

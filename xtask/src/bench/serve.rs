@@ -76,7 +76,7 @@ impl Serve {
     }
 
     /// Starts it and waits for the first line it prints, which names its URL.
-    pub fn start(mut self) -> Result<Served> {
+    pub fn start(mut self) -> Result<ServeProcess> {
         let stderr = match &self.log {
             Some(p) => {
                 let f = std::fs::OpenOptions::new()
@@ -106,7 +106,7 @@ impl Serve {
                 log.map_or(String::new(), |l| format!(": {}", l.trim()))
             );
         };
-        Ok(Served {
+        Ok(ServeProcess {
             url: url.to_string(),
             child,
         })
@@ -114,19 +114,19 @@ impl Serve {
 }
 
 /// A running `xet serve`; killed when dropped.
-pub struct Served {
+pub struct ServeProcess {
     child: Child,
     /// What it printed after "listening on ".
     pub url: String,
 }
 
-impl Served {
+impl ServeProcess {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 }
 
-impl Drop for Served {
+impl Drop for ServeProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -136,10 +136,10 @@ impl Drop for Served {
 /// The server of the runs at hand, for the cases that start a fresh one per run (on a
 /// fresh store, else dedup would make the later runs trivial).
 #[derive(Default)]
-pub struct Slot(RefCell<Option<Served>>);
+pub struct Slot(RefCell<Option<ServeProcess>>);
 
 impl Slot {
-    pub fn set(&self, s: Served) {
+    pub fn set(&self, s: ServeProcess) {
         *self.0.borrow_mut() = Some(s);
     }
 
@@ -164,7 +164,7 @@ impl Slot {
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.0.borrow().as_ref().map(Served::pid)
+        self.0.borrow().as_ref().map(ServeProcess::pid)
     }
 }
 

@@ -4,16 +4,16 @@
 use crate::support;
 
 use support::TestServer;
-use xet_cas_conformance::Subject;
+use xet_cas_conformance::UnderTest;
 use xet_client::{HttpCas, LegacyOptions};
 
 /// Grants and v2 routes on both sides (the default path).
 mod grants_v2 {
     use super::*;
-    async fn make() -> Subject {
+    async fn make() -> UnderTest {
         let server = TestServer::full().await;
         let cas = support::client(&server.url);
-        Subject::with_guard(cas, server)
+        UnderTest::with_guard(cas, server)
     }
     xet_cas_conformance::cas_conformance_tests!(make);
 }
@@ -21,10 +21,10 @@ mod grants_v2 {
 /// A server without grants or v2 routes: the client falls back per request.
 mod legacy_server {
     use super::*;
-    async fn make() -> Subject {
+    async fn make() -> UnderTest {
         let server = TestServer::legacy().await;
         let cas = support::client(&server.url);
-        Subject::with_guard(cas, server)
+        UnderTest::with_guard(cas, server)
     }
     xet_cas_conformance::cas_conformance_tests!(make);
 }
@@ -32,7 +32,7 @@ mod legacy_server {
 /// A full server, the client forced onto the legacy routes.
 mod legacy_client {
     use super::*;
-    async fn make() -> Subject {
+    async fn make() -> UnderTest {
         let server = TestServer::full().await;
         let legacy = LegacyOptions {
             direct_xorb_upload: true,
@@ -40,7 +40,7 @@ mod legacy_client {
             v1_reconstructions: true,
         };
         let cas = HttpCas::new(support::config(&server.url).with_legacy(legacy)).expect("client");
-        Subject::with_guard(cas, server)
+        UnderTest::with_guard(cas, server)
     }
     xet_cas_conformance::cas_conformance_tests!(make);
 }

@@ -3,25 +3,25 @@
 use std::time::{Duration, SystemTime};
 
 use xet_cas::Cas;
-use xet_cas_conformance::{self as conformance, Subject};
+use xet_cas_conformance::{self as conformance, UnderTest};
 use xet_store::{
     DedupKeys, FsBackend, ObjectBackend, ObjectKey, StoreConfig, open_store, open_store_with,
 };
 
-async fn make() -> Subject {
+async fn make() -> UnderTest {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = open_store(dir.path()).await.expect("open");
-    Subject::with_guard(store, dir)
+    UnderTest::with_guard(store, dir)
 }
 
-async fn make_unkeyed() -> Subject {
+async fn make_unkeyed() -> UnderTest {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = StoreConfig {
         dedup_keys: DedupKeys::Unkeyed,
         ..StoreConfig::default()
     };
     let store = open_store_with(dir.path(), config).await.expect("open");
-    Subject::with_guard(store, dir)
+    UnderTest::with_guard(store, dir)
 }
 
 mod fs_keyed {

@@ -4,19 +4,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use xet_cas::Cas;
-use xet_cas_conformance::{self as conformance, Subject};
+use xet_cas_conformance::{self as conformance, UnderTest};
 use xet_store::{DedupKeys, MemoryBackend, MemoryStore, ObjectBackend, StoreCas, StoreConfig};
 
-async fn make() -> Subject {
-    Subject::new(MemoryStore::in_memory().await.expect("open"))
+async fn make() -> UnderTest {
+    UnderTest::new(MemoryStore::in_memory().await.expect("open"))
 }
 
-async fn make_unkeyed() -> Subject {
+async fn make_unkeyed() -> UnderTest {
     let config = StoreConfig {
         dedup_keys: DedupKeys::Unkeyed,
         ..StoreConfig::default()
     };
-    Subject::new(
+    UnderTest::new(
         StoreCas::open_with(MemoryBackend::new(), config)
             .await
             .expect("open"),
