@@ -23,7 +23,7 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use xet_bundle::{
     Bundle, BundleBackend, ImportOptions, Kind, MANIFEST_KEY, Manifest, NoProgress, OpenLimits,
-    ReadLimits, Selection, Subject,
+    ReadLimits, Selection, BundlePart,
 };
 use xet_cas::{ByteRange, Cas, CasError};
 use xet_hash::MerkleHash;
@@ -288,7 +288,7 @@ async fn written(rest: &[u8]) {
         .filter(|p| {
             matches!(
                 p.subject,
-                Subject::Object {
+                BundlePart::Object {
                     kind: Kind::Xorb,
                     ..
                 }
