@@ -38,7 +38,7 @@ fn write(req: &CommitRequest) -> String {
     }
     for (path, sha, size) in &req.lfs {
         let mut v = json!({"path": path.as_str(), "algo": "sha256",
-                           "oid": xet_hub::id::hex(sha)});
+                           "oid": sha.to_string()});
         if let Some(s) = size {
             v["size"] = json!(s);
         }

@@ -182,8 +182,8 @@ fn commit(parent: Option<CommitId>, summary: &str) -> (CommitId, Bytes) {
 
 fn record(r: &RepoRef, owner: &str, private: bool) -> RepoRecord {
     RepoRecord {
-        kind: r.kind.as_str().to_string(),
-        id: r.id.to_string(),
+        kind: r.kind,
+        id: r.id.clone(),
         private,
         owner: owner.to_string(),
         created_at: 1_700_000_000,
@@ -430,7 +430,7 @@ pub async fn commits(t: &Twins) {
             .await
             .expect("commits: holders")
             .into_iter()
-            .map(|rec| rec.id)
+            .map(|rec| rec.id.to_string())
             .collect();
         holders.sort();
         assert_eq!(

@@ -14,7 +14,7 @@ use xet_hash::MerkleHash;
 
 use crate::git::{GitCommit, Signature};
 pub use crate::git::{git_blob_oid, lfs_pointer};
-use crate::id::{CommitId, ObjectId, RepoPath, hex};
+use crate::id::{CommitId, ObjectId, RepoPath, Sha256};
 
 /// How a file was committed, which decides how the Hub API shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -32,8 +32,8 @@ pub enum Storage {
 pub struct FileEntry {
     /// The Xet file hash of the content.
     pub xet_hash: MerkleHash,
-    /// Plain SHA-256 of the content, lowercase hex.
-    pub sha256: String,
+    /// Plain SHA-256 of the content.
+    pub sha256: Sha256,
     pub size: u64,
     pub storage: Storage,
     /// The git blob id the Hub shows as `oid`: of the content for regular files, of the
@@ -45,7 +45,7 @@ impl FileEntry {
     /// The entry of a file with these facts; computes `git_oid` for LFS files (the pointer
     /// is derived from `sha256` and `size`). Regular files need `git_oid` of the content,
     /// which only the caller holding the bytes can compute ([`git_blob_oid`]).
-    pub fn lfs(xet_hash: MerkleHash, sha256: String, size: u64) -> FileEntry {
+    pub fn lfs(xet_hash: MerkleHash, sha256: Sha256, size: u64) -> FileEntry {
         let pointer = lfs_pointer(&sha256, size);
         FileEntry {
             xet_hash,
@@ -61,7 +61,7 @@ impl FileEntry {
     pub fn regular(xet_hash: MerkleHash, content: &[u8]) -> FileEntry {
         FileEntry {
             xet_hash,
-            sha256: hex(&sha2::Sha256::digest(content)),
+            sha256: Sha256::of(content),
             size: content.len() as u64,
             storage: Storage::Regular,
             git_oid: crate::git::object_id("blob", content),

@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use crate::api::CommitLine;
 use crate::commit::Operation;
-use crate::id::{CommitId, NameError, RepoPath, hex_decode};
+use crate::id::{CommitId, NameError, RepoPath, Sha256};
 
 /// A parsed commit request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -20,7 +20,7 @@ pub struct CommitRequest {
     /// `file` lines: the path and the decoded content.
     pub inline: Vec<(RepoPath, Bytes)>,
     /// `lfsFile` lines: the path, the sha256 and the size if given.
-    pub lfs: Vec<(RepoPath, [u8; 32], Option<u64>)>,
+    pub lfs: Vec<(RepoPath, Sha256, Option<u64>)>,
     /// `deletedFile` and `deletedFolder` lines, in order.
     pub deletions: Vec<Operation>,
     /// Which kind each operation line was, in the body's order: the commit applies its
@@ -135,7 +135,7 @@ impl Builder {
                 if f.algo != "sha256" {
                     return Err(bad(format!("{}: algo {:?} is not sha256", f.path, f.algo)));
                 }
-                let sha = sha256_from_hex(&f.oid).ok_or_else(|| {
+                let sha = Sha256::parse(&f.oid).ok_or_else(|| {
                     bad(format!(
                         "{}: oid {:?} is not a sha256 (64 hex)",
                         f.path, f.oid
@@ -183,15 +183,6 @@ impl Builder {
     }
 }
 
-/// A sha256 as 64 hex digits (either case).
-pub fn sha256_from_hex(s: &str) -> Option<[u8; 32]> {
-    (s.len() == 64)
-        .then(|| hex_decode(s))
-        .flatten()?
-        .try_into()
-        .ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,7 +204,7 @@ mod tests {
         assert_eq!(r.summary, "s");
         assert!(r.parent.is_some());
         assert_eq!(r.inline[0].1.as_ref(), b"hi");
-        assert_eq!(r.lfs[0].1, [0xab; 32]);
+        assert_eq!(r.lfs[0].1, Sha256::from_bytes([0xab; 32]));
         assert_eq!(r.deletions.len(), 2);
         let header = r#"{"key":"header","value":{"summary":"s"}}"#;
         for (bad, line) in [

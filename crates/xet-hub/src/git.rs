@@ -97,7 +97,7 @@ pub fn git_blob_oid(content: &[u8]) -> String {
 }
 
 /// The git-lfs pointer file of content with this sha256 and size.
-pub fn lfs_pointer(sha256: &str, size: u64) -> String {
+pub fn lfs_pointer(sha256: &crate::id::Sha256, size: u64) -> String {
     format!("version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n")
 }
 

@@ -117,6 +117,19 @@ impl fmt::Display for RepoType {
     }
 }
 
+impl serde::Serialize for RepoType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RepoType {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        RepoType::parse(Some(&s)).map_err(serde::de::Error::custom)
+    }
+}
+
 /// `namespace/name`, each segment as the Hub allows it: 1 to 96 characters of ASCII
 /// letters, digits, `-`, `_` and `.`, starting with a letter or digit, without `--` or
 /// `..`, not ending in `.` or `.git`.
@@ -188,6 +201,19 @@ impl fmt::Display for RepoId {
     }
 }
 
+impl serde::Serialize for RepoId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RepoId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        RepoId::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
 /// A repository: its type and id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RepoRef {
@@ -248,6 +274,61 @@ impl<'de> serde::Deserialize<'de> for ObjectId {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
         ObjectId::parse(&s).ok_or_else(|| serde::de::Error::custom("expected a 40-hex object id"))
+    }
+}
+
+/// A SHA-256 of a file's content: the LFS `oid` the Hub shows and checks. Written as
+/// 64 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sha256([u8; 32]);
+
+impl Sha256 {
+    pub fn from_bytes(b: [u8; 32]) -> Sha256 {
+        Sha256(b)
+    }
+
+    /// The SHA-256 of `data`.
+    pub fn of(data: &[u8]) -> Sha256 {
+        use sha2::Digest as _;
+        Sha256(sha2::Sha256::digest(data).into())
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// Parse 64 hex digits (either case).
+    pub fn parse(s: &str) -> Option<Sha256> {
+        if s.len() != 64 {
+            return None;
+        }
+        let v = hex_decode(s)?;
+        <[u8; 32]>::try_from(v).ok().map(Sha256)
+    }
+}
+
+impl fmt::Display for Sha256 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex(&self.0))
+    }
+}
+
+impl fmt::Debug for Sha256 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Sha256({self})")
+    }
+}
+
+impl serde::Serialize for Sha256 {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Sha256 {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Sha256::parse(&s).ok_or_else(|| serde::de::Error::custom("expected a 64-hex sha256"))
     }
 }
 
@@ -437,6 +518,40 @@ impl<'de> serde::Deserialize<'de> for RepoPath {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sha256_is_64_hex_either_case_written_lowercase() {
+        let s = Sha256::of(b"");
+        let text = s.to_string();
+        assert_eq!(
+            text,
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(Sha256::parse(&text.to_uppercase()), Some(s));
+        for bad in ["", &text[1..], &format!("{text}0"), &text.replace('e', "g")] {
+            assert_eq!(Sha256::parse(bad), None, "{bad:?}");
+        }
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(json, format!("\"{text}\""));
+        assert_eq!(serde_json::from_str::<Sha256>(&json).unwrap(), s);
+        assert!(serde_json::from_str::<Sha256>("\"ab\"").is_err());
+    }
+
+    #[test]
+    fn repo_records_keep_their_written_form() {
+        // What every store so far wrote: `kind` and `id` as strings.
+        let json = r#"{"kind":"dataset","id":"org/data","private":true,"owner":"a","created_at":1}"#;
+        let r: crate::RepoRecord = serde_json::from_str(json).unwrap();
+        assert_eq!(r.kind, RepoType::Dataset);
+        assert_eq!(r.id, RepoId::parse("org/data").unwrap());
+        assert_eq!(serde_json::to_string(&r).unwrap(), json);
+        for bad in [
+            json.replace("dataset", "repo"),
+            json.replace("org/data", "org/da..ta"),
+        ] {
+            assert!(serde_json::from_str::<crate::RepoRecord>(&bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn repo_ids() {

@@ -28,7 +28,7 @@ pub mod tree;
 pub use commit::{Commit, FileEntry, Operation, Storage};
 pub use id::{
     BranchName, CommitId, NameError, ObjectId, RepoId, RepoPath, RepoRef, RepoType, Revision,
-    git_reserved,
+    Sha256, git_reserved,
 };
 pub use repos::{CommitMeta, Committed, Listed, Offload, Page, RepoError, Repos};
 pub use store::{BranchHead, RepoObject, RepoRecord, RepoStore};

@@ -183,8 +183,8 @@ impl Repos {
         now: u64,
     ) -> Result<RepoRecord, RepoError> {
         let record = RepoRecord {
-            kind: repo.kind.as_str().to_string(),
-            id: repo.id.to_string(),
+            kind: repo.kind,
+            id: repo.id.clone(),
             private,
             owner: owner.to_string(),
             created_at: now,
@@ -566,9 +566,7 @@ impl Repos {
             if e.storage != Storage::Lfs {
                 continue;
             }
-            if let Some(sha) = crate::commit_body::sha256_from_hex(&e.sha256) {
-                lfs.push((sha, e.xet_hash));
-            }
+            lfs.push((*e.sha256.as_bytes(), e.xet_hash));
         }
         all.sort();
         all.dedup();

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use xet_cas::{CasError, Result};
 use xet_hash::MerkleHash;
 
-use crate::id::{BranchName, CommitId, ObjectId, RepoRef};
+use crate::id::{BranchName, CommitId, ObjectId, RepoId, RepoRef, RepoType};
 
 /// The kinds of objects a repository holds, each named by a git id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,10 +36,10 @@ pub enum RepoObject {
 /// What is stored about a repository besides its commits.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RepoRecord {
-    /// `model`, `dataset`, `space`.
-    pub kind: String,
-    /// `namespace/name`.
-    pub id: String,
+    /// Written `model`, `dataset`, `space`.
+    pub kind: RepoType,
+    /// Written `namespace/name`.
+    pub id: RepoId,
     pub private: bool,
     /// The user whose token created it.
     pub owner: String,

@@ -12,7 +12,7 @@ use xet_hash::MerkleHash;
 
 use crate::commit::{ApplyError, FileEntry, Operation, Storage, folded};
 use crate::git::{self, GitError, Mode, TreeEntry};
-use crate::id::{ObjectId, RepoPath};
+use crate::id::{ObjectId, RepoPath, Sha256};
 
 /// What a name of a folder holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,12 +137,8 @@ impl Folder {
 
 fn encode_fact(f: &FileEntry, out: &mut Vec<u8>) {
     out.extend_from_slice(f.xet_hash.as_bytes());
-    // `sha256` is 64 lowercase hex digits wherever a FileEntry is made; anything else
-    // would not decode, so pad or cut to keep the record's length (never happens).
-    let mut sha = [b'0'; 64];
-    let n = f.sha256.len().min(64);
-    sha[..n].copy_from_slice(&f.sha256.as_bytes()[..n]);
-    out.extend_from_slice(&sha);
+    // Hex, as the first stores wrote it.
+    out.extend_from_slice(f.sha256.to_string().as_bytes());
     out.extend_from_slice(&f.size.to_le_bytes());
     out.push(u8::from(f.storage == Storage::Lfs));
 }
@@ -156,7 +152,8 @@ fn decode_fact(f: &[u8], git_oid: ObjectId) -> Result<FileEntry, GitError> {
     {
         return bad_facts("a sha256 is not lowercase hex");
     }
-    let sha256 = String::from_utf8(sha.to_vec()).expect("hex is ASCII");
+    let sha256 =
+        Sha256::parse(std::str::from_utf8(sha).expect("hex is ASCII")).expect("64 hex digits");
     let size = u64::from_le_bytes(f[96..104].try_into().expect("8 bytes"));
     let storage = match f[104] {
         0 => Storage::Regular,
@@ -516,7 +513,11 @@ mod tests {
         let mut f = Folder::default();
         f.entries
             .push(("a".into(), Item::Folder(ObjectId::from_bytes([1; 20]))));
-        let lfs = FileEntry::lfs(xet_hash::chunk_hash(b"z"), "ab".repeat(32), 1 << 40);
+        let lfs = FileEntry::lfs(
+            xet_hash::chunk_hash(b"z"),
+            Sha256::from_bytes([0xab; 32]),
+            1 << 40,
+        );
         f.entries.push(("b.bin".into(), Item::File(lfs)));
         f.entries.push(("c".into(), Item::File(entry(3))));
         let (id, tree, facts) = f.encode();

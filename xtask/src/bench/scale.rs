@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use xet_hub::{
     BranchName, CommitMeta, FileEntry, Operation, RepoId, RepoPath, RepoRef, RepoType, Repos,
+    Sha256,
 };
 
 /// One row: what, measured, goal, whether it is met.
@@ -83,8 +84,13 @@ fn repo(name: &str) -> RepoRef {
 }
 
 fn lfs(i: u64) -> FileEntry {
-    let sha = format!("{i:064x}");
-    FileEntry::lfs(xet_hash::chunk_hash(&i.to_le_bytes()), sha, 1 << 20)
+    let mut sha = [0u8; 32];
+    sha[24..].copy_from_slice(&i.to_be_bytes());
+    FileEntry::lfs(
+        xet_hash::chunk_hash(&i.to_le_bytes()),
+        Sha256::from_bytes(sha),
+        1 << 20,
+    )
 }
 
 fn meta(summary: &str) -> CommitMeta {

@@ -20,7 +20,7 @@ use xet_hash::MerkleHash;
 use xet_hub::api::{CommitResponse, url};
 use xet_hub::commit_body::CommitRequest;
 use xet_hub::id::hex;
-use xet_hub::{CommitId, CommitMeta, FileEntry, Operation, RepoPath, RepoRef, Revision};
+use xet_hub::{CommitId, CommitMeta, FileEntry, Operation, RepoPath, RepoRef, Revision, Sha256};
 
 use super::body::{Inline, Received};
 use super::ctx::Ctx;
@@ -163,7 +163,7 @@ async fn resolve_all_lfs(
     ctx: &Ctx,
     repo: &RepoRef,
     caller: &Caller,
-    lfs: Vec<(RepoPath, [u8; 32], Option<u64>)>,
+    lfs: Vec<(RepoPath, Sha256, Option<u64>)>,
 ) -> HubResult<Vec<Operation>> {
     use futures_util::{StreamExt as _, TryStreamExt as _};
     // Owned items: a stream over borrowed ones makes the handler's `Send` proof too
@@ -185,18 +185,17 @@ async fn resolve_lfs(
     repo: &RepoRef,
     caller: &Caller,
     path: &RepoPath,
-    sha: &[u8; 32],
+    sha: &Sha256,
     size: Option<u64>,
 ) -> HubResult<FileEntry> {
     let unprocessable = |msg: String| HubReply::new(StatusCode::UNPROCESSABLE_ENTITY, msg);
     let missing = || {
         unprocessable(format!(
-            "{path}: no file with sha256 {} was uploaded to {repo}; upload it through Xet \
-             (hf_xet) with this repository's write token before committing it",
-            hex(sha)
+            "{path}: no file with sha256 {sha} was uploaded to {repo}; upload it through Xet \
+             (hf_xet) with this repository's write token before committing it"
         ))
     };
-    let Some((file, actual)) = known_sha256(ctx, sha).await? else {
+    let Some((file, actual)) = known_sha256(ctx, sha.as_bytes()).await? else {
         return Err(missing());
     };
     // A claim needs the bytes: uploaded under this repository's token (or committed to
@@ -210,11 +209,10 @@ async fn resolve_lfs(
     }
     if let Some(size) = size.filter(|&s| s != actual) {
         return Err(unprocessable(format!(
-            "{path}: the commit says {size} bytes, but the uploaded file with sha256 {} has {actual}",
-            hex(sha)
+            "{path}: the commit says {size} bytes, but the uploaded file with sha256 {sha} has {actual}"
         )));
     }
-    Ok(FileEntry::lfs(file, hex(sha), actual))
+    Ok(FileEntry::lfs(file, *sha, actual))
 }
 
 /// Store inline contents in the CAS (step 3), through the upload pipeline, from memory
@@ -300,7 +298,7 @@ fn spooled_entry(hash: MerkleHash, p: &std::path::Path) -> std::io::Result<FileE
     }
     Ok(FileEntry {
         xet_hash: hash,
-        sha256: hex(&sha256.finalize()),
+        sha256: Sha256::from_bytes(sha256.finalize().into()),
         size,
         storage: xet_hub::Storage::Regular,
         git_oid: blob.finish(),

@@ -55,7 +55,7 @@ fn is_typed(p: &str, rest: &[&str]) -> bool {
 /// The ETag clients key their cache by: sha256 for Xet files, the git blob id otherwise.
 fn etag(e: &FileEntry) -> String {
     match e.storage {
-        Storage::Lfs => e.sha256.clone(),
+        Storage::Lfs => e.sha256.to_string(),
         Storage::Regular => e.git_oid.to_string(),
     }
 }
@@ -195,10 +195,15 @@ fn tokio_stream_of(
 /// LFS batch may skip. Only this repository's: an answer drawn from the whole store
 /// would tell any writer which contents other repositories hold.
 async fn lfs_held(ctx: &Ctx, repo: &RepoRef, sha256: &str) -> HubResult<bool> {
-    let Some(sha) = xet_hub::commit_body::sha256_from_hex(sha256) else {
+    let Some(sha) = xet_hub::Sha256::parse(sha256) else {
         return Ok(false);
     };
-    Ok(ctx.repos().store().lfs_file(repo, &sha).await?.is_some())
+    Ok(ctx
+        .repos()
+        .store()
+        .lfs_file(repo, sha.as_bytes())
+        .await?
+        .is_some())
 }
 
 async fn lfs_batch(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<Response> {

@@ -119,7 +119,7 @@ pub(super) async fn info(ctx: &Ctx, repo: &RepoRef, rev: &str) -> HubResult<Resp
             blob_id: Some(e.git_oid.to_string()),
             lfs: (e.storage == Storage::Lfs).then(|| SiblingLfs {
                 size: e.size,
-                sha256: e.sha256.clone(),
+                sha256: e.sha256.to_string(),
                 pointer_size: e.pointer_size() as u64,
             }),
         })
@@ -156,7 +156,7 @@ pub(super) fn file_entry(path: &str, e: &FileEntry) -> TreeEntry {
         path: path.to_string(),
         size: e.size,
         lfs: lfs.then(|| TreeLfs {
-            oid: e.sha256.clone(),
+            oid: e.sha256.to_string(),
             size: e.size,
             pointer_size: e.pointer_size() as u64,
         }),

@@ -57,7 +57,7 @@ pub(super) async fn preupload(
         // The remote id in the id space the client will compare with: sha256 for Xet
         // files, the git blob id for inline ones (only known for files stored inline).
         let oid = remote.and_then(|e| match mode {
-            UploadMode::Lfs => Some(e.sha256),
+            UploadMode::Lfs => Some(e.sha256.to_string()),
             UploadMode::Regular => (e.storage == Storage::Regular).then(|| e.git_oid.to_string()),
         });
         files.push(PreuploadAnswer {

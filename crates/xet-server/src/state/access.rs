@@ -32,17 +32,12 @@ pub(crate) async fn can_read_file(
         }
         Scope::Patterns(_) => {
             let holders = store.repos_referencing(file).await?;
-            Ok(holders
-                .iter()
-                .any(|r| record_ref(r).is_some_and(|repo| caller.scope.reaches(&repo))))
+            Ok(holders.iter().any(|r| caller.scope.reaches(&record_ref(r))))
         }
     }
 }
 
 /// The repository a record describes.
-fn record_ref(r: &xet_hub::RepoRecord) -> Option<xet_hub::RepoRef> {
-    Some(xet_hub::RepoRef::new(
-        xet_hub::RepoType::parse(Some(&r.kind)).ok()?,
-        xet_hub::RepoId::parse(&r.id).ok()?,
-    ))
+fn record_ref(r: &xet_hub::RepoRecord) -> xet_hub::RepoRef {
+    xet_hub::RepoRef::new(r.kind, r.id.clone())
 }

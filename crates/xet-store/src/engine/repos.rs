@@ -197,7 +197,7 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
     async fn create_repo(&self, repo: &RepoRef, record: &RepoRecord) -> Result<bool> {
         // A record naming another repository would make every later read of this one
         // fail (see `repo`); refuse to write it.
-        if record.kind != repo.kind.as_str() || record.id != repo.id.to_string() {
+        if record.kind != repo.kind || record.id != repo.id {
             return Err(CasError::storage(format!(
                 "refusing to store a record of {} {} as repository {repo}",
                 record.kind, record.id
@@ -216,7 +216,7 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
         };
         let record = RepoRecord::decode(repo, &bytes)?;
         // Keys are hashes of the names; this catches a record put under the wrong one.
-        if record.kind != repo.kind.as_str() || record.id != repo.id.to_string() {
+        if record.kind != repo.kind || record.id != repo.id {
             return Err(CasError::storage(format!(
                 "{key}, the record of repository {repo}, describes {} {}",
                 record.kind, record.id

@@ -244,6 +244,8 @@ async fn hub_layout_is_as_documented_and_ignored_by_the_cas() {
     assert_eq!(head["name"], "main");
     assert_eq!(head["commit"], committed.id.to_string());
     assert!(dir.path().join("hub/sha256").join(hex(&sha)).is_file());
+    let x = xet_hash::chunk_hash(b"x").to_string();
+    assert!(dir.path().join("hub/files").join(x).join(&rk).is_file());
 
     // Foreign files in and next to the hub tree: not keys, never listed or read.
     std::fs::write(repo_dir.join("branches").join(&bk).join("README"), b"x").unwrap();
@@ -258,9 +260,9 @@ async fn hub_layout_is_as_documented_and_ignored_by_the_cas() {
     let listed = store.backend().list("hub/").await.unwrap();
     assert_eq!(
         listed.len(),
-        12,
+        13,
         "record, 2 commits, 3 trees (the empty one, the root, a/) and their facts, \
-         2 versions, 1 sha256: {listed:?}"
+         2 versions, 1 sha256, 1 file reference: {listed:?}"
     );
     // Git's own ids: the empty tree every new repository starts with.
     assert!(
@@ -270,7 +272,7 @@ async fn hub_layout_is_as_documented_and_ignored_by_the_cas() {
     );
     assert_eq!(
         store.backend().list("").await.unwrap().len(),
-        13,
+        14,
         "and the dedup secret"
     );
     let (id, _) = repos

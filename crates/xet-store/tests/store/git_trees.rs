@@ -25,7 +25,7 @@ fn regular(content: &[u8]) -> FileEntry {
 fn lfs(n: u8, size: u64) -> FileEntry {
     FileEntry::lfs(
         xet_hash::chunk_hash(&[n]),
-        format!("{n:02x}").repeat(32),
+        xet_hub::Sha256::from_bytes([n; 32]),
         size,
     )
 }
@@ -155,7 +155,7 @@ async fn stored_objects_are_the_git_objects_their_ids_name() {
     assert!(listed.contains(&format!(
         "{}\tdeep/er/still/w.bin",
         xet_hub::commit::git_blob_oid(
-            xet_hub::commit::lfs_pointer(&"03".repeat(32), 1 << 30).as_bytes()
+            xet_hub::commit::lfs_pointer(&xet_hub::Sha256::from_bytes([3; 32]), 1 << 30).as_bytes()
         )
     )));
     // The commit as git reads it: parent, author, message.
@@ -217,9 +217,9 @@ async fn a_commit_writes_only_the_folders_it_changes() {
         .await
         .unwrap();
     let after = store.backend().list("hub/").await.unwrap().len();
-    // The commit, the branch version, and two folders (d07 and the root), each a tree
-    // and its facts.
-    assert_eq!(after - before, 6);
+    // The commit, the branch version, two folders (d07 and the root), each a tree and
+    // its facts, and the new file's reference to the repository.
+    assert_eq!(after - before, 7);
     // A fresh reader (no cache) finds the file, and a sibling folder is unchanged.
     let fresh = Repos::new(store.clone());
     let (_, c) = fresh.resolve(&r, &Revision::Commit(done.id)).await.unwrap();
@@ -295,8 +295,8 @@ async fn a_store_of_json_commits_is_read_as_it_is_and_committed_on() {
     // What an older xet wrote: a record, one JSON commit holding its whole tree (with a
     // path git refuses, planted before the rule), and `main` pointing at it.
     let record = xet_hub::RepoRecord {
-        kind: "model".into(),
-        id: "org/git".into(),
+        kind: xet_hub::RepoType::Model,
+        id: xet_hub::RepoId::parse("org/git").unwrap(),
         private: false,
         owner: "alice".into(),
         created_at: 1,
