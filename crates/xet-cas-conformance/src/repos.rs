@@ -187,6 +187,8 @@ fn record(r: &RepoRef, owner: &str, private: bool) -> RepoRecord {
         private,
         owner: owner.to_string(),
         created_at: 1_700_000_000,
+        created_ms: None,
+        incarnation: None,
     }
 }
 

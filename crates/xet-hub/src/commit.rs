@@ -25,6 +25,29 @@ pub enum Storage {
     Regular,
     /// Uploaded through Xet (`lfsFile`); shown with `lfs` and `xetHash`.
     Lfs,
+    /// A file of a storage bucket: no git blob, no sha256 (clients upload bucket files
+    /// without one); its facts are in [`FileMeta`].
+    Bucket,
+}
+
+/// What a bucket keeps of a file besides its content: the times and type the client and
+/// the server gave it. Empty for repository files.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileMeta {
+    /// The client's modification time, milliseconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtime_ms: Option<i64>,
+    /// When the server last stored it, milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub uploaded_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+}
+
+impl FileMeta {
+    pub fn is_empty(&self) -> bool {
+        *self == FileMeta::default()
+    }
 }
 
 /// One file of a tree.
@@ -37,8 +60,11 @@ pub struct FileEntry {
     pub size: u64,
     pub storage: Storage,
     /// The git blob id the Hub shows as `oid`: of the content for regular files, of the
-    /// LFS pointer for LFS files.
+    /// LFS pointer for LFS files, of [`bucket_pointer`] for bucket files (so that a tree's
+    /// id changes whenever any fact of a file in it does).
     pub git_oid: ObjectId,
+    #[serde(default, skip_serializing_if = "FileMeta::is_empty")]
+    pub meta: FileMeta,
 }
 
 impl FileEntry {
@@ -53,6 +79,23 @@ impl FileEntry {
             sha256,
             size,
             storage: Storage::Lfs,
+            meta: FileMeta::default(),
+        }
+    }
+
+    /// The entry of a bucket file: its content by Xet hash and size, and its facts. It
+    /// has no sha256 (all zeros).
+    pub fn bucket(xet_hash: MerkleHash, size: u64, meta: FileMeta) -> FileEntry {
+        FileEntry {
+            xet_hash,
+            sha256: Sha256::from_bytes([0; 32]),
+            size,
+            storage: Storage::Bucket,
+            git_oid: crate::git::object_id(
+                "blob",
+                bucket_pointer(&xet_hash, size, &meta).as_bytes(),
+            ),
+            meta,
         }
     }
 
@@ -65,6 +108,7 @@ impl FileEntry {
             size: content.len() as u64,
             storage: Storage::Regular,
             git_oid: crate::git::object_id("blob", content),
+            meta: FileMeta::default(),
         }
     }
 
@@ -72,6 +116,17 @@ impl FileEntry {
     pub fn pointer_size(&self) -> usize {
         lfs_pointer(&self.sha256, self.size).len()
     }
+}
+
+/// The text whose git blob id a bucket file's tree entry carries: every fact of the file,
+/// one per line.
+pub fn bucket_pointer(xet_hash: &MerkleHash, size: u64, meta: &FileMeta) -> String {
+    let mtime = meta.mtime_ms.map_or(String::new(), |m| m.to_string());
+    let ct = meta.content_type.as_deref().unwrap_or("");
+    format!(
+        "xet-bucket-file 1\nxet {xet_hash}\nsize {size}\nmtime {mtime}\nuploaded {}\ncontent-type {ct}\n",
+        meta.uploaded_ms
+    )
 }
 
 /// A commit as the Hub shows it: its root tree, first parent and message, who made it

@@ -57,15 +57,18 @@ pub fn git_reserved(component: &str) -> bool {
         && hfs.next().is_none()
 }
 
-/// `model`, `dataset` or `space`.
+/// `model`, `dataset` or `space`; or `bucket`, a storage bucket, kept as a repository is
+/// (see [`crate::bucket`]) but never reached through the repository API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RepoType {
     Model,
     Dataset,
     Space,
+    Bucket,
 }
 
 impl RepoType {
+    /// The repository kinds (not buckets).
     pub const ALL: [RepoType; 3] = [RepoType::Model, RepoType::Dataset, RepoType::Space];
 
     /// `model`, `dataset`, `space` (the `type` field of requests).
@@ -74,6 +77,7 @@ impl RepoType {
             RepoType::Model => "model",
             RepoType::Dataset => "dataset",
             RepoType::Space => "space",
+            RepoType::Bucket => "bucket",
         }
     }
 
@@ -83,6 +87,7 @@ impl RepoType {
             RepoType::Model => "models",
             RepoType::Dataset => "datasets",
             RepoType::Space => "spaces",
+            RepoType::Bucket => "buckets",
         }
     }
 
@@ -92,6 +97,7 @@ impl RepoType {
             RepoType::Model => "",
             RepoType::Dataset => "datasets/",
             RepoType::Space => "spaces/",
+            RepoType::Bucket => "buckets/",
         }
     }
 
@@ -126,6 +132,9 @@ impl serde::Serialize for RepoType {
 impl<'de> serde::Deserialize<'de> for RepoType {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        if s == "bucket" {
+            return Ok(RepoType::Bucket);
+        }
         RepoType::parse(Some(&s)).map_err(serde::de::Error::custom)
     }
 }
@@ -540,7 +549,8 @@ mod tests {
     #[test]
     fn repo_records_keep_their_written_form() {
         // What every store so far wrote: `kind` and `id` as strings.
-        let json = r#"{"kind":"dataset","id":"org/data","private":true,"owner":"a","created_at":1}"#;
+        let json =
+            r#"{"kind":"dataset","id":"org/data","private":true,"owner":"a","created_at":1}"#;
         let r: crate::RepoRecord = serde_json::from_str(json).unwrap();
         assert_eq!(r.kind, RepoType::Dataset);
         assert_eq!(r.id, RepoId::parse("org/data").unwrap());
@@ -549,7 +559,10 @@ mod tests {
             json.replace("dataset", "repo"),
             json.replace("org/data", "org/da..ta"),
         ] {
-            assert!(serde_json::from_str::<crate::RepoRecord>(&bad).is_err(), "{bad}");
+            assert!(
+                serde_json::from_str::<crate::RepoRecord>(&bad).is_err(),
+                "{bad}"
+            );
         }
     }
 

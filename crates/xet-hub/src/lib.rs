@@ -16,6 +16,7 @@
 //! No transport and no runtime: the server and the client bring theirs.
 
 pub mod api;
+pub mod bucket;
 pub mod commit;
 pub mod commit_body;
 pub mod git;
@@ -25,11 +26,12 @@ pub mod repos;
 pub mod store;
 pub mod tree;
 
-pub use commit::{Commit, FileEntry, Operation, Storage};
+pub use bucket::{BatchOutcome, BucketState, BucketTotals};
+pub use commit::{Commit, FileEntry, FileMeta, Operation, Storage};
 pub use id::{
     BranchName, CommitId, NameError, ObjectId, RepoId, RepoPath, RepoRef, RepoType, Revision,
     Sha256, git_reserved,
 };
 pub use repos::{CommitMeta, Committed, Listed, Offload, Page, RepoError, Repos};
 pub use store::{BranchHead, RepoObject, RepoRecord, RepoStore};
-pub use tree::{Folder, Item};
+pub use tree::{Applied, Folder, Item};

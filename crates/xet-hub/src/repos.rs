@@ -155,7 +155,7 @@ impl Repos {
     }
 
     /// `f`'s result, computed through the offload.
-    async fn off<T: Send + 'static>(
+    pub(crate) async fn off<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, RepoError> {
@@ -188,6 +188,8 @@ impl Repos {
             private,
             owner: owner.to_string(),
             created_at: now,
+            created_ms: None,
+            incarnation: None,
         };
         // Clients ask to create the repository before every upload: answer an existing
         // one before storing anything (a race past this check stores at most one
@@ -475,7 +477,7 @@ impl Repos {
 
     /// The tree `base` (empty for `None`) with the folders `ops` pass through loaded, a
     /// depth at a time, each depth's folders read concurrently.
-    async fn load_for(
+    pub(crate) async fn load_for(
         &self,
         repo: &RepoRef,
         base: Option<ObjectId>,
@@ -528,7 +530,7 @@ impl Repos {
     }
 
     /// Store folders a commit made, [`CONCURRENT_OBJECTS`] at a time.
-    async fn write_folders(
+    pub(crate) async fn write_folders(
         &self,
         repo: &RepoRef,
         mut folders: Vec<NewFolder>,
@@ -558,7 +560,11 @@ impl Repos {
 
     /// Remember `files` as this repository's: every file as one it references (what its
     /// CAS tokens may read), the LFS ones also by sha256 (what the LFS batch asks).
-    async fn record_files(&self, repo: &RepoRef, files: Vec<&FileEntry>) -> Result<(), RepoError> {
+    pub(crate) async fn record_files(
+        &self,
+        repo: &RepoRef,
+        files: Vec<&FileEntry>,
+    ) -> Result<(), RepoError> {
         let mut lfs: Vec<([u8; 32], xet_hash::MerkleHash)> = Vec::new();
         let mut all: Vec<xet_hash::MerkleHash> = Vec::new();
         for e in files {

@@ -45,6 +45,13 @@ pub struct RepoRecord {
     pub owner: String,
     /// Seconds since the Unix epoch.
     pub created_at: u64,
+    /// Buckets: the creation time in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_ms: Option<u64>,
+    /// Buckets: a nonce naming this incarnation's branch, so that a bucket deleted and
+    /// created again starts empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<u64>,
 }
 
 impl RepoRecord {
@@ -76,6 +83,10 @@ pub trait RepoStore: Send + Sync + 'static {
 
     /// The record of `repo`, if it exists.
     async fn repo(&self, repo: &RepoRef) -> Result<Option<RepoRecord>>;
+
+    /// Remove the record of `repo` (it no longer exists; its objects stay until the
+    /// store reclaims them); `false` if there was none.
+    async fn delete_repo(&self, repo: &RepoRef) -> Result<bool>;
 
     /// Store object `id` of `repo`.
     async fn put_object(

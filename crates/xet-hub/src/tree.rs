@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use xet_hash::MerkleHash;
 
-use crate::commit::{ApplyError, FileEntry, Operation, Storage, folded};
+use crate::commit::{ApplyError, FileEntry, FileMeta, Operation, Storage, folded};
 use crate::git::{self, GitError, Mode, TreeEntry};
 use crate::id::{ObjectId, RepoPath, Sha256};
 
@@ -29,8 +29,15 @@ pub struct Folder {
 }
 
 const FACTS_MAGIC: &[u8] = b"xet-facts 1\n";
-/// Xet hash, sha256 as lowercase hex, size (u64 LE), storage (0 regular, 1 LFS).
+/// Facts of a folder holding bucket files: each record as in version 1, and after a
+/// bucket file's ([`BUCKET`]) its [`FileMeta`]: mtime present (1 byte), mtime (i64 LE),
+/// uploaded (u64 LE), content type length (u16 LE) and bytes.
+const FACTS_MAGIC_2: &[u8] = b"xet-facts 2\n";
+/// Xet hash, sha256 as lowercase hex, size (u64 LE), storage (0 regular, 1 LFS, 2 bucket).
 const FACT_LEN: usize = 32 + 64 + 8 + 1;
+const BUCKET: u8 = 2;
+/// A bucket file's fixed part of its [`FileMeta`] record.
+const META_LEN: usize = 1 + 8 + 8 + 2;
 
 fn bad_facts<T>(why: impl Into<String>) -> Result<T, GitError> {
     Err(GitError {
@@ -50,11 +57,15 @@ impl Folder {
     /// A folder from its tree's body and its facts.
     pub fn decode(tree: &[u8], facts: &[u8]) -> Result<Folder, GitError> {
         let entries = git::decode_tree(tree)?;
-        let Some(mut facts) = facts.strip_prefix(FACTS_MAGIC) else {
+        let (mut facts, fixed) = if let Some(f) = facts.strip_prefix(FACTS_MAGIC) {
+            (f, true)
+        } else if let Some(f) = facts.strip_prefix(FACTS_MAGIC_2) {
+            (f, false)
+        } else {
             return bad_facts("no header");
         };
         let files = entries.iter().filter(|e| e.mode == Mode::File).count();
-        if facts.len() != files * FACT_LEN {
+        if fixed && facts.len() != files * FACT_LEN {
             return bad_facts(format!("{} bytes of facts for {files} files", facts.len()));
         }
         let mut out = Vec::with_capacity(entries.len());
@@ -62,9 +73,19 @@ impl Folder {
             let item = match e.mode {
                 Mode::Folder => Item::Folder(e.id),
                 Mode::File => {
+                    if facts.len() < FACT_LEN {
+                        return bad_facts(format!("the facts end before those of {}", e.name));
+                    }
                     let (f, rest) = facts.split_at(FACT_LEN);
                     facts = rest;
-                    Item::File(decode_fact(f, e.id)?)
+                    let mut entry = decode_fact(f, e.id)?;
+                    if entry.storage == Storage::Bucket {
+                        if fixed {
+                            return bad_facts("a bucket file in version 1 facts");
+                        }
+                        entry.meta = decode_meta(&mut facts)?;
+                    }
+                    Item::File(entry)
                 }
             };
             // A name git refuses to check out (`.git` in any spelling), in a tree written
@@ -74,6 +95,9 @@ impl Folder {
                 out.push((e.name, item));
             }
         }
+        if !facts.is_empty() {
+            return bad_facts(format!("{} bytes of facts left over", facts.len()));
+        }
         Ok(Folder { entries: out })
     }
 
@@ -81,7 +105,11 @@ impl Folder {
     /// must be in git's order.
     pub fn encode(&self) -> (ObjectId, Vec<u8>, Vec<u8>) {
         let mut tree = Vec::with_capacity(self.entries.len());
-        let mut facts = FACTS_MAGIC.to_vec();
+        let bucket = self
+            .entries
+            .iter()
+            .any(|(_, i)| matches!(i, Item::File(f) if f.storage == Storage::Bucket));
+        let mut facts = if bucket { FACTS_MAGIC_2 } else { FACTS_MAGIC }.to_vec();
         for (name, item) in &self.entries {
             let id = match item {
                 Item::File(f) => {
@@ -140,7 +168,51 @@ fn encode_fact(f: &FileEntry, out: &mut Vec<u8>) {
     // Hex, as the first stores wrote it.
     out.extend_from_slice(f.sha256.to_string().as_bytes());
     out.extend_from_slice(&f.size.to_le_bytes());
-    out.push(u8::from(f.storage == Storage::Lfs));
+    out.push(match f.storage {
+        Storage::Regular => 0,
+        Storage::Lfs => 1,
+        Storage::Bucket => BUCKET,
+    });
+    if f.storage == Storage::Bucket {
+        let m = &f.meta;
+        out.push(u8::from(m.mtime_ms.is_some()));
+        out.extend_from_slice(&m.mtime_ms.unwrap_or(0).to_le_bytes());
+        out.extend_from_slice(&m.uploaded_ms.to_le_bytes());
+        // Content types are checked to be short where they come in.
+        let ct = m.content_type.as_deref().unwrap_or("").as_bytes();
+        let ct = &ct[..ct.len().min(usize::from(u16::MAX))];
+        out.extend_from_slice(&(ct.len() as u16).to_le_bytes());
+        out.extend_from_slice(ct);
+    }
+}
+
+fn decode_meta(facts: &mut &[u8]) -> Result<FileMeta, GitError> {
+    if facts.len() < META_LEN {
+        return bad_facts("a bucket file's facts are cut short");
+    }
+    let (fixed, rest) = facts.split_at(META_LEN);
+    let mtime = i64::from_le_bytes(fixed[1..9].try_into().expect("8 bytes"));
+    let uploaded_ms = u64::from_le_bytes(fixed[9..17].try_into().expect("8 bytes"));
+    let ct_len = usize::from(u16::from_le_bytes(
+        fixed[17..19].try_into().expect("2 bytes"),
+    ));
+    if rest.len() < ct_len {
+        return bad_facts("a bucket file's content type is cut short");
+    }
+    let (ct, rest) = rest.split_at(ct_len);
+    let Ok(ct) = std::str::from_utf8(ct) else {
+        return bad_facts("a content type is not UTF-8");
+    };
+    *facts = rest;
+    Ok(FileMeta {
+        mtime_ms: match fixed[0] {
+            0 => None,
+            1 => Some(mtime),
+            b => return bad_facts(format!("mtime flag {b}")),
+        },
+        uploaded_ms,
+        content_type: (!ct.is_empty()).then(|| ct.to_string()),
+    })
 }
 
 fn decode_fact(f: &[u8], git_oid: ObjectId) -> Result<FileEntry, GitError> {
@@ -158,6 +230,7 @@ fn decode_fact(f: &[u8], git_oid: ObjectId) -> Result<FileEntry, GitError> {
     let storage = match f[104] {
         0 => Storage::Regular,
         1 => Storage::Lfs,
+        BUCKET => Storage::Bucket,
         s => return bad_facts(format!("unknown storage {s}")),
     };
     Ok(FileEntry {
@@ -166,6 +239,7 @@ fn decode_fact(f: &[u8], git_oid: ObjectId) -> Result<FileEntry, GitError> {
         size,
         storage,
         git_oid,
+        meta: FileMeta::default(),
     })
 }
 
@@ -384,6 +458,60 @@ pub fn apply(root: &mut Dir, ops: &[Operation]) -> Result<(), ApplyError> {
     check_no_collision(root, ops)
 }
 
+/// What one operation of a bucket's batch did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// A file of `size` bytes added, with the one it replaced.
+    Added {
+        size: u64,
+        replaced: Option<FileEntry>,
+    },
+    /// A deletion, with the file it removed (`None`: there was none, which is not an
+    /// error: a replayed batch deletes again).
+    Deleted { removed: Option<FileEntry> },
+}
+
+/// Apply `ops` to `root` one by one, as a bucket's batch does: each operation applies or
+/// fails on its own (a file where a folder is, or below a file), later operations see
+/// earlier ones, and deleting what is not there succeeds. Names are compared exactly, as
+/// bucket keys are.
+pub fn apply_each(root: &mut Dir, ops: &[Operation]) -> Vec<Result<Applied, ApplyError>> {
+    ops.iter()
+        .map(|op| match op {
+            Operation::Add { path, entry } => {
+                let replaced = file_at(root, path);
+                add(root, path, entry)?;
+                Ok(Applied::Added {
+                    size: entry.size,
+                    replaced,
+                })
+            }
+            Operation::DeleteFile { path } => {
+                let removed = file_at(root, path);
+                if removed.is_some() {
+                    remove(root, path, true);
+                }
+                Ok(Applied::Deleted { removed })
+            }
+            Operation::DeleteFolder { path } => {
+                if !remove(root, path, false) {
+                    return Err(ApplyError::NoSuchFolder { path: path.clone() });
+                }
+                Ok(Applied::Deleted { removed: None })
+            }
+        })
+        .collect()
+}
+
+/// The file at `path`, if its folder is loaded and it is a file.
+fn file_at(root: &mut Dir, path: &RepoPath) -> Option<FileEntry> {
+    let (parent, name) = split(path);
+    match root.loaded_mut(&parent)?.items.get(name) {
+        Some(Slot::File(f)) => Some(f.clone()),
+        _ => None,
+    }
+}
+
 /// Remove `path` if it is a file (`file`) or a folder (not `file`); whether it was.
 fn remove(root: &mut Dir, path: &RepoPath, file: bool) -> bool {
     let (parent, name) = split(path);
@@ -535,6 +663,46 @@ mod tests {
         let storage_of_c = bad.len() - 1;
         bad[storage_of_c] = 7;
         assert!(Folder::decode(body, &bad).is_err());
+    }
+
+    #[test]
+    fn bucket_facts_round_trip_every_cut_is_refused_and_facts_move_the_tree_id() {
+        let bucket = |mtime: Option<i64>, ct: Option<&str>| {
+            FileEntry::bucket(
+                xet_hash::chunk_hash(b"q"),
+                9,
+                FileMeta {
+                    mtime_ms: mtime,
+                    uploaded_ms: 1_765_000_000_123,
+                    content_type: ct.map(str::to_string),
+                },
+            )
+        };
+        let mut f = Folder::default();
+        f.entries
+            .push(("a".into(), Item::File(bucket(Some(-5), Some("text/plain")))));
+        f.entries.push(("b".into(), Item::File(entry(3))));
+        f.entries.push(("c".into(), Item::File(bucket(None, None))));
+        let (id, tree, facts) = f.encode();
+        assert!(facts.starts_with(FACTS_MAGIC_2));
+        let body = git::unframe("tree", &id, &tree).unwrap();
+        assert_eq!(Folder::decode(body, &facts).unwrap(), f);
+        for cut in 0..facts.len() {
+            assert!(Folder::decode(body, &facts[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = facts.clone();
+        longer.push(0);
+        assert!(Folder::decode(body, &longer).is_err());
+        // Any fact of a bucket file is in the tree's id.
+        let mut g = f.clone();
+        g.entries[0].1 = Item::File(bucket(Some(-4), Some("text/plain")));
+        assert_ne!(g.encode().0, id);
+        g.entries[0].1 = Item::File(bucket(Some(-5), Some("text/html")));
+        assert_ne!(g.encode().0, id);
+        // A folder of repository files keeps version 1 facts, byte for byte.
+        let mut r = Folder::default();
+        r.entries.push(("b".into(), Item::File(entry(3))));
+        assert!(r.encode().2.starts_with(FACTS_MAGIC));
     }
 
     #[test]

@@ -302,5 +302,6 @@ fn spooled_entry(hash: MerkleHash, p: &std::path::Path) -> std::io::Result<FileE
         size,
         storage: xet_hub::Storage::Regular,
         git_oid: blob.finish(),
+        meta: xet_hub::FileMeta::default(),
     })
 }

@@ -52,11 +52,13 @@ fn is_typed(p: &str, rest: &[&str]) -> bool {
             || matches!(rest, [_, n, "info", ..] if n.ends_with(".git")))
 }
 
-/// The ETag clients key their cache by: sha256 for Xet files, the git blob id otherwise.
-fn etag(e: &FileEntry) -> String {
+/// The ETag clients key their cache by: sha256 for Xet files, the git blob id for
+/// inline ones, the Xet hash for bucket files (which have no sha256).
+pub(super) fn etag(e: &FileEntry) -> String {
     match e.storage {
         Storage::Lfs => e.sha256.to_string(),
         Storage::Regular => e.git_oid.to_string(),
+        Storage::Bucket => e.xet_hash.to_string(),
     }
 }
 

@@ -209,6 +209,11 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
             .await
     }
 
+    async fn delete_repo(&self, repo: &RepoRef) -> Result<bool> {
+        let key = ObjectKey::hub_record(&hub_repo_name(repo));
+        self.backend().delete(&key).await
+    }
+
     async fn repo(&self, repo: &RepoRef) -> Result<Option<RepoRecord>> {
         let key = ObjectKey::hub_record(&hub_repo_name(repo));
         let Some(bytes) = self.backend().get(&key).await? else {

@@ -300,6 +300,8 @@ async fn a_store_of_json_commits_is_read_as_it_is_and_committed_on() {
         private: false,
         owner: "alice".into(),
         created_at: 1,
+        created_ms: None,
+        incarnation: None,
     };
     assert!(store.create_repo(&r, &record).await.unwrap());
     let legacy_json = format!(

@@ -1,0 +1,282 @@
+//! Storage buckets kept the way repositories are: a bucket is a repository of kind
+//! [`RepoType::Bucket`] whose files live in git trees with their facts ([`crate::tree`]),
+//! and each batch of writes is one commit on a branch of its own. That gives buckets
+//! what repositories already have, on any store and across servers sharing it: a batch
+//! applies to one head by compare-and-swap (two writers of a path end with one of them,
+//! never a mix), a listing page costs the folders it crosses, and a file is found by one
+//! folder read per component.
+//!
+//! What differs from a repository:
+//! - no history is shown: the branch is internal, named after the bucket's incarnation
+//!   (a nonce in its record), so a bucket deleted and created again starts empty;
+//! - each operation of a batch applies or fails on its own ([`tree::apply_each`]);
+//!   deleting a path that is not there succeeds, so a replayed batch changes nothing;
+//! - each commit carries the bucket's totals (files, bytes) and its `updatedAt` in
+//!   milliseconds, strictly increasing, so they are exact without walking the tree.
+
+use std::hash::{BuildHasher as _, Hasher as _};
+
+use crate::commit::{ApplyError, Commit, Operation};
+use crate::id::{BranchName, CommitId, RepoRef, RepoType};
+use crate::repos::{RepoError, Repos};
+use crate::store::RepoRecord;
+use crate::tree::{self, Applied};
+
+/// A bucket's totals after a commit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BucketTotals {
+    pub files: u64,
+    pub bytes: u64,
+    /// The time of the last change, milliseconds since the Unix epoch (the creation
+    /// time while nothing was written).
+    pub updated_ms: u64,
+}
+
+const TOTALS_PREFIX: &str = "xet-bucket";
+
+impl BucketTotals {
+    fn encode(&self) -> String {
+        format!(
+            "{TOTALS_PREFIX} files={} bytes={} updated-ms={}",
+            self.files, self.bytes, self.updated_ms
+        )
+    }
+
+    fn decode(description: &str) -> Option<BucketTotals> {
+        let mut it = description.strip_prefix(TOTALS_PREFIX)?.split_whitespace();
+        let mut field = |name: &str| it.next()?.strip_prefix(name)?.parse::<u64>().ok();
+        Some(BucketTotals {
+            files: field("files=")?,
+            bytes: field("bytes=")?,
+            updated_ms: field("updated-ms=")?,
+        })
+    }
+}
+
+/// The state of a bucket: its record, the branch of this incarnation and its head.
+#[derive(Debug, Clone)]
+pub struct BucketState {
+    pub record: RepoRecord,
+    pub branch: BranchName,
+    /// `None` until the first write.
+    pub head: Option<CommitId>,
+    pub tree: Option<crate::ObjectId>,
+    pub totals: BucketTotals,
+}
+
+/// What a batch did.
+#[derive(Debug)]
+pub struct BatchOutcome {
+    /// One per operation, in order.
+    pub results: Vec<Result<Applied, ApplyError>>,
+    pub totals: BucketTotals,
+    /// The commit, if anything changed.
+    pub commit: Option<CommitId>,
+}
+
+/// The branch of a bucket's incarnation.
+fn incarnation_branch(nonce: u64) -> BranchName {
+    BranchName::parse(&format!("bucket-{nonce:016x}")).expect("a valid branch name")
+}
+
+fn nonce(now_ms: u64) -> u64 {
+    // Random enough to tell two incarnations of one name apart; not a secret.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(now_ms);
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
+impl Repos {
+    /// Create bucket `bucket` (empty). [`RepoError::RepoExists`] if it exists.
+    pub async fn create_bucket(
+        &self,
+        bucket: &RepoRef,
+        owner: &str,
+        private: bool,
+        now_ms: u64,
+    ) -> Result<RepoRecord, RepoError> {
+        debug_assert_eq!(bucket.kind, RepoType::Bucket);
+        let record = RepoRecord {
+            kind: bucket.kind,
+            id: bucket.id.clone(),
+            private,
+            owner: owner.to_string(),
+            created_at: now_ms / 1000,
+            created_ms: Some(now_ms),
+            incarnation: Some(nonce(now_ms)),
+        };
+        if !self.store().create_repo(bucket, &record).await? {
+            return Err(RepoError::RepoExists(bucket.clone()));
+        }
+        Ok(record)
+    }
+
+    /// The state of bucket `bucket`: [`RepoError::RepoNotFound`] if there is none.
+    pub async fn bucket(&self, bucket: &RepoRef) -> Result<BucketState, RepoError> {
+        let record = self.record(bucket).await?;
+        let branch = incarnation_branch(record.incarnation.unwrap_or(0));
+        let created_ms = record.created_ms.unwrap_or(record.created_at * 1000);
+        let Some(head) = self.store().branch(bucket, &branch).await? else {
+            return Ok(BucketState {
+                record,
+                branch,
+                head: None,
+                tree: None,
+                totals: BucketTotals {
+                    updated_ms: created_ms,
+                    ..BucketTotals::default()
+                },
+            });
+        };
+        let commit = self.stored_commit(bucket, &branch, &head.commit).await?;
+        let totals = totals_of(bucket, &head.commit, &commit)?;
+        Ok(BucketState {
+            record,
+            branch,
+            head: Some(head.commit),
+            tree: Some(commit.tree),
+            totals,
+        })
+    }
+
+    async fn stored_commit(
+        &self,
+        repo: &RepoRef,
+        branch: &BranchName,
+        id: &CommitId,
+    ) -> Result<Commit, RepoError> {
+        self.commit(repo, id).await?.ok_or_else(|| {
+            xet_cas::CasError::storage(format!(
+                "branch {branch} of {repo} points at commit {id}, which is not stored"
+            ))
+            .into()
+        })
+    }
+
+    /// Apply a batch to bucket `bucket`: each operation on its own, all that apply in one
+    /// commit, re-applied to whatever head it finds until its compare-and-swap wins.
+    /// Only [`Operation::Add`] and [`Operation::DeleteFile`] are bucket operations.
+    pub async fn bucket_batch(
+        &self,
+        bucket: &RepoRef,
+        ops: Vec<Operation>,
+        author: &str,
+        now_ms: u64,
+    ) -> Result<BatchOutcome, RepoError> {
+        let state = self.bucket(bucket).await?;
+        let added = ops
+            .iter()
+            .filter_map(|op| match op {
+                Operation::Add { entry, .. } => Some(entry),
+                _ => None,
+            })
+            .collect();
+        self.record_files(bucket, added).await?;
+        let ops: std::sync::Arc<[Operation]> = ops.into();
+        for _ in 0..crate::repos::MAX_COMMIT_ATTEMPTS {
+            let head = self.store().branch(bucket, &state.branch).await?;
+            let (base, before) = match &head {
+                Some(h) => {
+                    let c = self.stored_commit(bucket, &state.branch, &h.commit).await?;
+                    (Some(c.tree), totals_of(bucket, &h.commit, &c)?)
+                }
+                None => (None, state.totals),
+            };
+            let root = self.load_for(bucket, base, &ops).await?;
+            let ops_ = std::sync::Arc::clone(&ops);
+            let (results, built) = self
+                .off(move || {
+                    let mut root = root;
+                    let results = tree::apply_each(&mut root, &ops_);
+                    (results, root.build())
+                })
+                .await?;
+            let totals = after(before, &results, now_ms);
+            let (tree_id, folders) = built;
+            if Some(tree_id) == base {
+                // Nothing changed (failures, deletions of what is not there).
+                return Ok(BatchOutcome {
+                    results,
+                    totals: before,
+                    commit: None,
+                });
+            }
+            let commit = Commit {
+                tree: tree_id,
+                parent: head.map(|h| h.commit),
+                summary: "batch".into(),
+                description: totals.encode(),
+                author: author.to_string(),
+                created_at: now_ms / 1000,
+            };
+            let (id, bytes) = commit.encode();
+            self.write_folders(bucket, folders).await?;
+            self.store()
+                .put_object(bucket, crate::RepoObject::Commit, &id, bytes.into())
+                .await?;
+            if self
+                .store()
+                .update_branch(bucket, &state.branch, head.as_ref(), &id)
+                .await?
+                .is_some()
+            {
+                return Ok(BatchOutcome {
+                    results,
+                    totals,
+                    commit: Some(id),
+                });
+            }
+        }
+        Err(RepoError::Contention {
+            repo: bucket.clone(),
+            branch: state.branch,
+            attempts: crate::repos::MAX_COMMIT_ATTEMPTS,
+        })
+    }
+}
+
+fn totals_of(bucket: &RepoRef, id: &CommitId, c: &Commit) -> Result<BucketTotals, RepoError> {
+    BucketTotals::decode(&c.description).ok_or_else(|| {
+        xet_cas::CasError::storage(format!(
+            "commit {id} of bucket {bucket} does not carry the bucket's totals"
+        ))
+        .into()
+    })
+}
+
+/// The totals after `results` applied on `before`, changed at `now_ms` (at least a
+/// millisecond after the last change, so every change moves `updatedAt`).
+fn after(
+    before: BucketTotals,
+    results: &[Result<Applied, ApplyError>],
+    now_ms: u64,
+) -> BucketTotals {
+    let (mut files, mut bytes) = (i128::from(before.files), i128::from(before.bytes));
+    for r in results.iter().flatten() {
+        match r {
+            Applied::Added { size, replaced } => {
+                if let Some(old) = replaced {
+                    files -= 1;
+                    bytes -= i128::from(old.size);
+                }
+                files += 1;
+                bytes += i128::from(*size);
+            }
+            Applied::Deleted { removed: Some(old) } => {
+                files -= 1;
+                bytes -= i128::from(old.size);
+            }
+            Applied::Deleted { removed: None } => {}
+        }
+    }
+    BucketTotals {
+        files: files.max(0) as u64,
+        bytes: bytes.max(0) as u64,
+        updated_ms: now_ms.max(before.updated_ms + 1),
+    }
+}
