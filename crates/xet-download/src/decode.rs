@@ -125,8 +125,10 @@ pub(crate) struct RangeDecoder {
     carry: Vec<u8>,
     /// Decompressed end offset of every chunk whose header was read.
     ends: Vec<u64>,
-    /// Hashes of the chunks decoded so far.
+    /// Hashes of the chunks decoded so far (zero after [`RangeDecoder::without_hashes`]).
     hashes: Vec<MerkleHash>,
+    /// Whether each chunk is hashed (what a download verifies; a stream checks no hash).
+    hash: bool,
     /// Decoded chunks not yet handed to the sink; the first is chunk `batch_first`.
     batch: Vec<Piece>,
     batch_first: usize,
@@ -160,11 +162,19 @@ impl RangeDecoder {
             carry: Vec::new(),
             ends: Vec::with_capacity(expected),
             hashes: Vec::with_capacity(expected),
+            hash: true,
             batch: Vec::new(),
             batch_first: 0,
             batch_len: 0,
             arrived: Vec::new(),
         })
+    }
+
+    /// Leave the chunks unhashed (their hashes all zero): for a caller that checks no
+    /// hash, so as not to pay for them.
+    pub fn without_hashes(mut self) -> Self {
+        self.hash = false;
+        self
     }
 
     /// Bytes of the range fed so far.
@@ -331,7 +341,8 @@ impl RangeDecoder {
             let (run, tail) = rest.split_at_mut(n);
             rest = tail;
             let first = self.hashes.len();
-            let decode = |(k, a): (usize, &mut Arrived)| decode_chunk(first + k, a);
+            let hash = self.hash;
+            let decode = |(k, a): (usize, &mut Arrived)| decode_chunk(first + k, a, hash);
             let decoded: Vec<(MerkleHash, Piece)> = if len < PARALLEL_MIN {
                 run.iter_mut()
                     .enumerate()
@@ -368,8 +379,12 @@ impl RangeDecoder {
     }
 }
 
-/// Decompress (unless stored) and hash chunk `index`.
-fn decode_chunk(index: usize, a: &mut Arrived) -> Result<(MerkleHash, Piece), DecodeError> {
+/// Decompress (unless stored) and hash (if `hash`; else a zero hash) chunk `index`.
+fn decode_chunk(
+    index: usize,
+    a: &mut Arrived,
+    hash: bool,
+) -> Result<(MerkleHash, Piece), DecodeError> {
     // A stored chunk of the wrong length goes through the decoder for its error.
     let piece = if a.scheme == CompressionScheme::None && a.payload.len() == a.size as usize {
         Piece::Stored(std::mem::take(&mut a.payload))
@@ -388,7 +403,12 @@ fn decode_chunk(index: usize, a: &mut Arrived) -> Result<(MerkleHash, Piece), De
             })?;
         Piece::Decoded(out)
     };
-    Ok((xet_hash::chunk_hash(piece.bytes()), piece))
+    let h = if hash {
+        xet_hash::chunk_hash(piece.bytes())
+    } else {
+        MerkleHash::default()
+    };
+    Ok((h, piece))
 }
 
 /// Hash each of `sizes` consecutive chunks of `data` (in parallel).
@@ -504,6 +524,39 @@ mod tests {
             assert_eq!(data[i], cs[i + 1]);
             assert_eq!(hashes[i], xet_hash::chunk_hash(&cs[i + 1]));
         }
+    }
+
+    #[test]
+    fn without_hashes_decodes_the_same_chunks_unhashed() {
+        let cs = sample_chunks();
+        let x = xorb(&cs);
+        let bytes = Bytes::copy_from_slice(x.body());
+        let mut d = RangeDecoder::new(bytes.len() as u64, 4, u64::MAX)
+            .unwrap()
+            .without_hashes();
+        let mut got = Vec::new();
+        let mut sink = |_: usize, pieces: &[Piece], _: &[u64]| -> Result<(), ()> {
+            got.extend(pieces.iter().map(|p| p.bytes().to_vec()));
+            Ok(())
+        };
+        d.feed(bytes, &mut sink).unwrap();
+        let (hashes, ends) = d.finish(&mut sink).unwrap();
+        assert_eq!(got, cs);
+        assert_eq!(hashes, vec![MerkleHash::default(); 4]);
+        assert_eq!(ends.last(), Some(&(cs.concat().len() as u64)));
+        // The checks stay: a range cut short is still an error.
+        let body = x.body();
+        let mut d = RangeDecoder::new(body.len() as u64 - 3, 4, u64::MAX)
+            .unwrap()
+            .without_hashes();
+        let cut = Bytes::copy_from_slice(&body[..body.len() - 3]);
+        assert!(
+            d.feed(cut, &mut |_: usize, _: &[Piece], _: &[u64]| Ok::<_, ()>(()))
+                .and_then(|()| d
+                    .finish(&mut |_: usize, _: &[Piece], _: &[u64]| Ok(()))
+                    .map(|_| ()))
+                .is_err()
+        );
     }
 
     #[test]

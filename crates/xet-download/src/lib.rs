@@ -185,6 +185,14 @@
 //! limit in count and by the memory budget in bytes; each part of a range fetched
 //! ahead is a fetch here, and finding no slot free for one counts as having waited.
 //!
+//! # Streaming a file
+//!
+//! [`file_stream`] hands a file's bytes (or a range of them) out in order through a
+//! bounded channel instead of writing them anywhere: a server's response body. It
+//! decodes with the same decoder and checks what a range download checks (chunk
+//! headers and counts, bounded decompression, every term's length), not the file hash.
+//! [`file_sha256`] reads a file through it once.
+//!
 //! # Cancellation
 //!
 //! Cancelling [`DownloadOptions::cancel`] stops at once with
@@ -208,6 +216,7 @@ mod pipeline;
 mod plan;
 mod segments;
 mod split;
+pub mod stream;
 mod sync;
 mod types;
 mod verify;
@@ -224,6 +233,7 @@ pub use xet_cas::Cas;
 
 pub use cache::{CacheStats, cache_clear, cache_stats};
 pub use error::{DownloadError, ErrorKind, Result};
+pub use stream::{file_sha256, file_stream};
 pub use types::{
     CacheConfig, Destination, DownloadOptions, DownloadReport, DownloadRequest, FetchConcurrency,
     FileRange, FileReport, ProgressEvent, ProgressFn, Totals, Verification, default_cache_dir,

@@ -7,3 +7,4 @@ mod download;
 mod fs_store;
 mod over_http;
 mod sha256;
+mod stream;

@@ -133,7 +133,7 @@ async fn known_sha256(ctx: &Ctx, sha256: &[u8; 32]) -> HubResult<Option<(MerkleH
         return Ok(Some((MerkleHash::default(), 0)));
     }
     for file in store.files_claiming_sha256(sha256).await? {
-        let (actual, size) = super::stream::sha256_of(cas.clone(), file).await?;
+        let (actual, size) = xet_download::file_sha256(cas.clone(), file).await?;
         if actual == *sha256 {
             store.record_verified_sha256(sha256, &file).await?;
             return Ok(Some((file, size)));

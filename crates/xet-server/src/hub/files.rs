@@ -106,7 +106,7 @@ async fn resolve(
     let body = if method == Method::HEAD || len == 0 {
         Body::empty()
     } else {
-        let rx = super::stream::file_stream(ctx.state.cas.clone(), entry.xet_hash, range);
+        let rx = xet_download::file_stream(ctx.state.cas.clone(), entry.xet_hash, range);
         Body::from_stream(tokio_stream_of(rx))
     };
     let mut r = (status, body).into_response();

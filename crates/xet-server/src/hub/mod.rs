@@ -50,7 +50,6 @@ mod ctx;
 mod files;
 mod reply;
 mod repo;
-mod stream;
 mod upload;
 
 use axum::body::Body;
