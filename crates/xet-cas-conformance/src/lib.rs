@@ -735,9 +735,6 @@ pub async fn shard_rejections(cas: &dyn Cas) {
     let mut s = one(b);
     s.files[0].hash = a.hash;
     invalid.push(("a wrong file hash", s));
-    let mut s = one(b);
-    s.files[0].sha256 = None;
-    invalid.push(("no FileMetadataExt", s));
     let mut s = f.shards[0].clone();
     s.xorbs[0].chunks[0].hash = xet_hash::chunk_hash(b"not this chunk");
     invalid.push(("a CAS entry that differs from the stored xorb", s));
@@ -770,7 +767,23 @@ pub async fn shard_rejections(cas: &dyn Cas) {
         assert_unregistered(cas, &all, what).await;
     }
 
-    // The store is unchanged: the valid shards register, once.
+    // A file without a sha256 (no FileMetadataExt, as clients upload bucket files) is
+    // accepted; it claims none.
+    let mut s = one(b);
+    s.files[0].sha256 = None;
+    let bytes = format::upload_shard_bytes(&s).expect("serializes");
+    assert_eq!(
+        text_err(cas.put_shard(Bytes::from(bytes)).await),
+        Ok(true),
+        "a shard without FileMetadataExt"
+    );
+    assert_eq!(
+        text_err(cas.file_size(&b.hash).await),
+        Ok(Some(b.data.len() as u64)),
+        "the file of a shard without FileMetadataExt"
+    );
+
+    // The valid shards register, once.
     upload_shards(cas, f).await;
     for i in 0..f.shards.len() {
         assert_eq!(

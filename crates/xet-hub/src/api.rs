@@ -557,3 +557,157 @@ mod tests {
         assert_eq!(back["lfs"]["pointerSize"], 132);
     }
 }
+
+/// The Buckets API (`buckets-api.md`): bodies of `/api/buckets/...`.
+pub mod buckets {
+    use serde::{Deserialize, Serialize};
+
+    /// `POST /api/buckets/{ns}/{name}`: huggingface_hub sends `visibility`, the Rust
+    /// client `private`; both are read.
+    #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct CreateBucketRequest {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub visibility: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub private: Option<bool>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub resource_group_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub region: Option<String>,
+    }
+
+    impl CreateBucketRequest {
+        pub fn is_private(&self) -> bool {
+            self.private == Some(true) || self.visibility.as_deref() == Some("private")
+        }
+    }
+
+    /// Answer of a create: `url` is `{endpoint}/buckets/{ns}/{name}`.
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub struct CreateBucketResponse {
+        pub url: String,
+        pub name: String,
+        pub id: String,
+    }
+
+    /// `GET /api/buckets/{ns}/{name}` and each item of a namespace's list.
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct BucketInfo {
+        #[serde(rename = "_id")]
+        pub object_id: String,
+        pub id: String,
+        pub author: String,
+        pub private: bool,
+        pub repo_type: String,
+        pub created_at: String,
+        pub updated_at: String,
+        /// Bytes of all files.
+        pub size: u64,
+        pub total_files: u64,
+        #[serde(default)]
+        pub cdn_regions: Vec<serde_json::Value>,
+        #[serde(default)]
+        pub resource_group: Option<serde_json::Value>,
+    }
+
+    /// `PUT /api/buckets/{ns}/{name}/settings`.
+    #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+    pub struct BucketSettings {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub private: Option<bool>,
+    }
+
+    /// An entry of a tree listing or a paths-info answer. Paths are full bucket paths.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(
+        tag = "type",
+        rename_all = "lowercase",
+        rename_all_fields = "camelCase"
+    )]
+    pub enum BucketEntry {
+        File {
+            path: String,
+            size: u64,
+            xet_hash: String,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            mtime: Option<String>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            uploaded_at: Option<String>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            content_type: Option<String>,
+        },
+        Directory {
+            path: String,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            uploaded_at: Option<String>,
+        },
+    }
+
+    /// `POST /api/buckets/{ns}/{name}/paths-info`.
+    #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+    pub struct BucketPathsInfoRequest {
+        #[serde(default)]
+        pub paths: Vec<String>,
+    }
+
+    /// One line of a batch (`application/x-ndjson`). `mtime` is milliseconds since the
+    /// Unix epoch (huggingface_hub, hf-mount; the Rust client sends seconds).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(
+        tag = "type",
+        rename_all = "camelCase",
+        rename_all_fields = "camelCase"
+    )]
+    pub enum BatchLine {
+        AddFile {
+            path: String,
+            xet_hash: String,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            mtime: Option<i64>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            content_type: Option<String>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            size: Option<u64>,
+        },
+        CopyFile {
+            path: String,
+            xet_hash: String,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            mtime: Option<i64>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            content_type: Option<String>,
+            source_repo_type: String,
+            source_repo_id: String,
+        },
+        DeleteFile {
+            path: String,
+        },
+    }
+
+    impl BatchLine {
+        pub fn path(&self) -> &str {
+            match self {
+                BatchLine::AddFile { path, .. }
+                | BatchLine::CopyFile { path, .. }
+                | BatchLine::DeleteFile { path } => path,
+            }
+        }
+    }
+
+    /// The answer of a batch: `200` when something applied, `422` when nothing did.
+    #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct BatchReport {
+        pub success: bool,
+        pub processed: u64,
+        pub succeeded: u64,
+        pub failed: Vec<BatchFailure>,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct BatchFailure {
+        pub path: String,
+        pub error: String,
+    }
+}

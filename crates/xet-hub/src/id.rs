@@ -111,6 +111,14 @@ impl RepoType {
         }
     }
 
+    /// Any kind by its singular name, buckets included (stored records, minted tokens).
+    pub fn from_name(s: &str) -> Option<RepoType> {
+        [RepoType::Bucket]
+            .into_iter()
+            .chain(RepoType::ALL)
+            .find(|t| t.as_str() == s)
+    }
+
     /// Parse the plural of an API path (`models`).
     pub fn from_plural(s: &str) -> Option<RepoType> {
         RepoType::ALL.into_iter().find(|t| t.plural() == s)
@@ -132,10 +140,8 @@ impl serde::Serialize for RepoType {
 impl<'de> serde::Deserialize<'de> for RepoType {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        if s == "bucket" {
-            return Ok(RepoType::Bucket);
-        }
-        RepoType::parse(Some(&s)).map_err(serde::de::Error::custom)
+        RepoType::from_name(&s)
+            .ok_or_else(|| serde::de::Error::custom(NameError::RepoType(s.to_string())))
     }
 }
 

@@ -88,6 +88,9 @@ pub trait RepoStore: Send + Sync + 'static {
     /// store reclaims them); `false` if there was none.
     async fn delete_repo(&self, repo: &RepoRef) -> Result<bool>;
 
+    /// The records of every bucket (repositories of kind bucket), in no order.
+    async fn buckets(&self) -> Result<Vec<RepoRecord>>;
+
     /// Store object `id` of `repo`.
     async fn put_object(
         &self,

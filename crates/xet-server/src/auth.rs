@@ -157,7 +157,7 @@ fn decode_repo(s: &str) -> Option<RepoRef> {
     let text = String::from_utf8(URL_SAFE_NO_PAD.decode(s).ok()?).ok()?;
     let (kind, id) = text.split_once('/')?;
     Some(RepoRef::new(
-        RepoType::parse(Some(kind)).ok()?,
+        RepoType::from_name(kind)?,
         RepoId::parse(id).ok()?,
     ))
 }

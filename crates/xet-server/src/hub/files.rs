@@ -25,6 +25,14 @@ pub(super) async fn route(ctx: &Ctx, method: &Method, body: Body) -> HubResult<O
         [p, rest @ ..] if is_typed(p, rest) => (url::type_of_prefix(p).expect("checked"), rest),
         rest => (RepoType::Model, rest),
     };
+    if let (&Method::GET | &Method::HEAD, ["buckets", ns, name, "resolve", path @ ..]) =
+        (method, segs.as_slice())
+        && !path.is_empty()
+    {
+        return super::buckets::resolve(ctx, method, ns, name, &path.join("/"))
+            .await
+            .map(Some);
+    }
     match (method, rest) {
         (&Method::GET | &Method::HEAD, [ns, name, "resolve" | "raw", rev, path @ ..])
             if !path.is_empty() =>
@@ -106,8 +114,7 @@ async fn resolve(
     let body = if method == Method::HEAD || len == 0 {
         Body::empty()
     } else {
-        let rx = xet_download::file_stream(ctx.state.cas.clone(), entry.xet_hash, range);
-        Body::from_stream(tokio_stream_of(rx))
+        file_body(ctx, &entry, range)
     };
     let mut r = (status, body).into_response();
     file_headers(ctx, &mut r, repo, &id, &entry);
@@ -152,10 +159,16 @@ fn xet_links(base: &str, repo: &RepoRef, commit: &CommitId, xet_hash: &str) -> H
     ))
 }
 
+/// The bytes of a stored file (or `range` of it), streamed from its reconstruction.
+pub(super) fn file_body(ctx: &Ctx, e: &FileEntry, range: Option<xet_cas::ByteRange>) -> Body {
+    let rx = xet_download::file_stream(ctx.state.cas.clone(), e.xet_hash, range);
+    Body::from_stream(tokio_stream_of(rx))
+}
+
 /// The one range a `Range` header asks for; several ranges or a malformed header are
 /// answered with the whole file (RFC 9110 allows ignoring `Range`), a range past the end
 /// is `416`.
-fn requested_range(ctx: &Ctx, size: u64) -> HubResult<Option<xet_cas::ByteRange>> {
+pub(super) fn requested_range(ctx: &Ctx, size: u64) -> HubResult<Option<xet_cas::ByteRange>> {
     let Some(v) = ctx.headers.get(header::RANGE).and_then(|v| v.to_str().ok()) else {
         return Ok(None);
     };

@@ -45,6 +45,7 @@
 //! names them. Hub tokens are never logged and never reach the CAS.
 
 mod body;
+mod buckets;
 mod commit;
 mod ctx;
 mod files;
@@ -96,6 +97,7 @@ async fn api_route(ctx: &Ctx, method: &Method, body: Body) -> HubResult<Response
         (&Method::POST, ["validate-yaml"]) => repo::validate_yaml(ctx, body).await,
         (&Method::GET, ["whoami-v2"]) => repo::whoami(ctx),
         (&Method::GET, ["agent-harnesses"]) => Ok(repo::agent_harnesses()),
+        (_, ["buckets", rest @ ..]) => buckets::route(ctx, method, rest, body).await,
         (_, [plural, ns, name, tail @ ..]) => {
             let Some(kind) = RepoType::from_plural(plural) else {
                 return Err(no_route(method, &ctx.path).into());

@@ -360,9 +360,45 @@ pub(super) fn agent_harnesses() -> Response {
 
 /// `secs` as RFC 3339 UTC (`2026-11-25T21:46:01.000Z`), the form the Hub uses.
 fn rfc3339(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
+    rfc3339_ms(secs.saturating_mul(1000))
+}
+
+/// `ms` (milliseconds since the Unix epoch) as RFC 3339 UTC with milliseconds.
+pub(super) fn rfc3339_ms(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (y, m, d) = civil((secs / 86_400) as i64);
     let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+/// `secs` as an HTTP date (`Sun, 06 Dec 2026 09:30:00 GMT`, RFC 9110 IMF-fixdate).
+pub(super) fn http_date(secs: u64) -> String {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let days = secs / 86_400;
+    let (y, m, d) = civil(days as i64);
+    let rem = secs % 86_400;
+    format!(
+        "{}, {d:02} {} {y:04} {:02}:{:02}:{:02} GMT",
+        DAYS[(days % 7) as usize],
+        MONTHS[(m - 1) as usize],
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// The civil date (year, month, day) of `days` since 1970-01-01 (Howard Hinnant's
+/// algorithm).
+fn civil(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
@@ -372,12 +408,7 @@ fn rfc3339(secs: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.000Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
+    (y, m, d)
 }
 
 #[cfg(test)]
@@ -389,5 +420,8 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(1_795_297_561), "2026-11-21T21:46:01.000Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(1_795_297_561_042), "2026-11-21T21:46:01.042Z");
+        assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(http_date(1_796_549_400), "Sun, 06 Dec 2026 09:30:00 GMT");
     }
 }

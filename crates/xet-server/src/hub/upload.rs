@@ -81,6 +81,12 @@ pub(super) async fn preupload(
 pub(super) async fn xet_token(ctx: &Ctx, repo: &RepoRef, need: Access) -> HubResult<Response> {
     let caller = ctx.caller(need)?;
     ctx.open_repo(repo, &caller).await?;
+    token_answer(ctx, repo, need)
+}
+
+/// The answer of a xet token route for `repo` (a repository or a bucket), whose access
+/// the caller was checked for.
+pub(super) fn token_answer(ctx: &Ctx, repo: &RepoRef, need: Access) -> HubResult<Response> {
     let token = mint(ctx, repo, need)?;
     let mut r = json(StatusCode::OK, &token);
     set(&mut r, hh::XET_CAS_URL, header_value(&token.cas_url));

@@ -231,6 +231,16 @@ pub fn fixture(seed: u64, chunk_sizes: &[usize]) -> Fixture {
 
 /// [`fixture`] whose shard claims `sha256` for the file (its true sha256 when `None`).
 pub fn fixture_claiming(seed: u64, chunk_sizes: &[usize], sha256: Option<[u8; 32]>) -> Fixture {
+    build_fixture(seed, chunk_sizes, Some(sha256))
+}
+
+/// [`fixture`] whose shard has no sha256 at all (no `FileMetadataExt`), as `hf` uploads
+/// bucket files.
+pub fn fixture_without_sha256(seed: u64, chunk_sizes: &[usize]) -> Fixture {
+    build_fixture(seed, chunk_sizes, None)
+}
+
+fn build_fixture(seed: u64, chunk_sizes: &[usize], sha256: Option<Option<[u8; 32]>>) -> Fixture {
     let chunks: Vec<Vec<u8>> = chunk_sizes
         .iter()
         .enumerate()
@@ -257,7 +267,9 @@ pub fn fixture_claiming(seed: u64, chunk_sizes: &[usize], sha256: Option<[u8; 32
     let mut fb = xet_shard::FileInfoBuilder::new(file);
     fb.add_term_from_cas(&cas, 0..entries.len() as u32).unwrap();
     let data = chunks.concat();
-    fb.sha256(sha256.unwrap_or_else(|| <sha2::Sha256 as sha2::Digest>::digest(&data).into()));
+    if let Some(claim) = sha256 {
+        fb.sha256(claim.unwrap_or_else(|| <sha2::Sha256 as sha2::Digest>::digest(&data).into()));
+    }
     let shard = xet_shard::Shard::new(vec![fb.build()], vec![cas])
         .into_upload()
         .to_upload_bytes()

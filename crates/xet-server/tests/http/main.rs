@@ -8,6 +8,7 @@ mod reference;
 mod support;
 
 mod auth;
+mod buckets;
 mod grants;
 mod hardening;
 mod hub;

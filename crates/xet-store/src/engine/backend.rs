@@ -26,6 +26,7 @@ const SHARD_SUFFIX: &str = ".mdb";
 const HUB_REPOS: &str = "hub/repos/";
 const HUB_SHA256: &str = "hub/sha256/";
 const HUB_FILES: &str = "hub/files/";
+const HUB_BUCKETS: &str = "hub/buckets/";
 
 /// A repository or branch name as it appears in a hub key: the first 16 bytes of its
 /// SHA-256, never the name itself (see `xet_store`'s `RepoStore` implementation).
@@ -46,6 +47,7 @@ pub type HubName = [u8; 16];
 /// hub/repos/<rk>/branches/<bk>/<version>
 /// hub/sha256/<64 hex sha256>
 /// hub/files/<64-digit Xet hash>/<rk>
+/// hub/buckets/<rk>
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey(String);
@@ -127,6 +129,21 @@ impl ObjectKey {
         ))
     }
 
+    /// The mark that bucket `repo` exists (empty; what listing buckets reads).
+    pub fn hub_bucket(repo: &HubName) -> Self {
+        ObjectKey(format!("{HUB_BUCKETS}{}", hex(repo)))
+    }
+
+    /// The prefix of every [`hub_bucket`](Self::hub_bucket) mark.
+    pub fn hub_buckets_prefix() -> &'static str {
+        HUB_BUCKETS
+    }
+
+    /// The bucket of a [`hub_bucket`](Self::hub_bucket) key.
+    pub fn bucket_repo(&self) -> Option<HubName> {
+        unhex(self.0.strip_prefix(HUB_BUCKETS)?)
+    }
+
     /// The prefix of every [`hub_file_reference`](Self::hub_file_reference) of `file`.
     pub fn hub_file_references_prefix(file: &MerkleHash) -> String {
         format!("{HUB_FILES}{file}/")
@@ -162,6 +179,7 @@ impl ObjectKey {
             || self.0.starts_with(SHARD_PREFIX)
             || self.0.starts_with(HUB_SHA256)
             || self.0.starts_with(HUB_FILES)
+            || self.0.starts_with(HUB_BUCKETS)
             || (self.0.starts_with(HUB_REPOS)
                 && ["/commits/", "/trees/", "/facts/", "/sha256/"]
                     .iter()
@@ -233,6 +251,7 @@ fn valid_hub_key(rest: &str) -> bool {
         }
         ["sha256", h] => is_hex(h, 64),
         ["files", file, rk] => is_hex(file, 64) && is_hex(rk, 32),
+        ["buckets", rk] => is_hex(rk, 32),
         _ => false,
     }
 }

@@ -13,6 +13,7 @@
 //! hub/repos/<rk>/heads/<bk>                  the head version as its last mover saw it (a hint)
 //! hub/sha256/<sha256>                        the Xet hash string of a verified file
 //! hub/files/<xet hash>/<rk>                  empty: repository <rk> references that file
+//! hub/buckets/<rk>                           empty: <rk> is a bucket (listings read these)
 //! ```
 //!
 //! `<rk>` is [`hub_repo_name`] (a hash of `type/namespace/name`), `<bk>` is
@@ -36,7 +37,9 @@ use tokio::time::Instant;
 use xet_cas::{CasError, Result};
 use xet_hash::MerkleHash;
 use xet_hub::store::RepoObject;
-use xet_hub::{BranchHead, BranchName, CommitId, ObjectId, RepoRecord, RepoRef, RepoStore};
+use xet_hub::{
+    BranchHead, BranchName, CommitId, ObjectId, RepoRecord, RepoRef, RepoStore, RepoType,
+};
 
 use super::backend::{HubName, ObjectBackend, ObjectKey};
 use super::cas::StoreCas;
@@ -203,15 +206,49 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
                 record.kind, record.id
             )));
         }
-        let key = ObjectKey::hub_record(&hub_repo_name(repo));
+        let rk = hub_repo_name(repo);
+        // A bucket's mark first: a mark without a record is skipped by listings, a
+        // record without a mark would be missing from them.
+        if repo.kind == RepoType::Bucket {
+            self.backend()
+                .put_if_absent(&ObjectKey::hub_bucket(&rk), Bytes::new())
+                .await?;
+        }
         self.backend()
-            .put_if_absent(&key, Bytes::from(record.encode()))
+            .put_if_absent(&ObjectKey::hub_record(&rk), Bytes::from(record.encode()))
             .await
     }
 
     async fn delete_repo(&self, repo: &RepoRef) -> Result<bool> {
-        let key = ObjectKey::hub_record(&hub_repo_name(repo));
-        self.backend().delete(&key).await
+        let rk = hub_repo_name(repo);
+        let deleted = self.backend().delete(&ObjectKey::hub_record(&rk)).await?;
+        if repo.kind == RepoType::Bucket {
+            self.backend().delete(&ObjectKey::hub_bucket(&rk)).await?;
+        }
+        Ok(deleted)
+    }
+
+    async fn buckets(&self) -> Result<Vec<RepoRecord>> {
+        let marks = self.backend().list(ObjectKey::hub_buckets_prefix()).await?;
+        let mut out = Vec::with_capacity(marks.len());
+        for rk in marks.iter().filter_map(ObjectKey::bucket_repo) {
+            let Some(bytes) = self.backend().get(&ObjectKey::hub_record(&rk)).await? else {
+                // Deleted meanwhile, or a creation that died before its record.
+                continue;
+            };
+            let record: RepoRecord = serde_json::from_slice(&bytes).map_err(|e| {
+                CasError::storage_with(
+                    format!("{} is not a valid record", ObjectKey::hub_record(&rk)),
+                    e,
+                )
+            })?;
+            if record.kind == RepoType::Bucket
+                && hub_repo_name(&RepoRef::new(record.kind, record.id.clone())) == rk
+            {
+                out.push(record);
+            }
+        }
+        Ok(out)
     }
 
     async fn repo(&self, repo: &RepoRef) -> Result<Option<RepoRecord>> {

@@ -101,16 +101,16 @@ pub(crate) fn validate_shard(
                 detail,
             })
         };
-        let Some(sha256) = f.sha256 else {
-            return Err(what(
-                "no FileMetadataExt (sha256); uploaded shards must carry one per file".into(),
-            ));
-        };
-        // A file's sha256 is a claim the store cannot check without reading the file's
-        // data (the Hub layer checks it before a commit relies on it), except for the
-        // empty file, whose sha256 is known: hf_xet writes zeros for it, other clients
-        // the digest of no bytes.
-        if f.terms.is_empty() && sha256 != [0; 32] && sha256 != empty_sha256() {
+        // A file's sha256 is optional (clients upload bucket files without one) and a
+        // claim the store cannot check without reading the file's data (the Hub layer
+        // checks it before a commit relies on it), except for the empty file, whose
+        // sha256 is known: hf_xet writes zeros for it, other clients the digest of no
+        // bytes.
+        if let Some(sha256) = f.sha256
+            && f.terms.is_empty()
+            && sha256 != [0; 32]
+            && sha256 != empty_sha256()
+        {
             return Err(what(format!(
                 "the empty file's sha256 is {}, not {} (or zeros)",
                 xet_hash::hex::encode(&sha256),

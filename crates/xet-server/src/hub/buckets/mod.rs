@@ -1,0 +1,216 @@
+//! Storage buckets (`buckets-api.md`): mutable, unversioned folders of Xet files, kept as
+//! repositories of kind `bucket` are ([`xet_hub::bucket`]).
+//!
+//! | route | auth | answer |
+//! |---|---|---|
+//! | `POST /api/buckets/{ns}/{name}` | write | `{"url","name","id"}`; `409` if it exists |
+//! | `GET /api/buckets/{ns}/{name}` | read | the bucket: `id`, `private`, `size`, `totalFiles`, `createdAt`, `updatedAt` |
+//! | `GET /api/buckets/{ns}` | read | the namespace's buckets the caller sees (`me` = the caller) |
+//! | `DELETE /api/buckets/{ns}/{name}` | write | `200`; its files are gone for good |
+//! | `GET /api/buckets/{ns}/{name}/tree[/{prefix}]` | read | entries (full paths), `?recursive=true` (files only), paged by `Link` |
+//! | `POST /api/buckets/{ns}/{name}/paths-info` | read | the files among `paths` (others omitted) |
+//! | `POST /api/buckets/{ns}/{name}/batch` | write | NDJSON `addFile`/`copyFile`/`deleteFile` → report; `422` if nothing applied |
+//! | `GET /api/buckets/{ns}/{name}/xet-{read,write}-token` | read / write | a CAS token for the bucket |
+//! | `HEAD`/`GET /buckets/{ns}/{name}/resolve/{path}` | read | the file's Xet facts; `GET` its bytes, `Range` → `206` |
+//!
+//! A bucket the caller may not see answers as a missing one: `404` with `X-Error-Code:
+//! RepoNotFound` (huggingface_hub raises `BucketNotFoundError` on exactly that).
+
+mod batch;
+mod read;
+
+use axum::body::Body;
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
+use xet_hub::api::buckets::{BucketInfo, CreateBucketRequest, CreateBucketResponse};
+use xet_hub::api::error_code;
+use xet_hub::{BucketState, RepoError, RepoId, RepoRef, RepoType};
+
+use super::ctx::Ctx;
+use super::reply::{HubReply, HubResult};
+use crate::auth::Caller;
+use crate::config::Access;
+use crate::routes::json;
+use crate::routes::misc::no_route;
+
+pub(super) use read::resolve;
+
+/// `/api/buckets/...`, after `buckets`.
+pub(super) async fn route(
+    ctx: &Ctx,
+    method: &Method,
+    rest: &[&str],
+    body: Body,
+) -> HubResult<Response> {
+    match (method, rest) {
+        (&Method::GET, [ns]) => list(ctx, ns).await,
+        (_, [ns, name, tail @ ..]) => {
+            let bucket = bucket_ref(ctx, ns, name)?;
+            match (method, tail) {
+                (&Method::POST, []) => create(ctx, &bucket, body).await,
+                (&Method::GET, []) => info(ctx, &bucket).await,
+                (&Method::DELETE, []) => delete(ctx, &bucket).await,
+                (&Method::GET, ["tree", prefix @ ..]) => {
+                    read::tree(ctx, &bucket, &prefix.join("/")).await
+                }
+                (&Method::POST, ["paths-info"]) => read::paths_info(ctx, &bucket, body).await,
+                (&Method::POST, ["batch"]) => batch::batch(ctx, &bucket, body).await,
+                (&Method::GET, ["xet-read-token"]) => token(ctx, &bucket, Access::Read).await,
+                (&Method::GET, ["xet-write-token"]) => token(ctx, &bucket, Access::Write).await,
+                _ => Err(no_route(method, &ctx.path).into()),
+            }
+        }
+        _ => Err(no_route(method, &ctx.path).into()),
+    }
+}
+
+/// The bucket `ns/name`; `me` is the caller (the server's user).
+pub(super) fn bucket_ref(ctx: &Ctx, ns: &str, name: &str) -> HubResult<RepoRef> {
+    let ns = if ns == "me" {
+        ctx.state.config.hub_user.as_str()
+    } else {
+        ns
+    };
+    Ok(RepoRef::new(RepoType::Bucket, RepoId::new(ns, name)?))
+}
+
+fn not_found(bucket: &RepoRef) -> HubReply {
+    HubReply::coded(
+        StatusCode::NOT_FOUND,
+        error_code::REPO_NOT_FOUND,
+        format!("bucket {} not found (or private: pass a token)", bucket.id),
+    )
+}
+
+/// The state of `bucket`, if `caller` may see it; else it answers as a missing one.
+pub(super) async fn open(ctx: &Ctx, bucket: &RepoRef, caller: &Caller) -> HubResult<BucketState> {
+    if !caller.scope.reaches(bucket) {
+        return Err(not_found(bucket));
+    }
+    match ctx.repos().bucket(bucket).await {
+        Ok(s) if s.record.private && !caller.user => Err(not_found(bucket)),
+        Ok(s) => Ok(s),
+        Err(RepoError::RepoNotFound(_)) => Err(not_found(bucket)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn page_url(ctx: &Ctx, bucket: &RepoRef) -> String {
+    format!("{}/buckets/{}", ctx.base, bucket.id)
+}
+
+async fn create(ctx: &Ctx, bucket: &RepoRef, body: Body) -> HubResult<Response> {
+    let caller = ctx.caller(Access::Write)?;
+    let req: CreateBucketRequest = super::repo::json_body(ctx, body, "create-bucket").await?;
+    if !caller.scope.reaches(bucket) {
+        return Err(HubReply::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "this token cannot create bucket {}: it is scoped to other repositories",
+                bucket.id
+            ),
+        ));
+    }
+    if req.is_private() && !ctx.state.auth.enabled() {
+        return Err(HubReply::bad_request(
+            "this server has no tokens, so nobody could ever read a private bucket: \
+             start xet serve with --token to create private ones",
+        ));
+    }
+    let owner = &ctx.state.config.hub_user;
+    let answer = CreateBucketResponse {
+        url: page_url(ctx, bucket),
+        name: bucket.id.name().to_string(),
+        id: bucket.id.to_string(),
+    };
+    match ctx
+        .repos()
+        .create_bucket(bucket, owner, req.is_private(), now_ms())
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(bucket = %bucket.id, "bucket created");
+            Ok(json(StatusCode::OK, &answer))
+        }
+        Err(RepoError::RepoExists(_)) => Err(HubReply::new(
+            StatusCode::CONFLICT,
+            format!("You already created this bucket: {}", bucket.id),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn bucket_info(s: &BucketState) -> BucketInfo {
+    let created_ms = s.record.created_ms.unwrap_or(s.record.created_at * 1000);
+    BucketInfo {
+        object_id: format!("bucket-{}", s.branch.as_str().trim_start_matches("bucket-")),
+        id: s.record.id.to_string(),
+        author: s.record.id.namespace().to_string(),
+        private: s.record.private,
+        repo_type: "bucket".into(),
+        created_at: super::repo::rfc3339_ms(created_ms),
+        updated_at: super::repo::rfc3339_ms(s.totals.updated_ms),
+        size: s.totals.bytes,
+        total_files: s.totals.files,
+        cdn_regions: Vec::new(),
+        resource_group: None,
+    }
+}
+
+async fn info(ctx: &Ctx, bucket: &RepoRef) -> HubResult<Response> {
+    let caller = ctx.caller(Access::Read)?;
+    let state = open(ctx, bucket, &caller).await?;
+    Ok(json(StatusCode::OK, &bucket_info(&state)))
+}
+
+async fn list(ctx: &Ctx, ns: &str) -> HubResult<Response> {
+    let caller = ctx.caller(Access::Read)?;
+    let ns = if ns == "me" {
+        ctx.state.config.hub_user.as_str()
+    } else {
+        ns
+    };
+    let search = ctx.query_param("search");
+    let mut out = Vec::new();
+    for record in ctx.repos().store().buckets().await? {
+        let bucket = RepoRef::new(RepoType::Bucket, record.id.clone());
+        if record.id.namespace() != ns
+            || search
+                .as_deref()
+                .is_some_and(|s| !record.id.name().contains(s))
+        {
+            continue;
+        }
+        match open(ctx, &bucket, &caller).await {
+            Ok(state) => out.push(bucket_info(&state)),
+            // Deleted meanwhile, or not the caller's to see.
+            Err(e) if e.status == StatusCode::NOT_FOUND => {}
+            Err(e) => return Err(e),
+        }
+    }
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(json(StatusCode::OK, &out))
+}
+
+async fn delete(ctx: &Ctx, bucket: &RepoRef) -> HubResult<Response> {
+    let caller = ctx.caller(Access::Write)?;
+    open(ctx, bucket, &caller).await?;
+    if !ctx.repos().store().delete_repo(bucket).await? {
+        return Err(not_found(bucket));
+    }
+    tracing::info!(bucket = %bucket.id, "bucket deleted");
+    Ok(json(StatusCode::OK, &serde_json::json!({})))
+}
+
+async fn token(ctx: &Ctx, bucket: &RepoRef, need: Access) -> HubResult<Response> {
+    let caller = ctx.caller(need)?;
+    open(ctx, bucket, &caller).await?;
+    super::upload::token_answer(ctx, bucket, need)
+}
+
+/// Milliseconds since the Unix epoch.
+pub(super) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
