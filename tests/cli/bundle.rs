@@ -492,6 +492,33 @@ fn xet_serve_serves_a_bundle_read_only_to_the_reference_client() {
         ],
     );
     assert!(err.contains("--all needs a store"), "{err}");
+    // A file the server does not have: the download's exit code (rejected), the file
+    // named, nothing staged left behind.
+    let absent = "ab".repeat(32);
+    let err = env.fails(
+        5,
+        &[
+            "bundle",
+            "create",
+            s(&env.path("y.swh")),
+            &absent,
+            "--endpoint",
+            &server.url,
+        ],
+    );
+    assert!(err.contains(&absent) && err.contains("not found"), "{err}");
+    assert!(!env.path("y.swh").exists());
+    let staged = std::fs::read_dir(env.dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".xet-bundle")
+        })
+        .count();
+    assert_eq!(staged, 0, "staging left behind");
 
     // A valid xorb the bundle does not have: refused with 405, for being read-only.
     let other = env.path("other");

@@ -150,6 +150,46 @@ pub enum BundleError {
 
     #[error("a background task of the bundle operation failed")]
     Task(#[source] tokio::task::JoinError),
+
+    /// [`crate::create_from_cas`] could not make its staging directory (or a folder in
+    /// it) at `path`.
+    #[error("cannot create a staging directory in {}", .path.display())]
+    Stage {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// [`crate::create_from_cas`] could not open its staging store at `path`.
+    #[error("cannot open the staging store at {}", .path.display())]
+    StagingStore {
+        path: PathBuf,
+        #[source]
+        source: CasError,
+    },
+
+    /// [`crate::create_from_cas`]: downloading the files to bundle failed (the source
+    /// names the file).
+    #[error("cannot download the files to bundle")]
+    Download(#[from] xet_download::DownloadError),
+
+    /// [`crate::create_from_cas`]: storing the downloaded files in the staging store
+    /// failed.
+    #[error("cannot store the downloaded files in the staging store")]
+    Upload(#[from] xet_upload::UploadError),
+
+    /// [`crate::create_from_cas`]: a downloaded file was stored under another hash than
+    /// the one asked for (the download verified it, so this is a bug, not the source).
+    #[error("file {file} was downloaded as content whose hash is {content}")]
+    HashMismatch {
+        file: MerkleHash,
+        content: MerkleHash,
+    },
+
+    /// [`crate::create_from_cas`]: the upload reported another number of files than it
+    /// was given (a bug).
+    #[error("{asked} files were downloaded, but the staging store got {stored}")]
+    StagedFiles { asked: usize, stored: usize },
 }
 
 impl BundleError {

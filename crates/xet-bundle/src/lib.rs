@@ -43,6 +43,10 @@
 //!   what the named files need ([`Selection::Files`]: their xorbs and one shard holding
 //!   exactly those files) — written through `ShardWriter` to a temporary file beside the
 //!   output and renamed; the same input gives the same bytes.
+//! * [`create_from_cas`]: a bundle of files from any [`xet_cas::Cas`] (a server), which
+//!   hands out contents, not stored objects: the files are downloaded (verified) and
+//!   uploaded into a temporary store beside the output (`xet-download`, `xet-upload`),
+//!   which is bundled with `create`.
 //! * [`import`]: every xorb and shard through [`xet_cas::Cas::put_xorb`] /
 //!   [`xet_cas::Cas::put_shard`] in their upload forms, so the target validates each as it
 //!   validates an upload. A bad object is reported and the rest imported.
@@ -60,6 +64,7 @@ mod backend;
 mod bundle;
 mod create;
 mod error;
+mod from_cas;
 mod import;
 mod manifest;
 mod progress;
@@ -69,6 +74,7 @@ pub use backend::BundleBackend;
 pub use bundle::{Bundle, OpenLimits, is_bundle};
 pub use create::{CreateReport, Selection, Wanted, create};
 pub use error::{BundleError, BundlePart, Kind, ManifestError, Problem, Reason, StoredXorbError};
+pub use from_cas::create_from_cas;
 pub use import::{ImportOptions, ImportReport, KindCounts, import};
 pub use manifest::{EMPTY_SHA256, FORMAT, FileEntry, MANIFEST_KEY, Manifest, VERSION};
 pub use progress::{NoProgress, Progress};

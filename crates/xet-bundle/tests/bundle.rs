@@ -598,3 +598,96 @@ async fn a_bundle_is_written_for_keys_swh_shard_has_no_seed_for() {
         std::fs::read(&again).unwrap()
     );
 }
+
+/// Files bundled from a `Cas` that hands out contents only (as a server does): the
+/// bundle lists exactly them, under their names, with the sizes and sha256s of the
+/// source, verifies, and serves them; nothing is left beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_from_a_cas_are_bundled_through_a_staging_store() {
+    let store = populated().await;
+    let (d, all) = tmp();
+    create_from(store.backend(), &Selection::All, &all).await;
+    let source_files = open(&all).unwrap().manifest().files.clone();
+    let mut picked: Vec<xet_bundle::FileEntry> = source_files
+        .iter()
+        .filter(|f| f.size > 100_000)
+        .take(2)
+        .cloned()
+        .collect();
+    picked.extend(source_files.iter().filter(|f| f.hash.is_zero()).cloned());
+    assert_eq!(picked.len(), 3);
+    for (i, f) in picked.iter_mut().enumerate() {
+        f.name = Some(format!("file-{i}"));
+    }
+    let wanted: Vec<Wanted> = picked
+        .iter()
+        .map(|f| Wanted {
+            hash: f.hash,
+            name: f.name.clone(),
+        })
+        .collect();
+    let cas: Arc<dyn Cas> = Arc::new(store);
+    let out = d.path().join("from-cas.swh");
+    let report = xet_bundle::create_from_cas(cas.clone(), &wanted, &out, Arc::new(NoProgress))
+        .await
+        .unwrap();
+    assert_eq!(report.path, out);
+    assert_eq!(report.files, 3);
+    let bundle = open(&out).unwrap();
+    let mut listed = bundle.manifest().files.clone();
+    let key = |f: &xet_bundle::FileEntry| f.hash.to_string();
+    listed.sort_by_key(key);
+    picked.sort_by_key(key);
+    assert_eq!(listed, picked);
+    assert_eq!(report.xorbs, bundle.manifest().xorbs.len() as u64);
+    assert_eq!(report.shards, 1);
+    // Nothing staged is left beside the output.
+    let mut names: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["b.swh", "from-cas.swh"]);
+    // It holds what the files need: it verifies, and serves them as the source does.
+    assert!(verify(open(&out).unwrap()).await.is_ok());
+    let served: Arc<dyn Cas> = Arc::new(served(&out).await);
+    for f in &picked {
+        let a = xet_download::file_sha256(served.clone(), f.hash)
+            .await
+            .unwrap();
+        let b = xet_download::file_sha256(cas.clone(), f.hash)
+            .await
+            .unwrap();
+        assert_eq!(a, b, "file {}", f.hash);
+        assert_eq!(a.1, f.size);
+    }
+}
+
+/// A file the `Cas` does not have: the download's typed error, kept as the source and
+/// not repeated in the message; no bundle and no staging directory are left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_the_cas_lacks_is_a_typed_download_error() {
+    let cas: Arc<dyn Cas> = Arc::new(populated().await);
+    let missing = xet_hash::chunk_hash(b"no file has this hash");
+    let (d, out) = tmp();
+    let wanted = [Wanted {
+        hash: missing,
+        name: Some("missing.bin".into()),
+    }];
+    let e = xet_bundle::create_from_cas(cas, &wanted, &out, Arc::new(NoProgress))
+        .await
+        .unwrap_err();
+    match &e {
+        BundleError::Download(xet_download::DownloadError::NotFound { file }) => {
+            assert_eq!(*file, missing)
+        }
+        other => panic!("{other:?}"),
+    }
+    let text = e.to_string();
+    let source = std::error::Error::source(&e)
+        .expect("the download error")
+        .to_string();
+    assert!(source.contains(&missing.to_string()), "{source}");
+    assert!(!text.contains(&source), "{text}");
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+}

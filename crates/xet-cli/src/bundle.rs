@@ -74,7 +74,12 @@ fn code(e: &BundleError) -> Code {
         BundleError::Source { source, .. } | BundleError::Target { source, .. } => {
             remote::cas_code(source)
         }
-        BundleError::Write { .. } | BundleError::Encode { .. } => Code::Input,
+        BundleError::Write { .. } | BundleError::Encode { .. } | BundleError::Stage { .. } => {
+            Code::Input
+        }
+        BundleError::Download(e) => crate::transfer::download_code(e.kind()),
+        BundleError::Upload(e) => crate::transfer::upload_code(e),
+        BundleError::HashMismatch { .. } => Code::Corrupt,
         e if e.is_invalid_bundle() => Code::Input,
         _ => Code::Failure,
     }
@@ -233,9 +238,10 @@ async fn create_from_store(
         .map_err(failure)
 }
 
-/// From a server: its API hands out file contents, not stored xorbs or shards, so the
-/// files are downloaded (verified), uploaded into a temporary store beside the output —
-/// the same file hashes, xorbs packed anew — and that store is bundled.
+/// From a server: its API hands out file contents, not stored xorbs or shards, so
+/// `xet_bundle::create_from_cas` downloads the files (verified), uploads them into a
+/// temporary store beside the output — the same file hashes, xorbs packed anew — and
+/// bundles that store.
 async fn create_from_endpoint(
     target: &Target,
     r: &RemoteArgs,
@@ -252,106 +258,15 @@ async fn create_from_endpoint(
         ));
     };
     let cas = remote::open(target, r).await?;
-    let parent = match dest.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let stage = tempfile::Builder::new()
-        .prefix(".xet-bundle-stage-")
-        .tempdir_in(parent)
-        .map_err(|e| {
-            Failure::input(anyhow::Error::new(e).context(format!(
-                "cannot create a staging directory in {}",
-                parent.display()
-            )))
-        })?;
-    let mut hashes: Vec<MerkleHash> = wanted
-        .iter()
-        .map(|w| w.hash)
-        .filter(|h| !h.is_zero())
-        .collect();
-    let mut seen = std::collections::HashSet::new();
-    hashes.retain(|h| seen.insert(*h));
-    let paths = download_all(cas, target, &hashes, &stage.path().join("files")).await?;
-    let store_dir = stage.path().join("store");
-    let staged = xet_store::open_store(&store_dir).await.map_err(|e| {
-        Failure::new(
-            Code::Failure,
-            anyhow::Error::new(e).context("opening the staging store"),
-        )
-    })?;
-    let staged = Arc::new(staged);
-    reupload(staged.clone(), &paths, &hashes).await?;
-    xet_bundle::create(staged.backend(), selection, dest, progress)
-        .await
-        .map_err(failure)
-}
-
-/// Download each file (verified by the pipeline) to `dir/<hash>`.
-async fn download_all(
-    cas: Arc<dyn xet_cas::Cas>,
-    target: &Target,
-    hashes: &[MerkleHash],
-    dir: &Path,
-) -> CliResult<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).map_err(|e| {
-        Failure::input(anyhow::Error::new(e).context(format!("creating {}", dir.display())))
-    })?;
-    let paths: Vec<PathBuf> = hashes.iter().map(|h| dir.join(h.to_string())).collect();
-    let requests = hashes
-        .iter()
-        .zip(&paths)
-        .map(|(h, p)| xet_download::DownloadRequest::to_path(*h, p.clone()))
-        .collect();
-    xet_download::download(
-        cas,
-        requests,
-        xet_download::DownloadOptions::default(),
-        None,
-    )
-    .await
-    .map_err(|e| {
-        Failure::new(
-            crate::transfer::download_code(e.kind()),
-            anyhow::Error::new(e).context(format!("downloading from {} failed", target.describe())),
-        )
-    })?;
-    Ok(paths)
-}
-
-/// Upload the downloaded files into the staging store; each must come out as the file
-/// asked for (it cannot do otherwise: a file hash is a function of the content).
-async fn reupload(
-    store: Arc<xet_store::StoreCas<xet_store::FsBackend>>,
-    paths: &[PathBuf],
-    hashes: &[MerkleHash],
-) -> CliResult {
-    let options = xet_upload::UploadOptions {
-        // Nothing to find elsewhere, and no query whose answer could depend on timing.
-        global_dedup: false,
-        cache_dir: None,
-        ..Default::default()
-    };
-    let report = xet_upload::upload(store, paths, &options, Arc::new(xet_upload::NoProgress))
+    xet_bundle::create_from_cas(cas, wanted, dest, progress)
         .await
         .map_err(|e| {
             Failure::new(
-                crate::transfer::upload_code(&e),
-                anyhow::Error::new(e).context("storing the downloaded files in the staging store"),
+                code(&e),
+                anyhow::Error::new(e)
+                    .context(format!("bundling files from {} failed", target.describe())),
             )
-        })?;
-    for (f, h) in report.files.iter().zip(hashes) {
-        if f.hash != *h {
-            return Err(Failure::new(
-                Code::Corrupt,
-                anyhow!(
-                    "file {h} was downloaded as content whose hash is {}",
-                    f.hash
-                ),
-            ));
-        }
-    }
-    Ok(())
+        })
 }
 
 async fn import(out: &Out, a: ImportArgs) -> CliResult {
