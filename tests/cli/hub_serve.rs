@@ -8,10 +8,10 @@ use common::Served;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-const WRITE: &str = "hub-write-token";
-const READ: &str = "hub-read-token";
+pub(crate) const WRITE: &str = "hub-write-token";
+pub(crate) const READ: &str = "hub-read-token";
 
-fn serve(store: &Path) -> Served {
+pub(crate) fn serve(store: &Path) -> Served {
     Served::spawn(
         Command::new(env!("CARGO_BIN_EXE_xet"))
             .args(["serve", "--listen", "127.0.0.1:0", "--store"])
@@ -28,14 +28,14 @@ fn serve(store: &Path) -> Served {
 
 /// The Python side: `hf` and the interpreter of the pinned virtualenv, each run with an
 /// isolated `HF_HOME` and no network beyond the server.
-struct Py {
+pub(crate) struct Py {
     python: PathBuf,
     hf: PathBuf,
     home: tempfile::TempDir,
 }
 
 impl Py {
-    fn new() -> Py {
+    pub(crate) fn new() -> Py {
         let python =
             xet_testdata::hub::hub_python().expect("huggingface_hub in the test virtualenv");
         let hf = xet_testdata::hub::hf_cli().expect("hf CLI");
@@ -61,13 +61,13 @@ impl Py {
         }
     }
 
-    fn hf(&self, endpoint: &str, token: Option<&str>, args: &[&str]) -> Output {
+    pub(crate) fn hf(&self, endpoint: &str, token: Option<&str>, args: &[&str]) -> Output {
         let mut cmd = Command::new(&self.hf);
         self.env(&mut cmd, endpoint, token);
         cmd.args(args).output().expect("run hf")
     }
 
-    fn hf_ok(&self, endpoint: &str, args: &[&str]) -> String {
+    pub(crate) fn hf_ok(&self, endpoint: &str, args: &[&str]) -> String {
         let out = self.hf(endpoint, Some(WRITE), args);
         assert!(
             out.status.success(),
@@ -78,7 +78,13 @@ impl Py {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    fn python(&self, endpoint: &str, token: Option<&str>, code: &str, args: &[&str]) -> Output {
+    pub(crate) fn python(
+        &self,
+        endpoint: &str,
+        token: Option<&str>,
+        code: &str,
+        args: &[&str],
+    ) -> Output {
         let mut cmd = Command::new(&self.python);
         self.env(&mut cmd, endpoint, token);
         cmd.arg("-c")
@@ -176,7 +182,7 @@ fn model_folder(dir: &Path, seed: u64) -> Vec<(String, Vec<u8>)> {
     files
 }
 
-fn pseudo_random(n: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn pseudo_random(n: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {

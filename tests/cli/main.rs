@@ -12,6 +12,7 @@ mod cli_log;
 mod cli_resume;
 mod cli_transfer;
 mod cli_usage;
+mod hub_buckets;
 mod hub_serve;
 mod interop_cli;
 mod s3_serve;
