@@ -20,6 +20,7 @@
 //! | `GET /api/agent-harnesses` | none | an empty registry |
 //! | `HEAD`/`GET /{P}{ns}/{name}/resolve/{rev}/{path}` | read | the file's facts; `GET` streams its bytes, `Range` → `206` |
 //! | `POST /{P}{ns}/{name}.git/info/lfs/objects/batch` | write | `"transfer":"xet"` for uploads |
+//! | `/api/buckets/...`, `/buckets/{ns}/{name}/resolve/{path}` | | storage buckets: the `buckets` module |
 //!
 //! Every 404 carries `X-Error-Code` (`RepoNotFound`, `RevisionNotFound`,
 //! `EntryNotFound`); every error has `X-Error-Message` and a `{"error"}` body saying
