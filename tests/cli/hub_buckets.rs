@@ -233,3 +233,194 @@ fn two_servers_on_one_store_see_each_others_bucket_writes() {
     let i = info(&py, &b.url, "org/shared");
     assert_eq!(i["total_files"], files.len());
 }
+
+/// `xet` against `url` with the write token and caches under `home`.
+fn xet(url: &str, home: &Path, args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
+    use std::io::Write as _;
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_xet"));
+    c.args(args)
+        .env("HF_ENDPOINT", url)
+        .env("HF_TOKEN", WRITE)
+        .env("HF_HOME", home.join("hf-home"))
+        .env("XET_CACHE", home.join("xet-cache"))
+        .env_remove("HF_TOKEN_PATH")
+        .env_remove("XET_TOKEN")
+        .env_remove("XET_ENDPOINT")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("run xet");
+    let mut input = child.stdin.take().unwrap();
+    if let Some(data) = stdin {
+        input.write_all(data).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn xet_ok(url: &str, home: &Path, args: &[&str]) -> std::process::Output {
+    let o = xet(url, home, args, None);
+    assert!(
+        o.status.success(),
+        "xet {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+#[test]
+fn xet_cp_ls_rm_crossed_with_hf() {
+    let store = tempfile::tempdir().unwrap();
+    let server = serve(store.path());
+    let url = server.url.as_str();
+    let py = Py::new();
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    py.hf_ok(url, &["buckets", "create", "org/x"]);
+
+    // xet up, hf down.
+    let a = work.path().join("a.bin");
+    std::fs::write(&a, pseudo_random(700_000, 3)).unwrap();
+    xet_ok(
+        url,
+        home.path(),
+        &["cp", a.to_str().unwrap(), "hf://buckets/org/x/dir/"],
+    );
+    let back = work.path().join("a-by-hf.bin");
+    py.hf_ok(
+        url,
+        &[
+            "buckets",
+            "cp",
+            "hf://buckets/org/x/dir/a.bin",
+            back.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(std::fs::read(&back).unwrap(), std::fs::read(&a).unwrap());
+
+    // hf up, xet down: same bytes, and the bucket's mtime (hf sends the file's).
+    let b = work.path().join("b.bin");
+    std::fs::write(&b, pseudo_random(1_300_000, 4)).unwrap();
+    let old =
+        std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_250);
+    std::fs::File::options()
+        .write(true)
+        .open(&b)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    py.hf_ok(
+        url,
+        &[
+            "buckets",
+            "cp",
+            b.to_str().unwrap(),
+            "hf://buckets/org/x/b.bin",
+        ],
+    );
+    let down = work.path().join("down");
+    std::fs::create_dir(&down).unwrap();
+    xet_ok(
+        url,
+        home.path(),
+        &["cp", "hf://buckets/org/x/b.bin", down.to_str().unwrap()],
+    );
+    let got = down.join("b.bin");
+    assert_eq!(std::fs::read(&got).unwrap(), std::fs::read(&b).unwrap());
+    assert_eq!(std::fs::metadata(&got).unwrap().modified().unwrap(), old);
+
+    // A server-side copy, read to standard output; standard input in.
+    xet_ok(
+        url,
+        home.path(),
+        &[
+            "cp",
+            "hf://buckets/org/x/b.bin",
+            "hf://buckets/org/x/copy.bin",
+        ],
+    );
+    let o = xet_ok(
+        url,
+        home.path(),
+        &["cp", "hf://buckets/org/x/copy.bin", "-"],
+    );
+    assert_eq!(o.stdout, std::fs::read(&b).unwrap());
+    let o = xet(
+        url,
+        home.path(),
+        &["cp", "-", "hf://buckets/org/x/notes.txt"],
+        Some(b"from stdin\n"),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let notes = work.path().join("notes.txt");
+    py.hf_ok(
+        url,
+        &[
+            "buckets",
+            "cp",
+            "hf://buckets/org/x/notes.txt",
+            notes.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(std::fs::read(&notes).unwrap(), b"from stdin\n");
+
+    // ls: one level, recursive, JSON.
+    let o = xet_ok(url, home.path(), &["ls", "hf://buckets/org/x", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let listed: Vec<String> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            format!(
+                "{}:{}",
+                e["type"].as_str().unwrap(),
+                e["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            "file:b.bin",
+            "file:copy.bin",
+            "directory:dir",
+            "file:notes.txt"
+        ]
+    );
+    let o = xet_ok(url, home.path(), &["ls", "-r", "hf://buckets/org/x/dir"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("dir/a.bin"));
+
+    // rm: a folder needs -r; with it, everything below goes.
+    let o = xet(url, home.path(), &["rm", "hf://buckets/org/x/dir"], None);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    xet_ok(url, home.path(), &["rm", "-r", "hf://buckets/org/x/dir"]);
+    xet_ok(url, home.path(), &["rm", "hf://buckets/org/x/copy.bin"]);
+    let listed = py.hf_ok(url, &["buckets", "ls", "org/x", "-R"]);
+    assert!(
+        !listed.contains("dir/a.bin") && !listed.contains("copy.bin"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("b.bin") && listed.contains("notes.txt"),
+        "{listed}"
+    );
+    // A missing file: refused, nothing written.
+    let o = xet(
+        url,
+        home.path(),
+        &[
+            "cp",
+            "hf://buckets/org/x/none.bin",
+            work.path().join("none").to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(!o.status.success());
+    assert!(!work.path().join("none").exists());
+}

@@ -87,11 +87,11 @@ pub struct UploadInput<'a> {
     pub remote: &'a RemoteArgs,
 }
 
-fn usage(msg: impl Into<String>) -> Failure {
+pub(crate) fn usage(msg: impl Into<String>) -> Failure {
     Failure::new(Code::Usage, anyhow!(msg.into()))
 }
 
-fn failure(e: HubError) -> Failure {
+pub(crate) fn failure(e: HubError) -> Failure {
     let code = match e.kind() {
         ErrorKind::Auth => Code::Auth,
         ErrorKind::NotFound | ErrorKind::Rejected => Code::Rejected,
@@ -129,7 +129,7 @@ fn address(s: &str, repo_type: Option<&str>) -> CliResult<HfAddress> {
 
 /// The Hub client: endpoint from `HF_ENDPOINT`, token from `flag` / `HF_TOKEN` / the
 /// token file.
-fn client(env: &HubEnv, flag: Option<&str>) -> CliResult<HubClient> {
+pub(crate) fn client(env: &HubEnv, flag: Option<&str>) -> CliResult<HubClient> {
     let token = env
         .token(flag.map(|t| (t, "--token")))
         .map_err(Failure::input)?;
@@ -356,6 +356,9 @@ pub async fn ls(out: &Out, a: LsArgs) -> CliResult {
     let addr = address(&a.address, a.repo_type.as_deref())?;
     let env = HubEnv::from_process();
     let client = client(&env, a.token.as_deref())?;
+    if addr.repo.kind == RepoType::Bucket {
+        return crate::buckets::ls(out, &client, &addr, a.recursive).await;
+    }
     let rev = addr.revision_or_default();
     let (commit, _) = client.repo_info(&addr.repo, rev).await.map_err(failure)?;
     let at = commit.to_string();

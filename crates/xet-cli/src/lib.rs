@@ -3,6 +3,7 @@
 //! Exit codes are part of the interface (see [`Code`]); `--json` switches every command
 //! to one JSON document on stdout; progress goes to stderr and only on a terminal.
 
+mod buckets;
 mod bundle;
 mod dest;
 mod exit;
@@ -69,8 +70,14 @@ enum Command {
     /// Rebuild files from their xet hashes, verified; or download hf://NS/NAME[@REV][/PATH]
     /// from the Hugging Face Hub (into its cache, or -o DIR).
     Download(transfer::DownloadArgs),
-    /// List a Hub repository: hf://[datasets/|spaces/]NS/NAME[@REV][/PATH].
+    /// List a Hub repository or bucket: hf://[datasets/|spaces/]NS/NAME[@REV][/PATH],
+    /// hf://buckets/NS/NAME[/PATH].
     Ls(hub::LsArgs),
+    /// Copy one file into, out of or between storage buckets (hf://buckets/NS/NAME/PATH;
+    /// `-` for standard input or output).
+    Cp(buckets::CpArgs),
+    /// Remove files from a storage bucket (-r: everything below a folder).
+    Rm(buckets::RmArgs),
     /// Serve a store over the CAS HTTP API (what hf_xet and `xet --endpoint` talk to).
     Serve(transfer::ServeArgs),
     /// Bundles: a store's objects in one file (create, import, ls, verify); `--store
@@ -211,6 +218,8 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => runtime().and_then(|rt| rt.block_on(transfer::serve(&out, args))),
         Command::Upload(args) => runtime().and_then(|rt| rt.block_on(transfer::upload(&out, args))),
         Command::Ls(args) => runtime().and_then(|rt| rt.block_on(hub::ls(&out, args))),
+        Command::Cp(args) => runtime().and_then(|rt| rt.block_on(buckets::cp(&out, args))),
+        Command::Rm(args) => runtime().and_then(|rt| rt.block_on(buckets::rm(&out, args))),
         Command::Bundle { action } => {
             runtime().and_then(|rt| rt.block_on(bundle::run(&out, action)))
         }

@@ -1,4 +1,5 @@
-//! `hf://[models/|datasets/|spaces/]NS/NAME[@REV][/PATH]`, read the way
+//! `hf://[models/|datasets/|spaces/]NS/NAME[@REV][/PATH]` and
+//! `hf://buckets/NS/NAME[/PATH]` (buckets have no revisions), read the way
 //! `huggingface_hub`'s `parse_hf_uri` (and so `HfFileSystem`) reads it:
 //!
 //! - the type prefix is plural and optional (`model` when absent); a singular one
@@ -62,6 +63,9 @@ impl HfAddress {
         let (repo_id, revision, path) = split_location(location).map_err(syntax)?;
         let id = RepoId::parse(repo_id).map_err(name)?;
         let revision = match revision {
+            Some(_) if kind == RepoType::Bucket => {
+                return Err(syntax("buckets have no revisions ('@')"));
+            }
             None => None,
             Some(raw) => {
                 let rev = unquote(raw).ok_or_else(|| syntax("the revision is not UTF-8"))?;
@@ -99,7 +103,13 @@ fn split_type(body: &str) -> Result<(RepoType, &str), &'static str> {
         "model" | "dataset" | "space" => {
             Err("the type prefix is plural: models/, datasets/ or spaces/")
         }
-        "kernels" | "buckets" => Err("only model, dataset and space repositories are supported"),
+        "buckets" => {
+            if rest.trim_matches('/').is_empty() {
+                return Err("nothing follows buckets/; expected NAMESPACE/NAME");
+            }
+            Ok((RepoType::Bucket, rest))
+        }
+        "kernels" => Err("only repositories and buckets are supported"),
         _ => Ok((RepoType::Model, body)),
     }
 }
@@ -233,7 +243,11 @@ mod tests {
             "hf://org",
             "hf://datasets/",
             "hf://dataset/org/d",
-            "hf://buckets/org/b",
+            "hf://buckets/",
+            "hf://buckets/org/b@main",
+            "hf://buckets/org/b@main/x",
+            "hf://buckets/org/b/../x",
+            "hf://kernels/org/k",
             "hf://org/m@",
             "hf://org/m@/x",
             "hf://org/m/../x",
@@ -246,6 +260,19 @@ mod tests {
         }
         // '@' past NS/NAME is a path character.
         assert_eq!(parse("hf://a/b/c@main").3, some("c@main"));
+    }
+
+    #[test]
+    fn bucket_addresses() {
+        let a = HfAddress::parse("hf://buckets/org/ckpt/step-10/model@1.bin").unwrap();
+        assert_eq!(a.repo.kind, RepoType::Bucket);
+        assert_eq!(a.repo.id.to_string(), "org/ckpt");
+        assert_eq!(a.revision, None);
+        assert_eq!(a.path.as_ref().unwrap().as_str(), "step-10/model@1.bin");
+        assert_eq!(a.to_string(), "hf://buckets/org/ckpt/step-10/model@1.bin");
+        let root = HfAddress::parse("hf://buckets/org/ckpt/").unwrap();
+        assert_eq!(root.to_string(), "hf://buckets/org/ckpt");
+        assert_eq!(root.path, None);
     }
 
     #[test]

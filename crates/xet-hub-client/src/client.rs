@@ -29,7 +29,7 @@ const MAX_ERROR_BYTES: usize = 64 << 10;
 /// Files per `preupload` request, as `huggingface_hub` sends them.
 pub const PREUPLOAD_BATCH: usize = 256;
 /// Pages of one tree listing before the listing is taken to loop.
-const MAX_PAGES: usize = 100_000;
+pub(crate) const MAX_PAGES: usize = 100_000;
 /// Attempts per request when the Hub is unreachable or overloaded.
 const ATTEMPTS: u32 = 4;
 /// The first retry's delay ceiling ([`xet_cas::backoff`]), doubling per retry.
@@ -147,7 +147,7 @@ impl HubClient {
     }
 
     /// One request to `u`: `action` on `subject` is what its messages say.
-    fn call(
+    pub(crate) fn call(
         &self,
         method: Method,
         u: String,
@@ -429,12 +429,12 @@ impl HubClient {
 /// One Hub API request: `method` at `url` through `client`; `action` on `subject` is what
 /// its messages say. A route says only these and its body; sending, retrying and the
 /// meaning of a failed answer are here, the same for every route.
-struct Call<'h> {
+pub(crate) struct Call<'h> {
     hub: &'h HubClient,
     /// The redirect policy: `resolve_head` reads the first answer itself.
     client: &'h reqwest::Client,
     method: Method,
-    url: String,
+    pub(crate) url: String,
     action: &'static str,
     subject: RepoTarget,
 }
@@ -444,7 +444,10 @@ impl Call<'_> {
     /// by the workspace's one policy ([`xet_cas::backoff`]): connection failures and
     /// timeouts, 429 and 5xx, after `Retry-After` or the jittered backoff. A refused
     /// connection before the Hub ever answered fails at once, as the CAS client's does.
-    async fn send(&self, body: impl Fn(RequestBuilder) -> RequestBuilder) -> Result<Response> {
+    pub(crate) async fn send(
+        &self,
+        body: impl Fn(RequestBuilder) -> RequestBuilder,
+    ) -> Result<Response> {
         let (action, subject, u) = (self.action, &self.subject, &self.url);
         let reached = &self.hub.reached;
         let mut attempt = 0;
@@ -479,7 +482,10 @@ impl Call<'_> {
     }
 
     /// [`Call::send`], any non-success answer turned into its [`HubError`].
-    async fn ok(&self, body: impl Fn(RequestBuilder) -> RequestBuilder) -> Result<Response> {
+    pub(crate) async fn ok(
+        &self,
+        body: impl Fn(RequestBuilder) -> RequestBuilder,
+    ) -> Result<Response> {
         let r = self.send(body).await?;
         if r.status().is_success() {
             Ok(r)
@@ -489,7 +495,7 @@ impl Call<'_> {
     }
 
     /// [`Call::ok`], and the answer's JSON.
-    async fn json<T: DeserializeOwned>(
+    pub(crate) async fn json<T: DeserializeOwned>(
         &self,
         body: impl Fn(RequestBuilder) -> RequestBuilder,
     ) -> Result<T> {
@@ -498,7 +504,7 @@ impl Call<'_> {
     }
 
     /// The JSON of answer `r`, read within [`MAX_JSON_BYTES`].
-    async fn read_json<T: DeserializeOwned>(&self, r: Response) -> Result<T> {
+    pub(crate) async fn read_json<T: DeserializeOwned>(&self, r: Response) -> Result<T> {
         let body = read_capped(r, MAX_JSON_BYTES)
             .await
             .map_err(|why| self.bad(why))?;
@@ -506,7 +512,7 @@ impl Call<'_> {
     }
 
     /// An answer that makes no sense, and why.
-    fn bad(&self, why: impl Into<String>) -> HubError {
+    pub(crate) fn bad(&self, why: impl Into<String>) -> HubError {
         HubError::BadAnswer {
             action: self.action,
             subject: self.subject.clone(),
@@ -517,7 +523,7 @@ impl Call<'_> {
 
     /// The error an unsuccessful answer means: `X-Error-Code` first (as
     /// `huggingface_hub` reads it), then the status.
-    async fn failure(&self, r: Response) -> HubError {
+    pub(crate) async fn failure(&self, r: Response) -> HubError {
         let (action, hub) = (self.action, self.hub);
         let status = r.status().as_u16();
         let code = header_str(r.headers(), api::header::ERROR_CODE);
@@ -583,7 +589,7 @@ fn retryable(e: &reqwest::Error, reached: &std::sync::atomic::AtomicBool) -> boo
     (e.is_connect() || e.is_timeout()) && !nothing_listens
 }
 
-fn header_str(h: &HeaderMap, name: &str) -> Option<String> {
+pub(crate) fn header_str(h: &HeaderMap, name: &str) -> Option<String> {
     h.get(name)?
         .to_str()
         .ok()

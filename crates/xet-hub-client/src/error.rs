@@ -205,6 +205,13 @@ pub enum HubError {
         #[source]
         source: xet_upload::UploadError,
     },
+    /// Lines of a bucket batch the server did not apply (after retries).
+    #[error("{subject}: {failed} path(s) were not written: {first}")]
+    BatchFailed {
+        subject: RepoTarget,
+        failed: usize,
+        first: String,
+    },
     #[error("interrupted; run the same command again to resume")]
     Interrupted,
     /// A worker task of this process panicked or was cancelled: a bug, not the input.
@@ -232,7 +239,7 @@ impl HubError {
             }
             Gated { .. } | NoToken { .. } | BadToken { .. } | Forbidden { .. } => ErrorKind::Auth,
             Status { status, .. } if *status >= 500 || *status == 429 => ErrorKind::Network,
-            Status { .. } | BadAnswer { .. } => ErrorKind::Rejected,
+            Status { .. } | BadAnswer { .. } | BatchFailed { .. } => ErrorKind::Rejected,
             Network { .. } | Transfer { .. } => ErrorKind::Network,
             Verify { .. } => ErrorKind::Corrupt,
             Local { .. } | UnsafePath { .. } => ErrorKind::Local,

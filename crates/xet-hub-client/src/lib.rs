@@ -9,9 +9,12 @@
 //! - [`client`][]: [`HubClient`], the Hub API with typed errors ([`HubError`]);
 //! - [`tree`][]: the files of a listing, checked;
 //! - [`cache`][]: the HF cache layout (`blobs/`, `snapshots/`, `refs/`);
-//! - [`download`][] and [`upload`][]: the transfers the CLI runs.
+//! - [`download`][] and [`upload`][]: the transfers the CLI runs;
+//! - [`buckets`][]: storage buckets (`hf://buckets/NS/NAME/...`).
 
 pub mod address;
+pub mod bucket_transfer;
+pub mod buckets;
 pub mod cache;
 pub mod client;
 pub mod download;
