@@ -25,6 +25,37 @@ use crate::decode::{EachError, Piece, RangeDecoder};
 /// Pieces (chunks, or parts of them) in flight between the task rebuilding a file and
 /// its consumer.
 const PIECES_IN_FLIGHT: usize = 4;
+/// Chunks are joined into pieces of about this many bytes: a consumer woken once per
+/// 64 KiB chunk spent more time switching threads than hashing (a 512 MiB commit's
+/// sha256 check took 900 ms instead of 566).
+const PIECE_BYTES: usize = 1 << 20;
+
+/// Slices of chunks waiting to go out as one piece.
+#[derive(Default)]
+struct Joined {
+    parts: Vec<Bytes>,
+    len: usize,
+}
+
+impl Joined {
+    fn push(&mut self, b: Bytes) {
+        self.len += b.len();
+        self.parts.push(b);
+    }
+
+    /// The waiting bytes as one piece (no copy for a single slice).
+    fn take(&mut self) -> Bytes {
+        self.len = 0;
+        if self.parts.len() == 1 {
+            return self.parts.pop().expect("one part");
+        }
+        let mut out = bytes::BytesMut::with_capacity(self.parts.iter().map(Bytes::len).sum());
+        for p in self.parts.drain(..) {
+            out.extend_from_slice(&p);
+        }
+        out.freeze()
+    }
+}
 
 /// Decoded bytes handed from the decoder to the stream at once (and decoded in
 /// parallel on rayon, above 1 MiB).
@@ -90,6 +121,7 @@ async fn pump(
     let mut remaining = range.map_or(u64::MAX, |r| r.len());
     // The last fetch decoded, kept for the terms after it that it serves too.
     let mut decoded: Option<(&XorbFetch, Chunks)> = None;
+    let mut joined = Joined::default();
     for term in &rec.terms {
         if remaining == 0 || tx.is_closed() {
             break;
@@ -113,12 +145,16 @@ async fn pump(
             let take = (len - skip).min(remaining);
             skip = 0;
             remaining -= take;
-            let piece = chunk.slice(from..from + take as usize);
-            if tx.send(Ok(piece)).await.is_err() {
+            joined.push(chunk.slice(from..from + take as usize));
+            if joined.len >= PIECE_BYTES && tx.send(Ok(joined.take())).await.is_err() {
                 return Ok(());
             }
         }
         decoded = Some((fetch, chunks));
+    }
+    if joined.len > 0 {
+        // A closed receiver means nobody wants the rest.
+        let _ = tx.send(Ok(joined.take())).await;
     }
     Ok(())
 }
