@@ -78,7 +78,7 @@ pub fn file_stream(
 ) -> mpsc::Receiver<Result<Bytes, CasError>> {
     let (tx, rx) = mpsc::channel(PIECES_IN_FLIGHT);
     tokio::spawn(async move {
-        if let Err(e) = pump(cas.as_ref(), &file, range, &tx).await {
+        if let Err(e) = pump(cas, &file, range, &tx).await {
             // The receiver may be gone: nothing to tell then.
             let _ = tx.send(Err(e)).await;
         }
@@ -107,8 +107,36 @@ pub async fn file_sha256(cas: Arc<dyn Cas>, file: MerkleHash) -> Result<([u8; 32
 /// A fetched range decoded: each chunk's bytes, in order.
 type Chunks = Vec<Bytes>;
 
+/// A fetch being decoded on a task of its own.
+type Decoding = tokio::task::JoinHandle<Result<Chunks, CasError>>;
+
+fn start_decode(cas: &Arc<dyn Cas>, file: &MerkleHash, fetch: &XorbFetch) -> Decoding {
+    let (cas, file, fetch) = (Arc::clone(cas), *file, fetch.clone());
+    tokio::spawn(async move { decode(cas.as_ref(), &file, &fetch).await })
+}
+
+async fn finish_decode(d: Decoding, file: &MerkleHash) -> Result<Chunks, CasError> {
+    d.await
+        .map_err(|e| CasError::storage_with(format!("decoding a xorb of file {file}"), e))?
+}
+
+/// The fetches the terms use, each once, in the order first used: what is decoded.
+fn fetch_order<'a>(
+    rec: &'a Reconstruction,
+    file: &MerkleHash,
+) -> Result<Vec<&'a XorbFetch>, CasError> {
+    let mut out: Vec<&XorbFetch> = Vec::new();
+    for term in &rec.terms {
+        let f = fetch_of(rec, term, file)?;
+        if out.last() != Some(&f) {
+            out.push(f);
+        }
+    }
+    Ok(out)
+}
+
 async fn pump(
-    cas: &dyn Cas,
+    cas: Arc<dyn Cas>,
     file: &MerkleHash,
     range: Option<ByteRange>,
     tx: &mpsc::Sender<Result<Bytes, CasError>>,
@@ -117,46 +145,73 @@ async fn pump(
         return Ok(());
     }
     let rec = cas.reconstruction(file, range).await?;
+    let order = fetch_order(&rec, file)?;
     let mut skip = rec.offset_into_first_range;
     let mut remaining = range.map_or(u64::MAX, |r| r.len());
-    // The last fetch decoded, kept for the terms after it that it serves too.
+    // The fetch decoded for the current terms, and the next one decoding meanwhile, so
+    // that a consumer never waits for a whole xorb to be read and decoded (one fetch
+    // ahead: at most two decoded fetches are held).
     let mut decoded: Option<(&XorbFetch, Chunks)> = None;
+    let mut upcoming = order.iter().skip(1);
+    let mut ahead: Option<(&XorbFetch, Decoding)> = None;
     let mut joined = Joined::default();
-    for term in &rec.terms {
-        if remaining == 0 || tx.is_closed() {
-            break;
-        }
-        let fetch = fetch_of(&rec, term, file)?;
-        let chunks = match decoded.take() {
-            Some((f, c)) if f == fetch => c,
-            _ => decode(cas, file, fetch).await?,
-        };
-        for chunk in term_chunks(&chunks, fetch, term, file)? {
-            if remaining == 0 {
+    let result = async {
+        for term in &rec.terms {
+            if remaining == 0 || tx.is_closed() {
                 break;
             }
-            let len = chunk.len() as u64;
-            if skip >= len {
-                skip -= len;
-                continue;
+            let fetch = fetch_of(&rec, term, file)?;
+            let chunks = match decoded.take() {
+                Some((f, c)) if f == fetch => c,
+                _ => {
+                    let d = match ahead.take() {
+                        Some((f, d)) if f == fetch => d,
+                        other => {
+                            if let Some((_, d)) = other {
+                                d.abort();
+                            }
+                            start_decode(&cas, file, fetch)
+                        }
+                    };
+                    // Each new fetch is the next of `order`: start the one after it.
+                    ahead = upcoming.next().map(|f| (*f, start_decode(&cas, file, f)));
+                    finish_decode(d, file).await?
+                }
+            };
+            for chunk in term_chunks(&chunks, fetch, term, file)? {
+                if remaining == 0 {
+                    break;
+                }
+                let len = chunk.len() as u64;
+                if skip >= len {
+                    skip -= len;
+                    continue;
+                }
+                // `skip < len` and `take <= len - skip`: both fit the chunk's usize length.
+                let from = skip as usize;
+                let take = (len - skip).min(remaining);
+                skip = 0;
+                remaining -= take;
+                joined.push(chunk.slice(from..from + take as usize));
+                if joined.len >= PIECE_BYTES && tx.send(Ok(joined.take())).await.is_err() {
+                    return Ok(());
+                }
             }
-            // `skip < len` and `take <= len - skip`: both fit the chunk's usize length.
-            let from = skip as usize;
-            let take = (len - skip).min(remaining);
-            skip = 0;
-            remaining -= take;
-            joined.push(chunk.slice(from..from + take as usize));
-            if joined.len >= PIECE_BYTES && tx.send(Ok(joined.take())).await.is_err() {
-                return Ok(());
-            }
+            decoded = Some((fetch, chunks));
         }
-        decoded = Some((fetch, chunks));
+        if joined.len > 0 {
+            // A closed receiver means nobody wants the rest.
+            let _ = tx.send(Ok(joined.take())).await;
+        }
+        Ok(())
     }
-    if joined.len > 0 {
-        // A closed receiver means nobody wants the rest.
-        let _ = tx.send(Ok(joined.take())).await;
+    .await;
+    // Stopped early (done with a range, the receiver gone, an error): the decode ahead
+    // is not needed.
+    if let Some((_, d)) = ahead {
+        d.abort();
     }
-    Ok(())
+    result
 }
 
 /// The fetch that covers `term`: it names the same xorb and contains the term's
