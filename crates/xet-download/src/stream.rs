@@ -70,7 +70,9 @@ const DECODE_BATCH: u64 = 8 << 20;
 ///
 /// The work runs on a task of its own (call within a tokio runtime); dropping the
 /// receiver stops it at the next piece, quietly. Consecutive terms served by one fetch
-/// are decoded once.
+/// are decoded once, and the next fetch is read and decoded while the current one is
+/// handed out, so a stream holds at most two decoded fetches (64 MiB each at most) and
+/// four pieces of about 1 MiB.
 pub fn file_stream(
     cas: Arc<dyn Cas>,
     file: MerkleHash,
