@@ -24,7 +24,7 @@ use xet_hub_client::buckets::entry_path;
 use xet_hub_client::{HfAddress, HubClient, HubEnv, HubError, RepoTarget};
 
 use crate::exit::{CliResult, Failure};
-use crate::hub::{client, failure, usage};
+use crate::hub_client::{client, failure, usage};
 use crate::output::Out;
 
 /// `xet cp SRC [DST]`.

@@ -7,15 +7,15 @@
 //! writes, and goes to the Hub only. `XET_TOKEN` (the CAS token of plain `xet`
 //! commands) is never sent to the Hub.
 
-use crate::exit::{CliResult, Code, Failure};
+use crate::exit::CliResult;
+use crate::hub_client::{client, failure, usage};
 use crate::output::Out;
 use crate::remote::{self, RemoteArgs};
-use anyhow::anyhow;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use xet_hub::{RepoType, api::TreeEntry};
-use xet_hub_client::{ErrorKind, HfAddress, HubClient, HubEnv, HubError, download, upload};
+use xet_hub_client::{HfAddress, HubEnv, download, upload};
 
 /// `xet download` flags that apply to `hf://` addresses.
 #[derive(clap::Args, Debug, Default)]
@@ -87,28 +87,6 @@ pub struct UploadInput<'a> {
     pub remote: &'a RemoteArgs,
 }
 
-pub(crate) fn usage(msg: impl Into<String>) -> Failure {
-    Failure::new(Code::Usage, anyhow!(msg.into()))
-}
-
-pub(crate) fn failure(e: HubError) -> Failure {
-    let code = match e.kind() {
-        ErrorKind::Auth => Code::Auth,
-        ErrorKind::NotFound | ErrorKind::Rejected => Code::Rejected,
-        ErrorKind::Network => Code::Network,
-        ErrorKind::Corrupt => Code::Corrupt,
-        ErrorKind::Local => Code::Input,
-        ErrorKind::Usage => Code::Usage,
-        ErrorKind::Interrupted => Code::Interrupted,
-        ErrorKind::Other => Code::Failure,
-    };
-    // The library names the environment and `hf auth login`; the flag is the CLI's.
-    if matches!(e, HubError::NoToken { .. }) {
-        return Failure::new(code, anyhow!("{e}; or pass --token"));
-    }
-    Failure::new(code, anyhow::Error::new(e))
-}
-
 /// Parse the address and apply `--repo-type`.
 fn address(s: &str, repo_type: Option<&str>) -> CliResult<HfAddress> {
     let mut a = HfAddress::parse(s).map_err(|e| usage(e.to_string()))?;
@@ -125,15 +103,6 @@ fn address(s: &str, repo_type: Option<&str>) -> CliResult<HfAddress> {
         }
     }
     Ok(a)
-}
-
-/// The Hub client: endpoint from `HF_ENDPOINT`, token from `flag` / `HF_TOKEN` / the
-/// token file.
-pub(crate) fn client(env: &HubEnv, flag: Option<&str>) -> CliResult<HubClient> {
-    let token = env
-        .token(flag.map(|t| (t, "--token")))
-        .map_err(Failure::input)?;
-    HubClient::new(&env.endpoint(), token).map_err(failure)
 }
 
 /// `--token` meant for the Hub: the flag's value, unless it merely came from
@@ -423,6 +392,7 @@ fn print_ls(out: &Out, addr: &HfAddress, commit: &str, entries: &[TreeEntry]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit::Code;
 
     #[test]
     fn repo_type_applies_to_addresses_without_a_prefix() {
@@ -435,30 +405,6 @@ mod tests {
         assert_eq!(
             address("hf://o/d", Some("nope")).unwrap_err().code,
             Code::Usage
-        );
-    }
-
-    #[test]
-    fn hub_errors_map_to_the_exit_code_table() {
-        let subject = xet_hub_client::RepoTarget::repo(&xet_hub::RepoRef::new(
-            RepoType::Model,
-            xet_hub::RepoId::parse("o/m").unwrap(),
-        ));
-        let f = failure(HubError::EntryNotFound {
-            subject: subject.clone(),
-        });
-        assert_eq!(f.code, Code::Rejected);
-        let f = failure(HubError::NoToken {
-            action: "reading",
-            subject,
-            message: String::new(),
-        });
-        assert_eq!(f.code, Code::Auth);
-        // The CLI adds its flag to the library's advice.
-        let text = f.error.to_string();
-        assert!(
-            text.contains("HF_TOKEN") && text.ends_with("or pass --token"),
-            "{text}"
         );
     }
 }

@@ -9,6 +9,7 @@ mod dest;
 mod exit;
 mod formats;
 mod hub;
+mod hub_client;
 mod log;
 mod output;
 mod progress;

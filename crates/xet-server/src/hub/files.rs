@@ -25,14 +25,6 @@ pub(super) async fn route(ctx: &Ctx, method: &Method, body: Body) -> HubResult<O
         [p, rest @ ..] if is_typed(p, rest) => (url::type_of_prefix(p).expect("checked"), rest),
         rest => (RepoType::Model, rest),
     };
-    if let (&Method::GET | &Method::HEAD, ["buckets", ns, name, "resolve", path @ ..]) =
-        (method, segs.as_slice())
-        && !path.is_empty()
-    {
-        return super::buckets::resolve(ctx, method, ns, name, &path.join("/"))
-            .await
-            .map(Some);
-    }
     match (method, rest) {
         (&Method::GET | &Method::HEAD, [ns, name, "resolve" | "raw", rev, path @ ..])
             if !path.is_empty() =>

@@ -145,6 +145,28 @@ async fn repo_route(
     }
 }
 
+/// `HEAD`/`GET /buckets/{ns}/{name}/resolve/{path}`, if the request is one.
+async fn bucket_file(ctx: &Ctx, method: &Method) -> Option<HubResult<Response>> {
+    if !matches!(*method, Method::GET | Method::HEAD) {
+        return None;
+    }
+    let segs = match segments(&ctx.path) {
+        Ok(s) => s,
+        Err(e) => return Some(Err(e)),
+    };
+    match segs
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["buckets", ns, name, "resolve", path @ ..] if !path.is_empty() => {
+            Some(buckets::resolve(ctx, method, ns, name, &path.join("/")).await)
+        }
+        _ => None,
+    }
+}
+
 /// Everything no other route took: file URLs of the Hub (`resolve`, the LFS batch
 /// endpoint), else the CAS API's 404.
 pub(crate) async fn files(State(state): State<AppState>, req: Request) -> Response {
@@ -154,7 +176,11 @@ pub(crate) async fn files(State(state): State<AppState>, req: Request) -> Respon
         return no_route(&method, uri.path()).into_response();
     }
     let (ctx, method, body) = context(state, req);
-    match files::route(&ctx, &method, body).await {
+    let answer = match bucket_file(&ctx, &method).await {
+        Some(r) => r.map(Some),
+        None => files::route(&ctx, &method, body).await,
+    };
+    match answer {
         Ok(Some(r)) => r,
         Ok(None) => no_route(&method, uri.path()).into_response(),
         Err(e) => e.into_response(),

@@ -24,7 +24,7 @@ use xet_hub::{FileEntry, FileMeta, Operation, RepoId, RepoPath, RepoRef, RepoTyp
 
 use super::super::ctx::Ctx;
 use super::super::reply::{HubReply, HubResult};
-use super::open;
+use super::access::{now_ms, open};
 use crate::auth::Caller;
 use crate::config::Access;
 use crate::routes::json;
@@ -48,7 +48,7 @@ pub(super) async fn batch(ctx: &Ctx, bucket: &RepoRef, body: Body) -> HubResult<
     let caller = ctx.caller(Access::Write)?;
     open(ctx, bucket, &caller).await?;
     let lines = parse(&read_body(&ctx.headers, body, MAX_BODY, "batch").await?)?;
-    let now = super::now_ms();
+    let now = now_ms();
     // Each line to an operation or the reason it fails, checked concurrently, in order.
     // Owned items: a stream over borrowed ones makes the handler's `Send` proof too
     // general for the compiler.

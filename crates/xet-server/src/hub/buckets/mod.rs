@@ -16,6 +16,7 @@
 //! A bucket the caller may not see answers as a missing one: `404` with `X-Error-Code:
 //! RepoNotFound` (huggingface_hub raises `BucketNotFoundError` on exactly that).
 
+mod access;
 mod batch;
 mod read;
 
@@ -23,16 +24,15 @@ use axum::body::Body;
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use xet_hub::api::buckets::{BucketInfo, CreateBucketRequest, CreateBucketResponse};
-use xet_hub::api::error_code;
-use xet_hub::{BucketState, RepoError, RepoId, RepoRef, RepoType};
+use xet_hub::{BucketState, RepoError, RepoRef, RepoType};
 
 use super::ctx::Ctx;
 use super::reply::{HubReply, HubResult};
-use crate::auth::Caller;
 use crate::config::Access;
 use crate::routes::json;
 use crate::routes::misc::no_route;
 
+use access::{bucket_ref, not_found, now_ms, open};
 pub(super) use read::resolve;
 
 /// `/api/buckets/...`, after `buckets`.
@@ -61,37 +61,6 @@ pub(super) async fn route(
             }
         }
         _ => Err(no_route(method, &ctx.path).into()),
-    }
-}
-
-/// The bucket `ns/name`; `me` is the caller (the server's user).
-pub(super) fn bucket_ref(ctx: &Ctx, ns: &str, name: &str) -> HubResult<RepoRef> {
-    let ns = if ns == "me" {
-        ctx.state.config.hub_user.as_str()
-    } else {
-        ns
-    };
-    Ok(RepoRef::new(RepoType::Bucket, RepoId::new(ns, name)?))
-}
-
-fn not_found(bucket: &RepoRef) -> HubReply {
-    HubReply::coded(
-        StatusCode::NOT_FOUND,
-        error_code::REPO_NOT_FOUND,
-        format!("bucket {} not found (or private: pass a token)", bucket.id),
-    )
-}
-
-/// The state of `bucket`, if `caller` may see it; else it answers as a missing one.
-pub(super) async fn open(ctx: &Ctx, bucket: &RepoRef, caller: &Caller) -> HubResult<BucketState> {
-    if !caller.scope.reaches(bucket) {
-        return Err(not_found(bucket));
-    }
-    match ctx.repos().bucket(bucket).await {
-        Ok(s) if s.record.private && !caller.user => Err(not_found(bucket)),
-        Ok(s) => Ok(s),
-        Err(RepoError::RepoNotFound(_)) => Err(not_found(bucket)),
-        Err(e) => Err(e.into()),
     }
 }
 
@@ -206,11 +175,4 @@ async fn token(ctx: &Ctx, bucket: &RepoRef, need: Access) -> HubResult<Response>
     let caller = ctx.caller(need)?;
     open(ctx, bucket, &caller).await?;
     super::upload::token_answer(ctx, bucket, need)
-}
-
-/// Milliseconds since the Unix epoch.
-pub(super) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }

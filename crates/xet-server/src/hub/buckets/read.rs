@@ -10,7 +10,7 @@ use xet_hub::{FileEntry, Item, Listed, RepoPath, RepoRef};
 
 use super::super::ctx::Ctx;
 use super::super::reply::{HubReply, HubResult, content_type, header_value};
-use super::{bucket_ref, open};
+use super::access::{bucket_ref, open};
 use crate::config::Access;
 use crate::routes::json;
 
