@@ -98,6 +98,13 @@ impl Folder {
         if !facts.is_empty() {
             return bad_facts(format!("{} bytes of facts left over", facts.len()));
         }
+        // One written form per folder: version 2 only where a bucket file needs it.
+        let bucket = out
+            .iter()
+            .any(|(_, i)| matches!(i, Item::File(f) if f.storage == Storage::Bucket));
+        if !fixed && !bucket {
+            return bad_facts("version 2 facts without a bucket file");
+        }
         Ok(Folder { entries: out })
     }
 
@@ -206,6 +213,7 @@ fn decode_meta(facts: &mut &[u8]) -> Result<FileMeta, GitError> {
     *facts = rest;
     Ok(FileMeta {
         mtime_ms: match fixed[0] {
+            0 if mtime != 0 => return bad_facts("an absent mtime with a value"),
             0 => None,
             1 => Some(mtime),
             b => return bad_facts(format!("mtime flag {b}")),
@@ -699,10 +707,22 @@ mod tests {
         assert_ne!(g.encode().0, id);
         g.entries[0].1 = Item::File(bucket(Some(-5), Some("text/html")));
         assert_ne!(g.encode().0, id);
-        // A folder of repository files keeps version 1 facts, byte for byte.
+        // A folder of repository files keeps version 1 facts, byte for byte, and version 2
+        // facts of such a folder are refused (one written form per folder).
         let mut r = Folder::default();
         r.entries.push(("b".into(), Item::File(entry(3))));
-        assert!(r.encode().2.starts_with(FACTS_MAGIC));
+        let (rid, rtree, rfacts) = r.encode();
+        assert!(rfacts.starts_with(FACTS_MAGIC));
+        let mut v2 = FACTS_MAGIC_2.to_vec();
+        v2.extend_from_slice(&rfacts[FACTS_MAGIC.len()..]);
+        let rbody = git::unframe("tree", &rid, &rtree).unwrap();
+        assert!(Folder::decode(rbody, &v2).is_err());
+        // An absent mtime is written as zero; any other value is refused.
+        let mut odd = facts.clone();
+        let c_meta = facts.len() - META_LEN;
+        assert_eq!(odd[c_meta], 0, "c has no mtime");
+        odd[c_meta + 1] = 1;
+        assert!(Folder::decode(body, &odd).is_err());
     }
 
     #[test]
