@@ -424,3 +424,47 @@ fn xet_cp_ls_rm_crossed_with_hf() {
     assert!(!o.status.success());
     assert!(!work.path().join("none").exists());
 }
+
+/// Two servers on one SeaweedFS bucket (the shared S3 test server): a bucket written
+/// through one is read, whole and with exact totals, through the other.
+#[test]
+fn two_servers_on_one_s3_store_share_buckets() {
+    let Some(s3) = xet_testdata::shared_s3() else {
+        return;
+    };
+    let store = format!("s3://{}/buckets", s3.fresh_bucket().unwrap());
+    let (a, b) = (
+        crate::hub_serve::serve_on_s3(s3, &store),
+        crate::hub_serve::serve_on_s3(s3, &store),
+    );
+    let py = Py::new();
+    let src = tempfile::tempdir().unwrap();
+    let files = checkpoint(src.path(), 9);
+    py.hf_ok(&a.url, &["buckets", "create", "org/s3-ckpt"]);
+    py.hf_ok(
+        &a.url,
+        &[
+            "buckets",
+            "sync",
+            src.path().to_str().unwrap(),
+            "hf://buckets/org/s3-ckpt",
+        ],
+    );
+    let down = tempfile::tempdir().unwrap();
+    py.hf_ok(
+        &b.url,
+        &[
+            "buckets",
+            "sync",
+            "hf://buckets/org/s3-ckpt",
+            down.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(tree_of(down.path()), files);
+    let i = info(&py, &b.url, "org/s3-ckpt");
+    let total: usize = files.iter().map(|(_, d)| d.len()).sum();
+    assert_eq!(
+        (i["total_files"].clone(), i["size"].clone()),
+        (files.len().into(), total.into())
+    );
+}

@@ -802,6 +802,25 @@ fn huggingface_js_uploads_and_downloads() {
 
 /// Two `xet serve` on one S3 bucket (SeaweedFS on loopback): a commit through one is
 /// downloadable through the other at once.
+/// `xet serve` on `store` (`s3://BUCKET/PREFIX`) of the shared S3 server, with the write
+/// token and no AWS settings but the server's.
+pub(crate) fn serve_on_s3(s3: &xet_testdata::S3Server, store: &str) -> Served {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xet"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_str().is_some_and(|k| k.starts_with("AWS_")) {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("AWS_ACCESS_KEY_ID", s3.access_key_id())
+        .env("AWS_SECRET_ACCESS_KEY", s3.secret_access_key())
+        .env("AWS_REGION", s3.region())
+        .env("AWS_ENDPOINT_URL", s3.endpoint())
+        .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
+        .args(["--token", &format!("write:{WRITE}")])
+        .stderr(Stdio::null());
+    Served::spawn(&mut cmd)
+}
+
 #[test]
 fn two_servers_on_one_s3_bucket() {
     let Some(s3) = xet_testdata::shared_s3() else {
@@ -809,23 +828,7 @@ fn two_servers_on_one_s3_bucket() {
     };
     let bucket = s3.fresh_bucket().unwrap();
     let store = format!("s3://{bucket}/hub");
-    let serve_s3 = || {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xet"));
-        for (k, _) in std::env::vars_os() {
-            if k.to_str().is_some_and(|k| k.starts_with("AWS_")) {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.env("AWS_ACCESS_KEY_ID", s3.access_key_id())
-            .env("AWS_SECRET_ACCESS_KEY", s3.secret_access_key())
-            .env("AWS_REGION", s3.region())
-            .env("AWS_ENDPOINT_URL", s3.endpoint())
-            .args(["serve", "--listen", "127.0.0.1:0", "--store", &store])
-            .args(["--token", &format!("write:{WRITE}")])
-            .stderr(Stdio::null());
-        Served::spawn(&mut cmd)
-    };
-    let (a, b) = (serve_s3(), serve_s3());
+    let (a, b) = (serve_on_s3(&s3, &store), serve_on_s3(&s3, &store));
     let py = Py::new();
     let src = tempfile::tempdir().unwrap();
     let files = model_folder(src.path(), 21);

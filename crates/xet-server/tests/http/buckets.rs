@@ -494,3 +494,42 @@ async fn batches_replay_fail_whole_on_bad_lines_and_answer_422_when_nothing_appl
     let info = s.json("/api/buckets/orgb/data", OTHER).await;
     assert_eq!(info["totalFiles"], 3, "shard, deep/x, copied");
 }
+
+/// A batch at the limit (100,000 lines) applies; one line more is refused whole, and
+/// nothing of it is applied.
+#[tokio::test]
+async fn a_hundred_thousand_lines_apply_and_one_more_is_refused_whole() {
+    let s = Setup::start().await;
+    assert_eq!(
+        s.create("orga/many", json!({}), W).await.status(),
+        StatusCode::OK
+    );
+    let f = fixture_without_sha256(91, &[1000]);
+    s.upload("orga/many", &f, W).await;
+    let add = format!(
+        "{}\n",
+        json!({"type": "addFile", "path": "kept.bin", "xetHash": f.file.to_string()})
+    );
+    let deletes: String = (0..99_999)
+        .map(|i| format!("{{\"type\":\"deleteFile\",\"path\":\"gone/{i}\"}}\n"))
+        .collect();
+    let (status, report) = s.batch_raw("orga/many", format!("{add}{deletes}"), W).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(report["processed"], 100_000);
+    assert_eq!(report["succeeded"], 100_000);
+    let over = format!(
+        "{}{deletes}{{\"type\":\"deleteFile\",\"path\":\"kept.bin\"}}\n{}",
+        add.replace("kept.bin", "new.bin"),
+        "{\"type\":\"deleteFile\",\"path\":\"x\"}\n"
+    );
+    let (status, _) = s.batch_raw("orga/many", over, W).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    let tree = s
+        .json("/api/buckets/orga/many/tree?recursive=true", W)
+        .await;
+    assert_eq!(
+        paths(&tree),
+        ["file:kept.bin"],
+        "nothing of the refused batch applied"
+    );
+}
