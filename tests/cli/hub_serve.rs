@@ -828,7 +828,7 @@ fn two_servers_on_one_s3_bucket() {
     };
     let bucket = s3.fresh_bucket().unwrap();
     let store = format!("s3://{bucket}/hub");
-    let (a, b) = (serve_on_s3(&s3, &store), serve_on_s3(&s3, &store));
+    let (a, b) = (serve_on_s3(s3, &store), serve_on_s3(s3, &store));
     let py = Py::new();
     let src = tempfile::tempdir().unwrap();
     let files = model_folder(src.path(), 21);
