@@ -3,15 +3,15 @@
 //!
 //! Checks: no panic; an accepted body has every path a valid `RepoPath` (git's rules
 //! included: it is the same parser) and decoded inline contents; written back as NDJSON
-//! (a header, then each kind in order, contents in base64, sha256s in hex) it parses to
-//! the same request.
+//! (a header, then the lines in the body's order, contents in base64, sha256s in hex) it
+//! parses to the same request.
 #![no_main]
 
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 use xet_hub::Operation;
-use xet_hub::commit_body::{CommitRequest, parse};
+use xet_hub::commit_body::{CommitRequest, LineKind, parse};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(req) = parse(data) else {
@@ -32,25 +32,38 @@ fn write(req: &CommitRequest) -> String {
         header["parentCommit"] = json!(p.to_string());
     }
     let mut lines = vec![json!({"key": "header", "value": header})];
-    for (path, content) in &req.inline {
-        lines.push(json!({"key": "file", "value": {
-            "path": path.as_str(), "content": b64.encode(content), "encoding": "base64"}}));
-    }
-    for (path, sha, size) in &req.lfs {
-        let mut v = json!({"path": path.as_str(), "algo": "sha256",
-                           "oid": sha.to_string()});
-        if let Some(s) = size {
-            v["size"] = json!(s);
-        }
-        lines.push(json!({"key": "lfsFile", "value": v}));
-    }
-    for d in &req.deletions {
-        let (key, path) = match d {
-            Operation::DeleteFile { path } => ("deletedFile", path),
-            Operation::DeleteFolder { path } => ("deletedFolder", path),
-            Operation::Add { .. } => unreachable!("deletions are deletions"),
+    let (mut inline, mut lfs, mut deletions) =
+        (req.inline.iter(), req.lfs.iter(), req.deletions.iter());
+    for kind in &req.order {
+        let line = match kind {
+            LineKind::Inline => {
+                let (path, content) = inline.next().expect("an inline file per Inline");
+                json!({"key": "file", "value": {
+                    "path": path.as_str(), "content": b64.encode(content), "encoding": "base64"}})
+            }
+            LineKind::Lfs => {
+                let (path, sha, size) = lfs.next().expect("an lfsFile per Lfs");
+                let mut v = json!({"path": path.as_str(), "algo": "sha256",
+                                   "oid": sha.to_string()});
+                if let Some(s) = size {
+                    v["size"] = json!(s);
+                }
+                json!({"key": "lfsFile", "value": v})
+            }
+            LineKind::Deletion => {
+                let (key, path) = match deletions.next().expect("a deletion per Deletion") {
+                    Operation::DeleteFile { path } => ("deletedFile", path),
+                    Operation::DeleteFolder { path } => ("deletedFolder", path),
+                    Operation::Add { .. } => unreachable!("deletions are deletions"),
+                };
+                json!({"key": key, "value": {"path": path.as_str()}})
+            }
         };
-        lines.push(json!({"key": key, "value": {"path": path.as_str()}}));
+        lines.push(line);
     }
+    assert!(
+        inline.next().is_none() && lfs.next().is_none() && deletions.next().is_none(),
+        "order names every line"
+    );
     lines.iter().map(|l| format!("{l}\n")).collect()
 }
