@@ -298,10 +298,11 @@ async fn a_dropped_receiver_stops_the_work() {
     let n = w.fetches();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(w.fetches(), n, "still fetching");
-    // Pieces join chunks up to 1 MiB and four wait at most: about 6 MiB of 256 KiB
-    // xorbs fetched, not the 16 MiB of the file.
+    // What may have been fetched: the piece received, four waiting, one being joined
+    // (about 1 MiB each), the fetch being handed out and the one decoded ahead: about
+    // 8 MiB of the file's 16 MiB, so well under all of its fetches.
     assert!(
-        n <= 24 && (n as usize) < c.xorbs.len(),
+        (n as usize) <= c.xorbs.len() / 2 + 2,
         "{n} fetches of {}",
         c.xorbs.len()
     );
