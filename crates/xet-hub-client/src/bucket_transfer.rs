@@ -74,17 +74,17 @@ pub async fn upload_to_bucket(
     let mut lines = Vec::with_capacity(files.len() + deletes.len());
     if !files.is_empty() {
         let token_url = client.bucket_token_url(bucket, TokenKind::Write);
-        let cas = Arc::new(client.xet_cas(&subject, &token_url, opts.idle_timeout)?);
         let paths: Vec<PathBuf> = files.iter().map(|f| f.local.clone()).collect();
-        let report = xet_upload::upload(cas, &paths, &opts.upload, progress)
-            .await
-            .map_err(|source| match source {
-                xet_upload::UploadError::Interrupted => HubError::Interrupted,
-                source => HubError::Upload {
-                    subject: subject.clone(),
-                    source,
-                },
-            })?;
+        let report = crate::upload::run_pipeline(
+            client,
+            &subject,
+            &token_url,
+            &paths,
+            &opts.upload,
+            opts.idle_timeout,
+            progress,
+        )
+        .await?;
         if report.files.len() != files.len() {
             return Err(HubError::Usage(format!(
                 "the upload pipeline reported {} files for {} given",

@@ -12,7 +12,7 @@ use xet_hub::api::buckets::{
 use xet_hub::api::quote_path;
 use xet_hub::{RepoPath, RepoRef, RepoType};
 
-use crate::client::{HubClient, MAX_PAGES, TokenKind, next_link};
+use crate::client::{HubClient, TokenKind};
 use crate::error::{HubError, RepoTarget, Result};
 
 /// Paths per paths-info request, as huggingface_hub sends them.
@@ -79,35 +79,30 @@ impl HubClient {
             u = format!("{u}/{}", quote_path(p.as_str()));
         }
         u.push_str(&format!("?recursive={recursive}&limit=10000"));
-        let mut call = self.call(Method::GET, u, "listing", subject);
-        let mut out = Vec::new();
-        for page in 1.. {
-            if page > MAX_PAGES {
-                return Err(call.bad("the listing does not end"));
-            }
-            let r = call.ok(|rb| rb).await?;
-            let next = next_link(r.headers());
-            let entries: Vec<BucketEntry> = call.read_json(r).await?;
-            for e in entries {
-                let path = entry_path(&e);
-                if RepoPath::parse(path).is_err() {
-                    return Err(
-                        call.bad(format!("the listing holds path {path:?}, not a valid one"))
-                    );
-                }
-                let under = prefix.is_none_or(|p| {
-                    path == p.as_str()
-                        || path
-                            .strip_prefix(p.as_str())
-                            .is_some_and(|rest| rest.starts_with('/'))
+        let entries: Vec<BucketEntry> = self
+            .call(Method::GET, u.clone(), "listing", subject.clone())
+            .all_pages()
+            .await?;
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            let path = entry_path(&e);
+            // A path this machine may write (it may become a file name); the server
+            // matched a raw key prefix, so only the prefix and what lies below it stay.
+            if let Err(source) = RepoPath::parse(path) {
+                return Err(HubError::UnsafePath {
+                    subject,
+                    url: u,
+                    source,
                 });
-                if under {
-                    out.push(e);
-                }
             }
-            match next {
-                Some(u) => call.url = u,
-                None => break,
+            let under = prefix.is_none_or(|p| {
+                path == p.as_str()
+                    || path
+                        .strip_prefix(p.as_str())
+                        .is_some_and(|rest| rest.starts_with('/'))
+            });
+            if under {
+                out.push(e);
             }
         }
         Ok(out)

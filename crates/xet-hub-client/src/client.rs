@@ -29,7 +29,7 @@ const MAX_ERROR_BYTES: usize = 64 << 10;
 /// Files per `preupload` request, as `huggingface_hub` sends them.
 pub const PREUPLOAD_BATCH: usize = 256;
 /// Pages of one tree listing before the listing is taken to loop.
-pub(crate) const MAX_PAGES: usize = 100_000;
+const MAX_PAGES: usize = 100_000;
 /// Attempts per request when the Hub is unreachable or overloaded.
 const ATTEMPTS: u32 = 4;
 /// The first retry's delay ceiling ([`xet_cas::backoff`]), doubling per retry.
@@ -189,22 +189,9 @@ impl HubClient {
             u = format!("{u}/{}", api::quote_path(p.as_str()));
         }
         u.push_str(&format!("?recursive={recursive}&expand=false"));
-        let mut call = self.call(Method::GET, u, "listing", subject);
-        let mut out = Vec::new();
-        for page in 1.. {
-            if page > MAX_PAGES {
-                return Err(call.bad("the listing does not end"));
-            }
-            let r = call.ok(|rb| rb).await?;
-            let next = next_link(r.headers());
-            let entries: Vec<api::TreeEntry> = call.read_json(r).await?;
-            out.extend(entries);
-            match next {
-                Some(u) => call.url = u,
-                None => break,
-            }
-        }
-        Ok(out)
+        self.call(Method::GET, u, "listing", subject)
+            .all_pages()
+            .await
     }
 
     /// `POST .../paths-info/{rev}`: the entries of these paths (absent paths are left out).
@@ -434,7 +421,7 @@ pub(crate) struct Call<'h> {
     /// The redirect policy: `resolve_head` reads the first answer itself.
     client: &'h reqwest::Client,
     method: Method,
-    pub(crate) url: String,
+    url: String,
     action: &'static str,
     subject: RepoTarget,
 }
@@ -492,6 +479,25 @@ impl Call<'_> {
         } else {
             Err(self.failure(r).await)
         }
+    }
+
+    /// Every page of a listing (each a JSON array), following `Link: rel="next"`.
+    pub(crate) async fn all_pages<T: DeserializeOwned>(mut self) -> Result<Vec<T>> {
+        let mut out = Vec::new();
+        for page in 1.. {
+            if page > MAX_PAGES {
+                return Err(self.bad("the listing does not end"));
+            }
+            let r = self.ok(|rb| rb).await?;
+            let next = next_link(r.headers());
+            let entries: Vec<T> = self.read_json(r).await?;
+            out.extend(entries);
+            match next {
+                Some(u) => self.url = u,
+                None => break,
+            }
+        }
+        Ok(out)
     }
 
     /// [`Call::ok`], and the answer's JSON.

@@ -393,22 +393,17 @@ async fn upload_lfs(
     }
     let rev = subject.revision().unwrap_or(DEFAULT_REVISION);
     let token_url = client.xet_token_url(subject.repo_ref(), TokenKind::Write, rev);
-    let cas = Arc::new(client.xet_cas(subject, &token_url, opts.idle_timeout)?);
     let paths: Vec<PathBuf> = lfs.iter().map(|&i| files[i].local.clone()).collect();
-    let report = xet_upload::upload(
-        cas,
+    let report = run_pipeline(
+        client,
+        subject,
+        &token_url,
         &paths,
         &opts.pipeline,
+        opts.idle_timeout,
         Arc::new(PipelineProgress(progress.clone())),
     )
-    .await
-    .map_err(|source| match source {
-        xet_upload::UploadError::Interrupted => HubError::Interrupted,
-        source => HubError::Upload {
-            subject: subject.clone(),
-            source,
-        },
-    })?;
+    .await?;
     if report.files.len() != lfs.len() {
         return Err(HubError::Usage(format!(
             "the upload pipeline reported {} files for {} given",
@@ -427,6 +422,29 @@ async fn upload_lfs(
         });
     }
     Ok(())
+}
+
+/// `paths` through the upload pipeline into the CAS whose write token `token_url` hands
+/// out (a repository's or a bucket's).
+pub(crate) async fn run_pipeline(
+    client: &HubClient,
+    subject: &RepoTarget,
+    token_url: &str,
+    paths: &[PathBuf],
+    options: &xet_upload::UploadOptions,
+    idle_timeout: Option<std::time::Duration>,
+    progress: Arc<dyn xet_upload::Progress>,
+) -> Result<xet_upload::UploadReport> {
+    let cas = Arc::new(client.xet_cas(subject, token_url, idle_timeout)?);
+    xet_upload::upload(cas, paths, options, progress)
+        .await
+        .map_err(|source| match source {
+            xet_upload::UploadError::Interrupted => HubError::Interrupted,
+            source => HubError::Upload {
+                subject: subject.clone(),
+                source,
+            },
+        })
 }
 
 fn changed_meanwhile(p: &Path) -> HubError {

@@ -243,7 +243,7 @@ pub(super) async fn tree(ctx: &Ctx, repo: &RepoRef, rev: &str, path: &str) -> Hu
 }
 
 /// This request's URL with `cursor=` the last path listed (other parameters kept).
-fn next_page_url(ctx: &Ctx, last: &str) -> String {
+pub(super) fn next_page_url(ctx: &Ctx, last: &str) -> String {
     let mut params: Vec<String> = ctx
         .query
         .as_deref()

@@ -104,27 +104,13 @@ pub(super) async fn tree(ctx: &Ctx, bucket: &RepoRef, prefix: &str) -> HubResult
         .collect();
     let mut r = json(StatusCode::OK, &entries);
     if let (true, Some(last)) = (page.more, page.entries.last()) {
-        let next = next_page_url(ctx, &last.path);
+        let next = super::super::repo::next_page_url(ctx, &last.path);
         r.headers_mut().insert(
             header::LINK,
             header_value(&format!("<{next}>; rel=\"next\"")),
         );
     }
     Ok(r)
-}
-
-/// This request's URL with `cursor=` the last path listed (other parameters kept).
-fn next_page_url(ctx: &Ctx, last: &str) -> String {
-    let mut params: Vec<String> = ctx
-        .query
-        .as_deref()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty() && !p.starts_with("cursor="))
-        .map(str::to_string)
-        .collect();
-    params.push(format!("cursor={}", xet_hub::api::quote_revision(last)));
-    format!("{}{}?{}", ctx.base, ctx.path, params.join("&"))
 }
 
 /// `POST /api/buckets/{id}/paths-info`: the files among `paths`; folders, missing and
