@@ -8,7 +8,7 @@ use std::path::Path;
 use crate::hub_serve::{Py, READ, WRITE, pseudo_random, serve};
 
 /// A checkpoint-like folder: shards of a few MiB, small JSON, an empty file, nesting.
-fn checkpoint(dir: &Path, seed: u64) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn checkpoint(dir: &Path, seed: u64) -> Vec<(String, Vec<u8>)> {
     let mut files = vec![
         (
             "config.json".to_string(),
@@ -38,7 +38,7 @@ fn checkpoint(dir: &Path, seed: u64) -> Vec<(String, Vec<u8>)> {
 }
 
 /// Every regular file below `dir`, relative path → bytes, sorted.
-fn tree_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn tree_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
         for e in std::fs::read_dir(dir).unwrap() {
             let e = e.unwrap();
@@ -235,7 +235,12 @@ fn two_servers_on_one_store_see_each_others_bucket_writes() {
 }
 
 /// `xet` against `url` with the write token and caches under `home`.
-fn xet(url: &str, home: &Path, args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
+pub(crate) fn xet(
+    url: &str,
+    home: &Path,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+) -> std::process::Output {
     use std::io::Write as _;
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_xet"));
     c.args(args)
@@ -258,7 +263,7 @@ fn xet(url: &str, home: &Path, args: &[&str], stdin: Option<&[u8]>) -> std::proc
     child.wait_with_output().unwrap()
 }
 
-fn xet_ok(url: &str, home: &Path, args: &[&str]) -> std::process::Output {
+pub(crate) fn xet_ok(url: &str, home: &Path, args: &[&str]) -> std::process::Output {
     let o = xet(url, home, args, None);
     assert!(
         o.status.success(),

@@ -14,6 +14,7 @@ mod cli_transfer;
 mod cli_usage;
 mod hub_buckets;
 mod hub_serve;
+mod hub_sync;
 mod interop_cli;
 mod s3_serve;
 mod serve_limits;

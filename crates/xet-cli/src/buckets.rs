@@ -271,7 +271,7 @@ async fn download(out: &Out, client: &HubClient, src: &str, dst: &str) -> CliRes
         None if Path::new(dst).is_dir() || dst.ends_with('/') => Path::new(dst).join(name),
         None => PathBuf::from(dst),
     };
-    let mtime_ms = mtime.as_deref().and_then(parse_ms);
+    let mtime_ms = mtime.as_deref().and_then(xet_hub::time::parse_rfc3339_ms);
     let files = [FromBucket {
         path: path.to_string(),
         local: local.clone(),
@@ -361,43 +361,9 @@ async fn remote_copy(out: &Out, client: &HubClient, src: &str, dst: &str) -> Cli
     Ok(())
 }
 
-/// Milliseconds since the Unix epoch of an RFC 3339 UTC time (`2026-12-06T09:30:00.123Z`).
-fn parse_ms(s: &str) -> Option<i64> {
-    let s = s.strip_suffix('Z')?;
-    let (date, time) = s.split_once('T')?;
-    let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut t = hms.splitn(3, ':').map(|x| x.parse::<i64>().ok());
-    let (h, mi, sec) = (t.next()??, t.next()??, t.next()??);
-    let frac_digits: String = frac.chars().take(3).collect();
-    let ms = format!("{frac_digits:0<3}").parse::<i64>().ok()?;
-    // Days from the civil date (Howard Hinnant's algorithm, inverse of the server's).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 86_400 + h * 3600 + mi * 60 + sec) * 1000) + ms)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn times_read_back() {
-        assert_eq!(parse_ms("1970-01-01T00:00:00.000Z"), Some(0));
-        assert_eq!(
-            parse_ms("2025-12-06T05:46:40.123Z"),
-            Some(1_765_000_000_123)
-        );
-        assert_eq!(parse_ms("2000-02-29T00:00:00Z"), Some(951_782_400_000));
-        assert_eq!(parse_ms("2026-12-06T09:30:00.5Z"), Some(1_796_549_400_500));
-        assert_eq!(parse_ms("yesterday"), None);
-    }
 
     #[test]
     fn where_a_copy_goes() {

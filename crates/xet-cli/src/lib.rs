@@ -15,6 +15,7 @@ mod output;
 mod progress;
 mod remote;
 mod run;
+mod sync;
 mod transfer;
 
 use clap::{Parser, Subcommand};
@@ -79,6 +80,9 @@ enum Command {
     Cp(buckets::CpArgs),
     /// Remove files from a storage bucket (-r: everything below a folder).
     Rm(buckets::RmArgs),
+    /// Make a bucket folder like a local folder, or a local folder like a bucket folder
+    /// (the rules and plan files of `hf sync`; downloads keep the bucket's times).
+    Sync(sync::SyncArgs),
     /// Serve a store over the CAS HTTP API (what hf_xet and `xet --endpoint` talk to).
     Serve(transfer::ServeArgs),
     /// Bundles: a store's objects in one file (create, import, ls, verify); `--store
@@ -221,6 +225,7 @@ pub fn main() -> ExitCode {
         Command::Ls(args) => runtime().and_then(|rt| rt.block_on(hub::ls(&out, args))),
         Command::Cp(args) => runtime().and_then(|rt| rt.block_on(buckets::cp(&out, args))),
         Command::Rm(args) => runtime().and_then(|rt| rt.block_on(buckets::rm(&out, args))),
+        Command::Sync(args) => runtime().and_then(|rt| rt.block_on(sync::sync(&out, args))),
         Command::Bundle { action } => {
             runtime().and_then(|rt| rt.block_on(bundle::run(&out, action)))
         }

@@ -185,6 +185,13 @@ pub enum HubError {
         #[source]
         source: std::io::Error,
     },
+    /// A local file whose relative path cannot name a bucket or repository file.
+    #[error("{} cannot be stored under that name; rename it or leave it out (--exclude)", path.display())]
+    LocalName {
+        path: PathBuf,
+        #[source]
+        source: xet_hub::NameError,
+    },
     #[error("{0}")]
     Usage(String),
     #[error("cannot set up the connection to the CAS of {subject}")]
@@ -242,7 +249,7 @@ impl HubError {
             Status { .. } | BadAnswer { .. } | BatchFailed { .. } => ErrorKind::Rejected,
             Network { .. } | Transfer { .. } => ErrorKind::Network,
             Verify { .. } => ErrorKind::Corrupt,
-            Local { .. } | UnsafePath { .. } => ErrorKind::Local,
+            Local { .. } | UnsafePath { .. } | LocalName { .. } => ErrorKind::Local,
             Usage(_) => ErrorKind::Usage,
             CasConfig { .. } => ErrorKind::Rejected,
             Download { source, .. } => download_kind(source.kind()),

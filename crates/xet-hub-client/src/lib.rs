@@ -10,7 +10,8 @@
 //! - [`tree`][]: the files of a listing, checked;
 //! - [`cache`][]: the HF cache layout (`blobs/`, `snapshots/`, `refs/`);
 //! - [`download`][] and [`upload`][]: the transfers the CLI runs;
-//! - [`buckets`][]: storage buckets (`hf://buckets/NS/NAME/...`).
+//! - [`buckets`][]: storage buckets (`hf://buckets/NS/NAME/...`);
+//! - [`sync`](mod@sync): a local folder and a bucket folder made alike (`xet sync`).
 
 pub mod address;
 pub mod bucket_transfer;
@@ -21,6 +22,7 @@ pub mod download;
 pub mod env;
 pub mod error;
 pub mod glob;
+pub mod sync;
 pub mod tree;
 pub mod upload;
 pub mod verify;

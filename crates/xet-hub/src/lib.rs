@@ -11,7 +11,8 @@
 //!   (`hub-api.md`);
 //! - [`mode`]: which files go to Xet and which inline;
 //! - [`store`] and [`repos`]: the repository-store contract and the operations over it
-//!   (create, resolve, commit by compare-and-swap, branch).
+//!   (create, resolve, commit by compare-and-swap, branch);
+//! - [`time`]: RFC 3339 times to and from milliseconds.
 //!
 //! No transport and no runtime: the server and the client bring theirs.
 
@@ -24,6 +25,7 @@ pub mod id;
 pub mod mode;
 pub mod repos;
 pub mod store;
+pub mod time;
 pub mod tree;
 
 pub use bucket::{BatchOutcome, BucketState, BucketTotals};
