@@ -46,6 +46,15 @@ impl Py {
         }
     }
 
+    /// With pandas and pyarrow too (the dataframe tests).
+    pub(crate) fn with_pandas() -> Py {
+        let python = xet_testdata::hub::pandas_python().expect("pandas in the test virtualenv");
+        Py {
+            python,
+            ..Py::new()
+        }
+    }
+
     fn env(&self, cmd: &mut Command, endpoint: &str, token: Option<&str>) {
         cmd.env("HF_ENDPOINT", endpoint)
             .env("HF_HOME", self.home.path())

@@ -13,6 +13,7 @@ mod cli_resume;
 mod cli_transfer;
 mod cli_usage;
 mod hub_buckets;
+mod hub_dataframes;
 mod hub_serve;
 mod hub_sync;
 mod interop_cli;

@@ -34,6 +34,30 @@ pub fn hf_cli() -> Result<PathBuf, String> {
     hub()?.script("hf")
 }
 
+/// The pandas and pyarrow versions of the dataframe test (`hf://buckets/...` parquet).
+pub const PANDAS_VERSION: &str = "3.1.1";
+pub const PYARROW_VERSION: &str = "26.0.1";
+
+/// [`hub_python`] with pandas and pyarrow too, for reading and writing parquet through
+/// `huggingface_hub`'s fsspec filesystem.
+pub fn pandas_python() -> Result<PathBuf, String> {
+    static PYTHON: OnceLock<Result<crate::venv::Python, String>> = OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            crate::venv::python_with(&crate::venv::Pins {
+                packages: &[
+                    ("huggingface-hub", HUGGINGFACE_HUB_VERSION),
+                    ("hf-xet", crate::HF_XET_VERSION),
+                    ("pandas", PANDAS_VERSION),
+                    ("pyarrow", PYARROW_VERSION),
+                ],
+                imports: &["pandas", "pyarrow.parquet"],
+            })
+        })
+        .clone()
+        .map(|found| found.python)
+}
+
 /// The `@huggingface/hub` version the JavaScript interop test uses (from npm).
 pub const HUGGINGFACE_JS_VERSION: &str = "2.15.0";
 
