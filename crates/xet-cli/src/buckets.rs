@@ -279,7 +279,7 @@ async fn download(out: &Out, client: &HubClient, src: &str, dst: &str) -> CliRes
         size,
         mtime_ms,
     }];
-    download_from_bucket(client, &addr.repo, &files, &options())
+    download_from_bucket(client, &addr.repo, &files, &options(), None)
         .await
         .map_err(failure)?;
     if to_stdout {

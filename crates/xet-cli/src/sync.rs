@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::json;
 use xet_hub::RepoType;
 use xet_hub_client::bucket_transfer::BucketOptions;
-use xet_hub_client::sync::run::{Done, Ends, execute, plan};
+use xet_hub_client::sync::run::{Done, Ends, SyncProgress, execute, plan};
 use xet_hub_client::sync::{Action, Direction, Filter, Plan, Rules, plan_file};
 use xet_hub_client::{HfAddress, HubClient, HubEnv};
 
@@ -130,17 +130,10 @@ pub async fn sync(out: &Out, a: SyncArgs) -> CliResult {
     }
     say(out, "Syncing...");
     verbose_lines(out, p, a.verbose);
-    let done = execute(
-        &client,
-        &ends,
-        p,
-        Some(&planned),
-        &options(),
-        Arc::new(xet_upload::NoProgress),
-    )
-    .await
-    .map_err(failure)?;
-    finished(out, p, &done);
+    let (pb, progress) = bars(out, p);
+    let done = execute(&client, &ends, p, Some(&planned), &options(), progress).await;
+    pb.finish_and_clear();
+    finished(out, p, &done.map_err(failure)?);
     Ok(())
 }
 
@@ -157,17 +150,10 @@ async fn apply(out: &Out, client: &HubClient, file: &Path, verbose: bool) -> Cli
     summary(out, &p);
     say(out, "Executing plan...");
     verbose_lines(out, &p, verbose);
-    let done = execute(
-        client,
-        &ends,
-        &p,
-        None,
-        &options(),
-        Arc::new(xet_upload::NoProgress),
-    )
-    .await
-    .map_err(failure)?;
-    finished(out, &p, &done);
+    let (pb, progress) = bars(out, &p);
+    let done = execute(client, &ends, &p, None, &options(), progress).await;
+    pb.finish_and_clear();
+    finished(out, &p, &done.map_err(failure)?);
     Ok(())
 }
 
@@ -212,6 +198,23 @@ fn say(out: &Out, s: impl AsRef<str>) {
 
 fn options() -> BucketOptions {
     BucketOptions::default()
+}
+
+/// One bar (on a terminal, not with --json or -q) for the bytes the plan moves.
+fn bars(out: &Out, p: &Plan) -> (indicatif::ProgressBar, SyncProgress) {
+    let total = p.summary().total_size;
+    let pb = crate::progress::bar(!out.json && !out.quiet, total, "sync");
+    let down = pb.clone();
+    let download: xet_download::ProgressFn = Arc::new(move |e| {
+        if let xet_download::ProgressEvent::Written { bytes, .. } = e {
+            down.inc(*bytes);
+        }
+    });
+    let progress = SyncProgress {
+        upload: Arc::new(crate::transfer::UploadBar(pb.clone())),
+        download: Some(download),
+    };
+    (pb, progress)
 }
 
 /// `hf`'s summary: `Sync plan: SRC -> DST` and the counts.

@@ -321,7 +321,7 @@ pub struct UploadArgs {
     remote: RemoteArgs,
 }
 
-struct UploadBar(indicatif::ProgressBar);
+pub(crate) struct UploadBar(pub(crate) indicatif::ProgressBar);
 
 impl xet_upload::Progress for UploadBar {
     fn start(&self, _files: usize, total_bytes: u64) {

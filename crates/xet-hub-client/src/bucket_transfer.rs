@@ -147,12 +147,14 @@ pub async fn apply_batches(
     Ok(())
 }
 
-/// Download `files` from `bucket`, each verified, each given its bucket `mtime`.
+/// Download `files` from `bucket`, each verified, each given its bucket `mtime`;
+/// `progress` hears of every byte written.
 pub async fn download_from_bucket(
     client: &HubClient,
     bucket: &RepoRef,
     files: &[FromBucket],
     opts: &BucketOptions,
+    progress: Option<xet_download::ProgressFn>,
 ) -> Result<()> {
     let subject = RepoTarget::repo(bucket);
     let mut requests = Vec::new();
@@ -174,7 +176,7 @@ pub async fn download_from_bucket(
     if !requests.is_empty() {
         let token_url = client.bucket_token_url(bucket, TokenKind::Read);
         let cas = Arc::new(client.xet_cas(&subject, &token_url, opts.idle_timeout)?);
-        xet_download::download(cas, requests, opts.download.clone(), None)
+        xet_download::download(cas, requests, opts.download.clone(), progress)
             .await
             .map_err(|source| match source.kind() {
                 xet_download::ErrorKind::Interrupted => HubError::Interrupted,

@@ -127,6 +127,22 @@ pub struct Done {
     pub created_bucket: bool,
 }
 
+/// How a sync reports the bytes it moves.
+#[derive(Clone)]
+pub struct SyncProgress {
+    pub upload: Arc<dyn xet_upload::Progress>,
+    pub download: Option<xet_download::ProgressFn>,
+}
+
+impl Default for SyncProgress {
+    fn default() -> Self {
+        SyncProgress {
+            upload: Arc::new(xet_upload::NoProgress),
+            download: None,
+        }
+    }
+}
+
 /// Carries out `plan` between `ends`. `planned` is what making the plan learned of the
 /// bucket; without it (a plan read from a file) the bucket is listed again.
 pub async fn execute(
@@ -135,7 +151,7 @@ pub async fn execute(
     plan: &Plan,
     planned: Option<&Planned>,
     opts: &BucketOptions,
-    progress: Arc<dyn xet_upload::Progress>,
+    progress: SyncProgress,
 ) -> Result<Done> {
     // A plan may come from a file: every path is checked before anything is done.
     for op in &plan.ops {
@@ -154,9 +170,11 @@ pub async fn execute(
     };
     match ends.direction {
         Direction::Upload => {
-            execute_upload(client, ends, plan, bucket_missing, opts, progress).await
+            execute_upload(client, ends, plan, bucket_missing, opts, progress.upload).await
         }
-        Direction::Download => execute_download(client, ends, plan, remote, opts).await,
+        Direction::Download => {
+            execute_download(client, ends, plan, remote, opts, progress.download).await
+        }
     }
 }
 
@@ -203,6 +221,7 @@ async fn execute_download(
     plan: &Plan,
     remote: &Listing,
     opts: &BucketOptions,
+    progress: Option<xet_download::ProgressFn>,
 ) -> Result<Done> {
     let mut done = Done::default();
     let mut files = Vec::new();
@@ -233,7 +252,7 @@ async fn execute_download(
     if !files.is_empty() {
         std::fs::create_dir_all(&ends.local)
             .map_err(|e| HubError::local("cannot create", &ends.local, e))?;
-        download_from_bucket(client, &ends.bucket, &files, opts).await?;
+        download_from_bucket(client, &ends.bucket, &files, opts, progress).await?;
         done.downloaded = files.len() as u64;
         done.bytes = files.iter().map(|f| f.size).sum();
     }
