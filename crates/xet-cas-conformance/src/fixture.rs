@@ -148,7 +148,19 @@ impl Builder {
         self.files.push((name, data, chunks, placement));
     }
 
-    fn finish(mut self) -> Fixture {
+    fn finish(self) -> Fixture {
+        let Fixture { files, xorbs, .. } = self.finish_all();
+        let first = shard_of(&files[..1], &xorbs[..1]);
+        let second = shard_of(&files[1..], &xorbs[1..]);
+        Fixture {
+            files,
+            xorbs,
+            shards: vec![first, second],
+        }
+    }
+
+    /// The files and xorbs, no shards yet.
+    fn finish_all(mut self) -> Fixture {
         self.close();
         let xorbs = self.xorbs;
         let mut files = Vec::new();
@@ -204,46 +216,76 @@ impl Builder {
                 shard,
             });
         }
-        let cas = |x: &BuiltXorb| {
-            let mut pos = 0;
-            let chunks = x
-                .chunks
-                .iter()
-                .map(|&(hash, len)| {
-                    let c = ShardChunk {
-                        hash,
-                        byte_range_start: pos,
-                        unpacked: len,
-                    };
-                    pos += len;
-                    c
-                })
-                .collect();
-            ShardXorb {
-                hash: x.hash,
-                num_bytes_in_cas: pos,
-                num_bytes_on_disk: 0,
-                chunks,
-            }
-        };
-        let order = |h: &MerkleHash| [h.word(0), h.word(1), h.word(2), h.word(3)];
-        let mut first = ShardContent {
-            files: vec![files[0].shard.clone()],
-            xorbs: vec![cas(&xorbs[0])],
-        };
-        let mut second = ShardContent {
-            files: files[1..].iter().map(|f| f.shard.clone()).collect(),
-            xorbs: xorbs[1..].iter().map(cas).collect(),
-        };
-        for s in [&mut first, &mut second] {
-            s.files.sort_by_key(|f| order(&f.hash));
-            s.xorbs.sort_by_key(|x| order(&x.hash));
-        }
         Fixture {
             files,
             xorbs,
-            shards: vec![first, second],
+            shards: Vec::new(),
         }
+    }
+}
+
+/// A shard registering `files` and listing `xorbs`, in the order a shard keeps them.
+fn shard_of(files: &[FixtureFile], xorbs: &[BuiltXorb]) -> ShardContent {
+    let cas = |x: &BuiltXorb| {
+        let mut pos = 0;
+        let chunks = x
+            .chunks
+            .iter()
+            .map(|&(hash, len)| {
+                let c = ShardChunk {
+                    hash,
+                    byte_range_start: pos,
+                    unpacked: len,
+                };
+                pos += len;
+                c
+            })
+            .collect();
+        ShardXorb {
+            hash: x.hash,
+            num_bytes_in_cas: pos,
+            num_bytes_on_disk: 0,
+            chunks,
+        }
+    };
+    let order = |h: &MerkleHash| [h.word(0), h.word(1), h.word(2), h.word(3)];
+    let mut s = ShardContent {
+        files: files.iter().map(|f| f.shard.clone()).collect(),
+        xorbs: xorbs.iter().map(cas).collect(),
+    };
+    s.files.sort_by_key(|f| order(&f.hash));
+    s.xorbs.sort_by_key(|x| order(&x.hash));
+    s
+}
+
+/// What a client uploads for some files: their xorbs and one shard registering them.
+pub struct Upload {
+    pub xorbs: Vec<BuiltXorb>,
+    /// The shard, as uploaded.
+    pub shard: Vec<u8>,
+    /// Each file's hash, in the order given.
+    pub files: Vec<MerkleHash>,
+}
+
+/// The upload of `files`: each file's new chunks in xorbs of its own (a chunk an
+/// earlier file of the list has is reused), one shard for all.
+pub fn upload_of(files: &[Vec<u8>]) -> Upload {
+    let mut b = Builder {
+        xorbs: Vec::new(),
+        open: Vec::new(),
+        placed: HashMap::new(),
+        files: Vec::new(),
+    };
+    for data in files {
+        b.add("file", data.clone(), None);
+        b.close();
+    }
+    let f = b.finish_all();
+    let content = shard_of(&f.files, &f.xorbs);
+    Upload {
+        shard: format::upload_shard_bytes(&content).expect("an upload's shard serializes"),
+        files: f.files.iter().map(|x| x.hash).collect(),
+        xorbs: f.xorbs,
     }
 }
 

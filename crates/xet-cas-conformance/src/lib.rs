@@ -19,6 +19,7 @@
 
 pub mod backend;
 mod fixture;
+pub use fixture::{Upload, upload_of};
 mod format;
 pub mod repos;
 

@@ -15,6 +15,7 @@ mod output;
 mod progress;
 mod remote;
 mod run;
+mod store_cmd;
 mod sync;
 mod transfer;
 
@@ -85,6 +86,11 @@ enum Command {
     Sync(sync::SyncArgs),
     /// Serve a store over the CAS HTTP API (what hf_xet and `xet --endpoint` talk to).
     Serve(transfer::ServeArgs),
+    /// A store's lifecycle: gc (reclaim what nothing references), check, stats.
+    Store {
+        #[command(subcommand)]
+        action: store_cmd::StoreAction,
+    },
     /// Bundles: a store's objects in one file (create, import, ls, verify); `--store
     /// BUNDLE` serves one read-only.
     Bundle {
@@ -226,6 +232,9 @@ pub fn main() -> ExitCode {
         Command::Cp(args) => runtime().and_then(|rt| rt.block_on(buckets::cp(&out, args))),
         Command::Rm(args) => runtime().and_then(|rt| rt.block_on(buckets::rm(&out, args))),
         Command::Sync(args) => runtime().and_then(|rt| rt.block_on(sync::sync(&out, args))),
+        Command::Store { action } => {
+            runtime().and_then(|rt| rt.block_on(store_cmd::run(&out, action)))
+        }
         Command::Bundle { action } => {
             runtime().and_then(|rt| rt.block_on(bundle::run(&out, action)))
         }

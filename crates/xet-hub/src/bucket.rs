@@ -75,7 +75,7 @@ pub struct BatchOutcome {
 }
 
 /// The branch of a bucket's incarnation.
-fn incarnation_branch(nonce: u64) -> BranchName {
+pub fn incarnation_branch(nonce: u64) -> BranchName {
     BranchName::parse(&format!("bucket-{nonce:016x}")).expect("a valid branch name")
 }
 

@@ -334,6 +334,34 @@ impl fmt::Debug for S3Backend {
 }
 
 impl S3Backend {
+    /// The keys starting with `prefix` with what the listing says of them, sorted.
+    /// Listing is by whole path segments: the directory holding `prefix`, filtered.
+    async fn list_meta(&self, prefix: &str) -> Result<Vec<(ObjectKey, object_store::ObjectMeta)>> {
+        let dir = prefix.rfind('/').map_or("", |i| &prefix[..i]);
+        let root = self.path_of(dir);
+        let strip = if self.prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.prefix)
+        };
+        let mut stream = self.store.list(Some(&root));
+        let mut out = Vec::new();
+        while let Some(meta) = stream
+            .try_next()
+            .await
+            .map_err(|e| self.err("listing", &root, e))?
+        {
+            let Some(rel) = meta.location.as_ref().strip_prefix(strip.as_str()) else {
+                continue;
+            };
+            if let Some(k) = ObjectKey::parse(rel).filter(|k| k.as_str().starts_with(prefix)) {
+                out.push((k, meta));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.dedup_by(|a, b| a.0 == b.0);
+        Ok(out)
+    }
     /// Connect to the bucket: check that it is reachable and exists, then (unless
     /// [`ConditionalPut::Disabled`]) probe conditional writes with a temporary object
     /// under `PREFIX/tmp/` (removed afterwards; never listed as an object).
@@ -715,31 +743,25 @@ impl ObjectBackend for S3Backend {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectKey>> {
-        // Listing is by whole path segments: list the directory holding `prefix`, filter.
-        let dir = prefix.rfind('/').map_or("", |i| &prefix[..i]);
-        let root = self.path_of(dir);
-        let strip = if self.prefix.is_empty() {
-            String::new()
-        } else {
-            format!("{}/", self.prefix)
-        };
-        let mut stream = self.store.list(Some(&root));
-        let mut out = Vec::new();
-        while let Some(meta) = stream
-            .try_next()
-            .await
-            .map_err(|e| self.err("listing", &root, e))?
-        {
-            let Some(rel) = meta.location.as_ref().strip_prefix(strip.as_str()) else {
-                continue;
-            };
-            if let Some(k) = ObjectKey::parse(rel).filter(|k| k.as_str().starts_with(prefix)) {
-                out.push(k);
-            }
-        }
-        out.sort();
-        out.dedup();
-        Ok(out)
+        Ok(self
+            .list_meta(prefix)
+            .await?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect())
+    }
+
+    async fn list_aged(&self, prefix: &str) -> Result<Vec<xet_store::AgedObject>> {
+        Ok(self
+            .list_meta(prefix)
+            .await?
+            .into_iter()
+            .map(|(key, meta)| xet_store::AgedObject {
+                key,
+                size: meta.size,
+                written: std::time::SystemTime::from(meta.last_modified),
+            })
+            .collect())
     }
 
     async fn delete(&self, key: &ObjectKey) -> Result<bool> {

@@ -38,8 +38,8 @@ use bytes::Bytes;
 use xet_cas::{ByteRange, CasError, Result};
 
 use crate::{
-    HUB_PREFIX, META_PREFIX, ObjectBackend, ObjectKey, SHARD_PREFIX, StoreCas, StoreConfig,
-    XORB_PREFIX, check_range,
+    AgedObject, HUB_PREFIX, META_PREFIX, ObjectBackend, ObjectKey, SHARD_PREFIX, StoreCas,
+    StoreConfig, XORB_PREFIX, check_range,
 };
 
 /// Temporary files that carry no lock (see the module docs) are removed once they are
@@ -568,6 +568,35 @@ impl ObjectBackend for FsBackend {
             }
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
             Err(e) => Err(io_err(format!("removing {}", path.display()), e)),
+        })
+        .await
+    }
+
+    async fn list_aged(&self, prefix: &str) -> Result<Vec<AgedObject>> {
+        let keys = self.list(prefix).await?;
+        let root = self.root.clone();
+        blocking(move || {
+            let mut out = Vec::with_capacity(keys.len());
+            for key in keys {
+                let path = root.join(key.as_str());
+                // Gone since the listing (another collector): not an object any more.
+                let meta = match std::fs::metadata(&path) {
+                    Ok(m) => m,
+                    Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                    Err(e) => return Err(io_err(format!("reading {}", path.display()), e)),
+                };
+                // Objects are written once and never touched: the modification time is
+                // when the write finished.
+                let written = meta
+                    .modified()
+                    .map_err(|e| io_err(format!("reading the time of {}", path.display()), e))?;
+                out.push(AgedObject {
+                    key,
+                    size: meta.len(),
+                    written,
+                });
+            }
+            Ok(out)
         })
         .await
     }

@@ -10,9 +10,10 @@ mod engine;
 mod fs;
 
 pub use engine::{
-    DEDUP_SECRET_KEY, DedupKeys, HUB_PREFIX, HubName, IndexStats, META_PREFIX, MemoryBackend,
-    MemoryStore, ObjectBackend, ObjectKey, REFRESH_INTERVAL, SHARD_PREFIX, StoreCas, StoreConfig,
-    XORB_PREFIX, XorbMeta, check_range, format, hub_branch_name, hub_repo_name,
+    AgedObject, CheckReport, Count, DEDUP_SECRET_KEY, DedupKeys, GcOptions, GcReport, HUB_PREFIX,
+    HubName, IndexStats, META_PREFIX, MemoryBackend, MemoryStore, ObjectBackend, ObjectKey,
+    REFRESH_INTERVAL, RepoStats, SHARD_PREFIX, StoreCas, StoreConfig, StoreStats, XORB_PREFIX,
+    XorbMeta, check_range, format, hub_branch_name, hub_repo_name,
 };
 pub use fs::{FsBackend, STALE_TMP_AGE, open_store, open_store_with};
 /// The kinds of repository objects an [`ObjectKey::hub_object`] names.

@@ -338,9 +338,19 @@ pub trait ObjectBackend: Send + Sync + 'static {
     /// Every key starting with `prefix` (e.g. [`SHARD_PREFIX`]), sorted.
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectKey>>;
 
-    /// Remove an object; returns whether it existed. The store itself never deletes
-    /// (objects are immutable); this exists for maintenance tools and tests.
+    /// Remove an object; returns whether it existed. Only garbage collection
+    /// (`StoreCas::gc`), maintenance tools and tests delete.
     async fn delete(&self, key: &ObjectKey) -> Result<bool>;
+
+    /// Every key starting with `prefix`, sorted, with its size and when it was written:
+    /// what garbage collection's grace period is measured against. A backend that cannot
+    /// tell (the default) fails, and such a store is never collected.
+    async fn list_aged(&self, prefix: &str) -> Result<Vec<AgedObject>> {
+        let _ = prefix;
+        Err(CasError::storage(
+            "this store cannot tell when its objects were written, so it cannot be garbage-collected",
+        ))
+    }
 
     /// Remove what writers that died left behind (partial temporary files), never
     /// anything a live writer, in this process or another, is still using; returns how
@@ -381,6 +391,18 @@ impl<B: ObjectBackend + ?Sized> ObjectBackend for Arc<B> {
     async fn delete(&self, key: &ObjectKey) -> Result<bool> {
         (**self).delete(key).await
     }
+    async fn list_aged(&self, prefix: &str) -> Result<Vec<AgedObject>> {
+        (**self).list_aged(prefix).await
+    }
+}
+
+/// An object as [`ObjectBackend::list_aged`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgedObject {
+    pub key: ObjectKey,
+    pub size: u64,
+    /// When it was written (objects are never modified).
+    pub written: std::time::SystemTime,
 }
 
 /// Check `range` against an object of `size` bytes (shared by backends).
@@ -398,6 +420,8 @@ pub fn check_range(key: &ObjectKey, range: ByteRange, size: u64) -> Result<()> {
 #[derive(Debug, Clone, Default)]
 pub struct MemoryBackend {
     objects: Arc<RwLock<BTreeMap<ObjectKey, Bytes>>>,
+    /// When each object was written.
+    written: Arc<RwLock<BTreeMap<ObjectKey, std::time::SystemTime>>>,
 }
 
 impl MemoryBackend {
@@ -432,6 +456,10 @@ impl ObjectBackend for MemoryBackend {
             return Ok(false);
         }
         map.insert(key.clone(), data);
+        self.written
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), std::time::SystemTime::now());
         Ok(true)
     }
 
@@ -461,7 +489,26 @@ impl ObjectBackend for MemoryBackend {
     }
 
     async fn delete(&self, key: &ObjectKey) -> Result<bool> {
-        Ok(self.write().remove(key).is_some())
+        let removed = self.write().remove(key).is_some();
+        self.written
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        Ok(removed)
+    }
+
+    async fn list_aged(&self, prefix: &str) -> Result<Vec<AgedObject>> {
+        let written = self.written.read().unwrap_or_else(|e| e.into_inner());
+        Ok(self
+            .read()
+            .iter()
+            .filter(|(k, _)| k.as_str().starts_with(prefix))
+            .map(|(k, v)| AgedObject {
+                key: k.clone(),
+                size: v.len() as u64,
+                written: written.get(k).copied().unwrap_or(std::time::UNIX_EPOCH),
+            })
+            .collect())
     }
 }
 

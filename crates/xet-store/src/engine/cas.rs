@@ -1,6 +1,6 @@
 //! [`StoreCas`]: the [`Cas`] contract over an [`ObjectBackend`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -63,6 +63,9 @@ pub struct StoreCas<B> {
     pub(super) claim_refresh: ClaimRefresh,
     keys: KeyRing,
     config: StoreConfig,
+    /// Condemned lists read so far, by name (they never change once written).
+    pub(super) condemned_seen:
+        std::sync::Mutex<HashMap<ObjectKey, Arc<super::condemned::Condemned>>>,
 }
 
 impl<B> std::fmt::Debug for StoreCas<B> {
@@ -102,6 +105,7 @@ impl<B: ObjectBackend> StoreCas<B> {
             claim_refresh: ClaimRefresh::default(),
             backend,
             config,
+            condemned_seen: Default::default(),
         };
         let n = store.refresh().await?;
         tracing::debug!(shards = n, "store opened");
@@ -127,12 +131,38 @@ impl<B: ObjectBackend> StoreCas<B> {
         self.claim_refresh.since(since, || self.refresh()).await
     }
 
-    /// Index shards written since open (by another process sharing the backend).
-    /// Returns how many were added. A stored shard that cannot be read or references a
-    /// xorb that is no longer stored is skipped with a warning.
+    /// Index shards written since open (by another process sharing the backend), and
+    /// forget those garbage collection removed (with the xorbs it removed), and learn
+    /// which xorbs it condemned. Returns how many shards were added. A stored shard that
+    /// cannot be read or references a xorb that is no longer stored is skipped with a
+    /// warning.
     pub async fn refresh(&self) -> Result<usize> {
+        // What the index held before listing: one of those missing from the listing was
+        // stored before it and is gone (a shard indexed after the snapshot is not judged).
+        let indexed = self.index.shard_set();
+        let listed = self.backend.list(SHARD_PREFIX).await?;
+        let present: HashSet<MerkleHash> = listed.iter().filter_map(|k| k.shard_hash()).collect();
+        let gone: Vec<MerkleHash> = indexed
+            .into_iter()
+            .filter(|h| !present.contains(h))
+            .collect();
+        if !gone.is_empty() {
+            let known = self.index.known_xorbs();
+            let stored: HashSet<MerkleHash> = self
+                .backend
+                .list(super::backend::XORB_PREFIX)
+                .await?
+                .iter()
+                .filter_map(|k| k.xorb_hash())
+                .collect();
+            let gone_xorbs: Vec<MerkleHash> =
+                known.into_iter().filter(|x| !stored.contains(x)).collect();
+            self.forget_objects(&gone, &gone_xorbs).await;
+        }
+        let (condemned_xorbs, _) = self.condemned_now().await?;
+        self.index.set_condemned_xorbs(condemned_xorbs);
         let mut added = 0;
-        for key in self.backend.list(SHARD_PREFIX).await? {
+        for key in listed {
             let Some(h) = key.shard_hash() else { continue };
             if self.index.has_shard(&h) {
                 continue;
@@ -146,6 +176,18 @@ impl<B: ObjectBackend> StoreCas<B> {
             }
         }
         Ok(added)
+    }
+
+    /// Forgets shards and xorbs garbage collection deleted; files another shard also
+    /// registers are indexed again from it.
+    pub(super) async fn forget_objects(&self, shards: &[MerkleHash], xorbs: &[MerkleHash]) {
+        self.index.remove_xorbs(&xorbs.iter().copied().collect());
+        for h in self.index.remove_shards(shards) {
+            let key = ObjectKey::shard(&h);
+            if let Err(e) = self.index_stored_shard(h, &key).await {
+                tracing::warn!(shard = %key, error = %xet_cas::error_chain(&e), "cannot index a shard again");
+            }
+        }
     }
 
     /// Every `every`, index the shards other processes wrote to the backend since
@@ -194,7 +236,7 @@ impl<B: ObjectBackend> StoreCas<B> {
     }
 
     /// A xorb's footer, from the cache or the backend (reading only the object's tail).
-    async fn meta(&self, h: &MerkleHash) -> Result<Option<Arc<XorbMeta>>> {
+    pub(super) async fn meta(&self, h: &MerkleHash) -> Result<Option<Arc<XorbMeta>>> {
         if let Some(m) = self.index.cached_meta(h) {
             return Ok(Some(m));
         }
@@ -355,9 +397,14 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
             .map_err(|e| CasError::InvalidShard {
                 source: e.into_cause(),
             })?;
-        let metas = self
-            .metas(&validate::referenced_xorbs(&upload.content))
-            .await?;
+        let referenced = validate::referenced_xorbs(&upload.content);
+        // A condemned xorb is missing for a new shard (docs/STORE.md, "Deletion and
+        // garbage collection"): read the lists now, not a cached view.
+        let (condemned, _) = self.condemned_now().await?;
+        if let Some(h) = referenced.iter().find(|h| condemned.contains(*h)) {
+            return Err(CasError::MissingXorb { hash: *h });
+        }
+        let metas = self.metas(&referenced).await?;
         let metas = Arc::new(metas);
         let m2 = metas.clone();
         let (content, key, stored) = blocking(move || -> Result<_> {

@@ -37,6 +37,12 @@ struct State {
     /// sha256 (FileMetadataExt) → files whose shards claim it (no duplicates, first
     /// registered first). Claims only: nothing here has read the files.
     sha256: HashMap<[u8; 32], Vec<MerkleHash>>,
+    /// Shard → the files it registers; file → the shards registering it, the one its
+    /// entry in `files` came from first. What removing a reclaimed shard needs.
+    shard_files: HashMap<MerkleHash, Vec<MerkleHash>>,
+    file_shards: HashMap<MerkleHash, Vec<MerkleHash>>,
+    /// Xorbs condemned by garbage collection: left out of dedup answers.
+    condemned_xorbs: HashSet<MerkleHash>,
 }
 
 /// Xorb footers, bounded by approximate heap size (oldest inserted evicted first).
@@ -113,8 +119,18 @@ impl Index {
         self.read().sha256.get(sha256).cloned().unwrap_or_default()
     }
 
+    /// Xorbs holding `chunk`, condemned ones left out (a client told of one would
+    /// upload a shard naming it, which is refused).
     pub(crate) fn dedup_xorbs(&self, chunk: &MerkleHash) -> Option<Vec<MerkleHash>> {
-        self.read().dedup.get(chunk).cloned()
+        let st = self.read();
+        let xorbs: Vec<MerkleHash> = st
+            .dedup
+            .get(chunk)?
+            .iter()
+            .filter(|x| !st.condemned_xorbs.contains(*x))
+            .copied()
+            .collect();
+        (!xorbs.is_empty()).then_some(xorbs)
     }
 
     pub(crate) fn cached_meta(&self, h: &MerkleHash) -> Option<Arc<XorbMeta>> {
@@ -158,9 +174,15 @@ impl Index {
             files.push((f.hash, Arc::new(FileEntry::new(terms))));
         }
         let mut st = self.write();
+        let registered: Vec<MerkleHash> = files.iter().map(|(h, _)| *h).collect();
         for (h, e) in files {
             st.files.entry(h).or_insert(e);
+            let shards = st.file_shards.entry(h).or_default();
+            if !shards.contains(&key) {
+                shards.push(key);
+            }
         }
+        st.shard_files.insert(key, registered);
         for f in &c.files {
             if let Some(sha256) = f.sha256 {
                 let claims = st.sha256.entry(sha256).or_default();
@@ -188,6 +210,89 @@ impl Index {
             }
         }
         st.shards.insert(key);
+    }
+
+    /// The shards indexed.
+    pub(crate) fn shard_set(&self) -> HashSet<MerkleHash> {
+        self.read().shards.clone()
+    }
+
+    /// Forgets shards that are gone from the backend: their files (a file another
+    /// indexed shard registers keeps being known, through that shard, which is returned
+    /// to be indexed again) and the sha256 claims of files nothing registers any more.
+    pub(crate) fn remove_shards(&self, gone: &[MerkleHash]) -> Vec<MerkleHash> {
+        let mut reindex = HashSet::new();
+        let mut st = self.write();
+        let mut forgotten = HashSet::new();
+        for shard in gone {
+            st.shards.remove(shard);
+            for f in st.shard_files.remove(shard).unwrap_or_default() {
+                let Some(shards) = st.file_shards.get_mut(&f) else {
+                    continue;
+                };
+                let was_first = shards.first() == Some(shard);
+                shards.retain(|s| s != shard);
+                match shards.first().copied() {
+                    None => {
+                        st.file_shards.remove(&f);
+                        st.files.remove(&f);
+                        forgotten.insert(f);
+                    }
+                    Some(other) if was_first => {
+                        st.files.remove(&f);
+                        reindex.insert(other);
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        if !forgotten.is_empty() {
+            st.sha256.retain(|_, files| {
+                files.retain(|f| !forgotten.contains(f));
+                !files.is_empty()
+            });
+        }
+        // Indexed again by the caller: `add_shard` skips nothing it already has.
+        for s in &reindex {
+            st.shards.remove(s);
+        }
+        reindex.into_iter().collect()
+    }
+
+    /// Forgets xorbs that are gone from the backend (sizes, dedup entries, footers).
+    pub(crate) fn remove_xorbs(&self, gone: &HashSet<MerkleHash>) {
+        if gone.is_empty() {
+            return;
+        }
+        {
+            let mut st = self.write();
+            for x in gone {
+                st.xorb_sizes.remove(x);
+                st.dedup_xorbs.remove(x);
+                st.condemned_xorbs.remove(x);
+            }
+            st.dedup.retain(|_, xorbs| {
+                xorbs.retain(|x| !gone.contains(x));
+                !xorbs.is_empty()
+            });
+        }
+        let mut cache = self.cache();
+        for x in gone {
+            if let Some(m) = cache.map.remove(x) {
+                cache.bytes -= m.heap_bytes();
+            }
+        }
+        cache.order.retain(|x| !gone.contains(x));
+    }
+
+    /// The xorbs garbage collection has condemned (dedup answers leave them out).
+    pub(crate) fn set_condemned_xorbs(&self, xorbs: HashSet<MerkleHash>) {
+        self.write().condemned_xorbs = xorbs;
+    }
+
+    /// Xorbs whose size is known.
+    pub(crate) fn known_xorbs(&self) -> HashSet<MerkleHash> {
+        self.read().xorb_sizes.keys().copied().collect()
     }
 
     pub(crate) fn stats(&self) -> IndexStats {

@@ -2,22 +2,28 @@
 //! ([`MemoryBackend`] here, [`crate::FsBackend`], the S3 backend of `xet-store-s3`). See
 //! `docs/STORE.md`.
 
+mod audit;
 mod backend;
 mod cas;
 mod claims;
+mod condemned;
 pub mod format;
+mod gc;
 mod index;
 mod keys;
+mod mark;
 mod meta;
 mod plan;
 mod repos;
 mod validate;
 
+pub use audit::{CheckReport, Count, RepoStats, StoreStats};
 pub use backend::{
-    HUB_PREFIX, HubName, META_PREFIX, MemoryBackend, ObjectBackend, ObjectKey, SHARD_PREFIX,
-    XORB_PREFIX, check_range,
+    AgedObject, HUB_PREFIX, HubName, META_PREFIX, MemoryBackend, ObjectBackend, ObjectKey,
+    SHARD_PREFIX, XORB_PREFIX, check_range,
 };
 pub use cas::{DEDUP_SECRET_KEY, REFRESH_INTERVAL, StoreCas, StoreConfig};
+pub use gc::{GcOptions, GcReport};
 pub use index::IndexStats;
 pub use keys::DedupKeys;
 pub use meta::XorbMeta;

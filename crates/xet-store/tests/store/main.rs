@@ -3,6 +3,7 @@
 
 mod buckets;
 mod fs;
+mod gc;
 mod git_trees;
 mod memory;
 mod reference;

@@ -1,0 +1,273 @@
+//! Garbage collection (`docs/STORE.md`, "Deletion and garbage collection"): condemn what
+//! a mark finds dead, delete it in a later run after the grace period and a second mark.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use xet_cas::Result;
+use xet_hash::MerkleHash;
+
+use super::backend::{META_PREFIX, ObjectBackend, ObjectKey};
+use super::cas::StoreCas;
+use super::condemned::{CONDEMNED_PREFIX, Condemned};
+use super::mark::{Marked, mark};
+
+/// How a collection runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcOptions {
+    /// Objects younger than this are live, and a condemned list is acted on only once it
+    /// is this old.
+    pub grace: Duration,
+    /// Mark and report; write and delete nothing.
+    pub dry_run: bool,
+}
+
+impl Default for GcOptions {
+    fn default() -> Self {
+        GcOptions {
+            grace: Duration::from_secs(24 * 3600),
+            dry_run: false,
+        }
+    }
+}
+
+/// What a collection found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GcReport {
+    pub live_files: u64,
+    pub live_shards: u64,
+    pub live_xorbs: u64,
+    /// Condemned by this run (deleted by a later one, or at once with a zero grace).
+    pub condemned_shards: u64,
+    pub condemned_xorbs: u64,
+    pub condemned_bytes: u64,
+    pub deleted_shards: u64,
+    pub deleted_xorbs: u64,
+    /// Bytes of the deleted shards and xorbs.
+    pub freed_bytes: u64,
+    /// Condemned earlier, not yet past the grace period.
+    pub pending_objects: u64,
+    pub elapsed_ms: u64,
+}
+
+fn millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl<B: ObjectBackend> StoreCas<B> {
+    /// Every condemned list in the store, with when it was written.
+    pub(super) async fn condemned_lists(&self) -> Result<Vec<(ObjectKey, SystemTime, Condemned)>> {
+        let mut out = Vec::new();
+        let prefix = format!("{META_PREFIX}{CONDEMNED_PREFIX}");
+        for o in self.backend().list_aged(&prefix).await? {
+            let Some(bytes) = self.backend().get(&o.key).await? else {
+                continue; // finished by another run since the listing
+            };
+            let list = Condemned::decode(&o.key, &bytes)?;
+            out.push((o.key, o.written, list));
+        }
+        Ok(out)
+    }
+
+    /// The xorbs and shards every condemned list in the store names now (one listing;
+    /// lists already read are not read again).
+    pub(super) async fn condemned_now(&self) -> Result<(HashSet<MerkleHash>, HashSet<MerkleHash>)> {
+        let prefix = format!("{META_PREFIX}{CONDEMNED_PREFIX}");
+        let keys = self.backend().list(&prefix).await?;
+        let mut lists = Vec::with_capacity(keys.len());
+        for key in keys {
+            let cached = self
+                .condemned_seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&key)
+                .cloned();
+            let list = match cached {
+                Some(l) => l,
+                None => {
+                    let Some(bytes) = self.backend().get(&key).await? else {
+                        continue;
+                    };
+                    let l = Arc::new(Condemned::decode(&key, &bytes)?);
+                    self.condemned_seen
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(key, l.clone());
+                    l
+                }
+            };
+            lists.push(list);
+        }
+        let xorbs = lists.iter().flat_map(|l| l.xorbs.iter().copied()).collect();
+        let shards = lists
+            .iter()
+            .flat_map(|l| l.shards.iter().copied())
+            .collect();
+        Ok((xorbs, shards))
+    }
+
+    /// One garbage collection: deletes what lists at least `grace` old condemned and a
+    /// new mark still finds dead, then condemns what this mark found dead and no list
+    /// names yet. With a zero grace, both in one call (for quiet stores and tests).
+    pub async fn gc(self: &Arc<Self>, opts: GcOptions) -> Result<GcReport> {
+        let started = Instant::now();
+        let mut report = GcReport::default();
+        // With a zero grace the second pass deletes what the first condemned.
+        for pass in 0..2 {
+            let now = SystemTime::now();
+            let young_after = now.checked_sub(opts.grace).unwrap_or(UNIX_EPOCH);
+            let lists = self.condemned_lists().await?;
+            let marked = mark(self, young_after).await?;
+            report.live_files = marked.live_files.len() as u64;
+            report.live_shards = marked.live_shards.len() as u64;
+            report.live_xorbs = marked.live_xorbs.len() as u64;
+            let (due, pending): (Vec<_>, Vec<_>) = lists
+                .into_iter()
+                .partition(|(_, written, _)| *written <= young_after);
+            report.pending_objects = pending.iter().map(|(_, _, l)| l.len() as u64).sum();
+            if !opts.dry_run {
+                self.delete_due(&marked, &due, &mut report).await?;
+            }
+            // Pending lists still name theirs; what due lists named was just deleted
+            // (or found live): neither is condemned again.
+            let named: HashSet<MerkleHash> = pending
+                .iter()
+                .chain(&due)
+                .flat_map(|(_, _, l)| l.shards.iter().chain(&l.xorbs).copied())
+                .collect();
+            let wrote = self
+                .condemn(&marked, &named, opts.dry_run, &mut report)
+                .await?;
+            if pass == 0 && !(opts.grace.is_zero() && wrote) {
+                break;
+            }
+        }
+        report.elapsed_ms = started.elapsed().as_millis() as u64;
+        Ok(report)
+    }
+
+    /// Writes the objects `marked` found dead that no pending list names, as a new list.
+    /// Returns whether it wrote one.
+    async fn condemn(
+        &self,
+        marked: &Marked,
+        named: &HashSet<MerkleHash>,
+        dry_run: bool,
+        report: &mut GcReport,
+    ) -> Result<bool> {
+        let mut list = Condemned::default();
+        for s in &marked.shards {
+            if let Some(h) = s.object.key.shard_hash()
+                && !marked.live_shards.contains(&h)
+                && !named.contains(&h)
+            {
+                list.shards.insert(h);
+                report.condemned_bytes += s.object.size;
+            }
+        }
+        for x in &marked.xorbs {
+            if let Some(h) = x.key.xorb_hash()
+                && !marked.live_xorbs.contains(&h)
+                && !named.contains(&h)
+            {
+                list.xorbs.insert(h);
+                report.condemned_bytes += x.size;
+            }
+        }
+        report.condemned_shards += list.shards.len() as u64;
+        report.condemned_xorbs += list.xorbs.len() as u64;
+        if list.len() == 0 || dry_run {
+            return Ok(false);
+        }
+        let mut at = millis(SystemTime::now());
+        // Two runs in one millisecond: the later takes the next free name.
+        loop {
+            let key = ObjectKey::meta(&format!("{CONDEMNED_PREFIX}{at:020}"));
+            if self.backend().put_if_absent(&key, list.encode()).await? {
+                tracing::info!(list = %key, objects = list.len(), "condemned unreferenced objects");
+                return Ok(true);
+            }
+            at += 1;
+        }
+    }
+
+    /// Deletes what the `due` lists condemned and `marked` still finds dead: shards,
+    /// then xorbs, then the Hub's records of files no remaining shard registers, then
+    /// the lists.
+    async fn delete_due(
+        &self,
+        marked: &Marked,
+        due: &[(ObjectKey, SystemTime, Condemned)],
+        report: &mut GcReport,
+    ) -> Result<()> {
+        if due.is_empty() {
+            return Ok(());
+        }
+        let condemned_shards: HashSet<MerkleHash> = due
+            .iter()
+            .flat_map(|(_, _, l)| l.shards.iter().copied())
+            .collect();
+        let condemned_xorbs: HashSet<MerkleHash> = due
+            .iter()
+            .flat_map(|(_, _, l)| l.xorbs.iter().copied())
+            .collect();
+        let mut gone_files = HashSet::new();
+        let mut kept_files = HashSet::new();
+        let mut deleted_shards = Vec::new();
+        for s in &marked.shards {
+            let Some(h) = s.object.key.shard_hash() else {
+                continue;
+            };
+            let files = s.files.iter().flatten();
+            if condemned_shards.contains(&h) && !marked.live_shards.contains(&h) {
+                if self.backend().delete(&s.object.key).await? {
+                    report.deleted_shards += 1;
+                    report.freed_bytes += s.object.size;
+                }
+                deleted_shards.push(h);
+                gone_files.extend(files.map(|(f, sha)| (*f, *sha)));
+            } else {
+                kept_files.extend(files.map(|(f, _)| *f));
+            }
+        }
+        let mut deleted_xorbs = Vec::new();
+        for x in &marked.xorbs {
+            let Some(h) = x.key.xorb_hash() else { continue };
+            if condemned_xorbs.contains(&h) && !marked.live_xorbs.contains(&h) {
+                if self.backend().delete(&x.key).await? {
+                    report.deleted_xorbs += 1;
+                    report.freed_bytes += x.size;
+                }
+                deleted_xorbs.push(h);
+            }
+        }
+        for (file, sha256) in gone_files.iter().filter(|(f, _)| !kept_files.contains(f)) {
+            self.forget_file(file, sha256.as_ref()).await?;
+        }
+        self.forget_objects(&deleted_shards, &deleted_xorbs).await;
+        for (key, _, _) in due {
+            self.backend().delete(key).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes the Hub's marks of a reclaimed file: which repositories referenced it, and
+    /// the verified sha256 naming it.
+    async fn forget_file(&self, file: &MerkleHash, sha256: Option<&[u8; 32]>) -> Result<()> {
+        let prefix = ObjectKey::hub_file_references_prefix(file);
+        for key in self.backend().list(&prefix).await? {
+            self.backend().delete(&key).await?;
+        }
+        if let Some(sha) = sha256 {
+            let key = ObjectKey::hub_sha256(sha);
+            if let Some(bytes) = self.backend().get(&key).await?
+                && std::str::from_utf8(&bytes).is_ok_and(|s| s.trim() == file.to_string())
+            {
+                self.backend().delete(&key).await?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,247 @@
+//! The graph garbage collection, `check` and `stats` read (`docs/STORE.md`, "Deletion
+//! and garbage collection"): which files the repositories and buckets name, and what
+//! every stored shard registers and names.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use xet_cas::{CasError, Result};
+use xet_hash::MerkleHash;
+use xet_hub::{CommitId, ObjectId, RepoRecord, RepoRef, RepoStore, RepoType, Repos};
+
+use super::backend::{AgedObject, HUB_PREFIX, ObjectBackend, SHARD_PREFIX, XORB_PREFIX};
+use super::cas::StoreCas;
+use super::format;
+
+/// A repository or bucket and the files its live commits name (Xet hash → size).
+#[derive(Debug, Clone)]
+pub struct RepoFiles {
+    pub record: RepoRecord,
+    pub files: HashMap<MerkleHash, u64>,
+}
+
+/// A stored shard: what it registers and names.
+#[derive(Debug, Clone)]
+pub struct ShardFacts {
+    pub object: AgedObject,
+    /// `None` when the stored shard does not parse (it is then never reclaimed).
+    pub files: Option<Vec<(MerkleHash, Option<[u8; 32]>)>>,
+    /// Every xorb named by a file's terms or a CAS block.
+    pub xorbs: HashSet<MerkleHash>,
+}
+
+/// The files every record names, read through the Hub layer.
+pub(super) async fn repo_files<B: ObjectBackend>(
+    store: &Arc<StoreCas<B>>,
+) -> Result<Vec<RepoFiles>> {
+    let repos = Repos::new(store.clone() as Arc<dyn RepoStore>);
+    let mut out = Vec::new();
+    for record in records(store).await? {
+        out.push(files_of(store, &repos, record).await?);
+    }
+    Ok(out)
+}
+
+/// The files the live commits of `record`'s repository or bucket name.
+pub(super) async fn files_of<B: ObjectBackend>(
+    store: &Arc<StoreCas<B>>,
+    repos: &Repos,
+    record: RepoRecord,
+) -> Result<RepoFiles> {
+    let repo = RepoRef::new(record.kind, record.id.clone());
+    let mut walk = Walk::default();
+    if record.kind == RepoType::Bucket {
+        // Only a bucket's head is shown: older commits name nothing live.
+        if let Some(nonce) = record.incarnation {
+            let branch = xet_hub::bucket::incarnation_branch(nonce);
+            if let Some(head) = store.branch(&repo, &branch).await? {
+                walk.commit(repos, &repo, head.commit, false).await?;
+            }
+        }
+    } else {
+        for (_, head) in store.branches(&repo).await? {
+            walk.commit(repos, &repo, head.commit, true).await?;
+        }
+    }
+    Ok(RepoFiles {
+        record,
+        files: walk.files,
+    })
+}
+
+/// Every repository record (buckets included), in key order.
+pub(super) async fn records<B: ObjectBackend>(store: &StoreCas<B>) -> Result<Vec<RepoRecord>> {
+    let mut out = Vec::new();
+    for key in store.backend().list(&format!("{HUB_PREFIX}repos/")).await? {
+        if !key.as_str().ends_with("/record") {
+            continue;
+        }
+        let Some(bytes) = store.backend().get(&key).await? else {
+            continue; // deleted since the listing
+        };
+        let record: RepoRecord = serde_json::from_slice(&bytes)
+            .map_err(|e| CasError::storage_with(format!("the record {key} is not valid"), e))?;
+        out.push(record);
+    }
+    Ok(out)
+}
+
+#[derive(Default)]
+struct Walk {
+    commits: HashSet<CommitId>,
+    trees: HashSet<ObjectId>,
+    files: HashMap<MerkleHash, u64>,
+}
+
+impl Walk {
+    /// The files of `id`'s tree and, with `history`, of every ancestor's.
+    async fn commit(
+        &mut self,
+        repos: &Repos,
+        repo: &RepoRef,
+        id: CommitId,
+        history: bool,
+    ) -> Result<()> {
+        let mut next = Some(id);
+        while let Some(id) = next.take() {
+            if !self.commits.insert(id) {
+                break;
+            }
+            let commit = repos
+                .commit(repo, &id)
+                .await
+                .map_err(store_error)?
+                .ok_or_else(|| {
+                    CasError::storage(format!(
+                        "repository {repo}: commit {id} is named but not stored"
+                    ))
+                })?;
+            self.tree(repos, repo, commit.tree).await?;
+            if history {
+                next = commit.parent;
+            }
+        }
+        Ok(())
+    }
+
+    async fn tree(&mut self, repos: &Repos, repo: &RepoRef, root: ObjectId) -> Result<()> {
+        let mut stack = vec![root];
+        while let Some(id) = stack.pop() {
+            if !self.trees.insert(id) {
+                continue;
+            }
+            let folder = repos.folder(repo, &id).await.map_err(store_error)?;
+            for (_, item) in &folder.entries {
+                match item {
+                    xet_hub::Item::File(e) => {
+                        self.files.insert(e.xet_hash, e.size);
+                    }
+                    xet_hub::Item::Folder(child) => stack.push(*child),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn store_error(e: xet_hub::RepoError) -> CasError {
+    match e {
+        xet_hub::RepoError::Store(e) => e,
+        other => CasError::storage(other.to_string()),
+    }
+}
+
+/// Every stored shard, parsed, with its age.
+pub(super) async fn shards<B: ObjectBackend>(store: &StoreCas<B>) -> Result<Vec<ShardFacts>> {
+    let mut out = Vec::new();
+    for object in store.backend().list_aged(SHARD_PREFIX).await? {
+        let Some(bytes) = store.backend().get(&object.key).await? else {
+            continue; // deleted since the listing
+        };
+        let parsed = tokio::task::spawn_blocking(move || format::parse_stored_shard(&bytes))
+            .await
+            .map_err(|e| CasError::storage_with("a shard parsing task failed", e))?;
+        let facts = match parsed {
+            Ok(content) => facts_of(object, &content),
+            Err(e) => {
+                tracing::warn!(shard = %object.key, error = %e, "a stored shard does not parse; it is kept");
+                ShardFacts {
+                    object,
+                    files: None,
+                    xorbs: HashSet::new(),
+                }
+            }
+        };
+        out.push(facts);
+    }
+    Ok(out)
+}
+
+fn facts_of(object: AgedObject, c: &format::ShardContent) -> ShardFacts {
+    let mut xorbs: HashSet<MerkleHash> = c.xorbs.iter().map(|x| x.hash).collect();
+    for f in &c.files {
+        xorbs.extend(f.terms.iter().map(|t| t.xorb));
+    }
+    ShardFacts {
+        object,
+        files: Some(c.files.iter().map(|f| (f.hash, f.sha256)).collect()),
+        xorbs,
+    }
+}
+
+/// Every stored xorb with its age.
+pub(super) async fn xorbs<B: ObjectBackend>(store: &StoreCas<B>) -> Result<Vec<AgedObject>> {
+    store.backend().list_aged(XORB_PREFIX).await
+}
+
+/// What one mark found: the live sets and everything stored.
+pub(super) struct Marked {
+    pub shards: Vec<ShardFacts>,
+    pub xorbs: Vec<AgedObject>,
+    pub live_files: HashSet<MerkleHash>,
+    pub live_shards: HashSet<MerkleHash>,
+    pub live_xorbs: HashSet<MerkleHash>,
+}
+
+/// Marks the store: roots first (records and heads), then the shards and xorbs, so an
+/// object written after the roots were read is at worst young, never missed.
+pub(super) async fn mark<B: ObjectBackend>(
+    store: &Arc<StoreCas<B>>,
+    young_after: SystemTime,
+) -> Result<Marked> {
+    let repos = repo_files(store).await?;
+    let shards = shards(store).await?;
+    let xorbs = xorbs(store).await?;
+    let live_files: HashSet<MerkleHash> =
+        repos.iter().flat_map(|r| r.files.keys().copied()).collect();
+    let mut live_shards = HashSet::new();
+    let mut live_xorbs = HashSet::new();
+    for s in &shards {
+        let Some(h) = s.object.key.shard_hash() else {
+            continue;
+        };
+        let live = s.object.written > young_after
+            || s.files
+                .as_ref()
+                .is_none_or(|fs| fs.iter().any(|(f, _)| live_files.contains(f)));
+        if live {
+            live_shards.insert(h);
+            live_xorbs.extend(s.xorbs.iter().copied());
+        }
+    }
+    for x in &xorbs {
+        if x.written > young_after
+            && let Some(h) = x.key.xorb_hash()
+        {
+            live_xorbs.insert(h);
+        }
+    }
+    Ok(Marked {
+        shards,
+        xorbs,
+        live_files,
+        live_shards,
+        live_xorbs,
+    })
+}
