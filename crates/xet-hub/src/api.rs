@@ -37,6 +37,17 @@ pub struct ErrorBody {
     pub error: String,
 }
 
+/// `DELETE /api/repos/delete`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DeleteRepoRequest {
+    pub name: String,
+    #[serde(default)]
+    pub organization: Option<String>,
+    /// `model` (also when absent), `dataset` or `space`.
+    #[serde(default, rename = "type")]
+    pub repo_type: Option<String>,
+}
+
 /// `POST /api/repos/create`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CreateRepoRequest {

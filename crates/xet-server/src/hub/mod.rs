@@ -7,6 +7,7 @@
 //! | route | auth | answer |
 //! |---|---|---|
 //! | `POST /api/repos/create` | write | `200 {"url"}`, `409` if it exists |
+//! | `DELETE /api/repos/delete` | write | `{"name","organization","type"}` → `200`; gone at once (`xet store gc` reclaims its bytes) |
 //! | `GET /api/{T}/{ns}/{name}[/revision/{rev}]` | read | `{"id","sha","private","siblings",...}` |
 //! | `GET /api/{T}/{ns}/{name}/tree/{rev}[/{path}]` | read | entries, `?recursive=true`, paged by `Link: rel="next"` |
 //! | `POST /api/{T}/{ns}/{name}/paths-info/{rev}` | read | entries of the named paths (JSON or form body) |
@@ -95,6 +96,7 @@ async fn api_route(ctx: &Ctx, method: &Method, body: Body) -> HubResult<Response
     let rest = segs.get(1..).unwrap_or_default();
     match (method, rest) {
         (&Method::POST, ["repos", "create"]) => repo::create(ctx, body).await,
+        (&Method::DELETE, ["repos", "delete"]) => repo::delete(ctx, body).await,
         (&Method::POST, ["validate-yaml"]) => repo::validate_yaml(ctx, body).await,
         (&Method::GET, ["whoami-v2"]) => repo::whoami(ctx),
         (&Method::GET, ["agent-harnesses"]) => Ok(repo::agent_harnesses()),

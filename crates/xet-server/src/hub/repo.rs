@@ -95,6 +95,26 @@ pub(super) async fn create(ctx: &Ctx, body: Body) -> HubResult<Response> {
     }
 }
 
+/// `DELETE /api/repos/delete`: the repository is gone at once for everyone (its
+/// record removed, so every route answers 404); what only it held is reclaimed by the
+/// store's garbage collection (`xet store gc`).
+pub(super) async fn delete(ctx: &Ctx, body: Body) -> HubResult<Response> {
+    let caller = ctx.caller(Access::Write)?;
+    let req: xet_hub::api::DeleteRepoRequest = json_body(ctx, body, "delete-repo").await?;
+    let kind = RepoType::parse(req.repo_type.as_deref())?;
+    let namespace = req
+        .organization
+        .as_deref()
+        .unwrap_or(&ctx.state.config.hub_user);
+    let repo = RepoRef::new(kind, RepoId::new(namespace, &req.name)?);
+    ctx.open_repo(&repo, &caller).await?;
+    if !ctx.repos().store().delete_repo(&repo).await? {
+        return Err(RepoError::RepoNotFound(repo).into());
+    }
+    tracing::info!(repo = %repo, "repository deleted");
+    Ok(json(StatusCode::OK, &serde_json::json!({})))
+}
+
 /// Resolve `rev` (percent-decoded) in `repo`.
 pub(super) async fn resolve(ctx: &Ctx, repo: &RepoRef, rev: &str) -> HubResult<(CommitId, Commit)> {
     let parsed = Revision::parse(rev).map_err(|_| {

@@ -295,6 +295,22 @@ impl<B: ObjectBackend> StoreCas<B> {
         Ok(out)
     }
 
+    /// Every xorb of `xorbs` is in the backend now; else [`CasError::MissingXorb`].
+    async fn all_stored(&self, xorbs: &[MerkleHash]) -> Result<()> {
+        use futures_util::{StreamExt, TryStreamExt};
+        futures_util::stream::iter(xorbs.iter().copied())
+            .map(|h| async move {
+                match self.backend.exists(&ObjectKey::xorb(&h)).await? {
+                    true => Ok(()),
+                    false => Err(CasError::MissingXorb { hash: h }),
+                }
+            })
+            .buffer_unordered(16)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+
     async fn region_len(&self, h: &MerkleHash) -> Result<Option<u64>> {
         if let Some(n) = self.index.xorb_size(h) {
             return Ok(Some(n));
@@ -405,6 +421,10 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
             return Err(CasError::MissingXorb { hash: *h });
         }
         let metas = self.metas(&referenced).await?;
+        // Footers may come from the cache, and garbage collection may have deleted a
+        // xorb since (another process's run, before this one's refresh): look at the
+        // backend itself before registering anything over them.
+        self.all_stored(&referenced).await?;
         let metas = Arc::new(metas);
         let m2 = metas.clone();
         let (content, key, stored) = blocking(move || -> Result<_> {

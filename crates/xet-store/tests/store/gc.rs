@@ -270,6 +270,12 @@ async fn condemned_objects_are_refused_then_deleted_after_the_grace() {
         std::fs::read_dir(dir.path().join("xorbs")).unwrap().count(),
         0
     );
+    // Before its refresh, the other server still has the xorb's footer cached: a shard
+    // naming it is refused all the same.
+    assert!(matches!(
+        other.put_shard(Bytes::from(ux.shard.clone())).await,
+        Err(CasError::MissingXorb { .. })
+    ));
     other.refresh().await.unwrap();
     assert_eq!(other.file_size(&ux.files[0]).await.unwrap(), None);
     let metas: Vec<_> = std::fs::read_dir(dir.path().join("meta"))
