@@ -19,4 +19,5 @@ mod hub_sync;
 mod interop_cli;
 mod s3_serve;
 mod serve_limits;
+mod store_gc;
 mod tidy;

@@ -52,9 +52,17 @@ pub(crate) struct CacheContents {
     pub journal: HashMap<MerkleHash, u64>,
 }
 
-/// Remove every cached shard under the cache directory `dir`: they name xorbs that the
-/// CAS turned out not to hold. Returns how many were removed. Blocking.
+/// Remove every cached shard under the cache directory `dir`, and the resume journal:
+/// they name xorbs that the CAS turned out not to hold (a store emptied, made anew, or
+/// whose garbage collection reclaimed them). Returns how many shards were removed.
+/// Blocking.
 pub(crate) fn drop_shards(dir: &Path) -> Result<usize> {
+    let journal = dir.join(JOURNAL);
+    match fs::remove_file(&journal) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(UploadError::cache(&journal, e)),
+    }
     let shard_dir = dir.join(SHARD_DIR);
     let entries = match fs::read_dir(&shard_dir) {
         Ok(e) => e,

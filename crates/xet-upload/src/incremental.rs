@@ -217,16 +217,16 @@ async fn upload_rest(
     }
     let rest = as_files(rest);
     match upload_files(cas.clone(), &rest, options, progress.clone()).await {
-        // The shard named a xorb that dedup against the local shard cache took as stored,
-        // and the CAS lacks it (a store deleted and made anew at the same place, or
-        // emptied by its operator): the cache describes another store. Drop it and upload
-        // again, once; xorbs stored meanwhile are not sent twice.
+        // The shard named a xorb that dedup against the local shard cache (or the resume
+        // journal) took as stored, and the CAS lacks it (a store deleted and made anew at
+        // the same place, emptied by its operator, or garbage-collected): the cache
+        // describes another store. Drop it and upload again, once.
         Err(UploadError::Cas(CasError::MissingXorb { hash })) => {
             let dir = cache_dir.to_path_buf();
             let dropped = blocking(move || crate::cache::drop_shards(&dir)).await?;
             tracing::warn!(
                 "the CAS does not hold xorb {hash}, which the local shard cache refers to; \
-                 dropped {dropped} cached shards and uploading again"
+                 dropped {dropped} cached shards and the resume journal, uploading again"
             );
             // The second attempt's `start` adds to the first's.
             let progress = Arc::new(CountedProgress::new(progress));

@@ -231,7 +231,7 @@ impl<B: ObjectBackend> StoreCas<B> {
             .await?
             .map_err(|e| CasError::storage_with(format!("stored shard {key} does not parse"), e))?;
         let metas = self.metas(&validate::referenced_xorbs(&content)).await?;
-        self.index.add_shard(h, &content, &metas);
+        self.index.add_shard(h, &content, &metas, false);
         Ok(true)
     }
 
@@ -374,7 +374,9 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
     /// arrived, stored as it is; else (in one buffer) verified in full here first.
     async fn put_xorb(&self, hash: &MerkleHash, body: XorbBody) -> Result<bool> {
         let key = ObjectKey::xorb(hash);
-        if self.index.xorb_size(hash).is_some() || self.backend.exists(&key).await? {
+        // The backend, not the index: garbage collection in another process may have
+        // deleted a xorb this index still knows, and the client must send it again.
+        if self.backend.exists(&key).await? {
             return Ok(false);
         }
         let body = match format::valid_received(body.into_received(), hash) {
@@ -396,6 +398,12 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
     }
 
     async fn xorb_size(&self, hash: &MerkleHash) -> Result<Option<u64>> {
+        // Asked before an upload ("is it stored?"): the backend decides, since garbage
+        // collection in another process may have deleted a xorb this index knows.
+        if !self.backend.exists(&ObjectKey::xorb(hash)).await? {
+            self.index.remove_xorbs(&std::iter::once(*hash).collect());
+            return Ok(None);
+        }
         self.region_len(hash).await
     }
 
@@ -434,14 +442,16 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
             Ok((content, key, stored))
         })
         .await??;
-        if self.index.has_shard(&key) {
+        // Indexed is not enough: another process's garbage collection may have deleted
+        // it, and the same content uploaded again must be stored again.
+        if self.index.has_shard(&key) && self.backend.exists(&ObjectKey::shard(&key)).await? {
             return Ok(false);
         }
         let inserted = self
             .backend
             .put_if_absent(&ObjectKey::shard(&key), stored)
             .await?;
-        self.index.add_shard(key, &content, &metas);
+        self.index.add_shard(key, &content, &metas, true);
         Ok(inserted)
     }
 
@@ -449,7 +459,21 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
         if file.is_zero() {
             return Ok(Some(0));
         }
-        Ok(self.file_entry(file).await?.map(|e| e.size()))
+        // Asked before a file is referenced anew (a commit, a bucket entry, a client
+        // skipping an upload): the shard registering it must still be stored, since
+        // garbage collection in another process may have deleted it.
+        for _ in 0..4 {
+            let Some(entry) = self.file_entry(file).await? else {
+                return Ok(None);
+            };
+            match self.index.file_shard(file) {
+                Some(shard) if !self.backend.exists(&ObjectKey::shard(&shard)).await? => {
+                    self.forget_objects(&[shard], &[]).await;
+                }
+                _ => return Ok(Some(entry.size())),
+            }
+        }
+        Ok(None)
     }
 
     async fn reconstruction(
@@ -508,7 +532,11 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
         };
         let mut metas = Vec::new();
         for h in xorbs.iter().take(self.config.max_dedup_xorbs.max(1)) {
-            if let Some(m) = self.meta(h).await? {
+            // A footer may be cached from before another process's garbage collection
+            // deleted the xorb: never send a client to one that is gone.
+            if let Some(m) = self.meta(h).await?
+                && self.backend.exists(&ObjectKey::xorb(h)).await?
+            {
                 metas.push(m);
             }
         }

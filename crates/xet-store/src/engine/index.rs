@@ -106,6 +106,11 @@ impl Index {
         self.read().files.get(h).cloned()
     }
 
+    /// The shard `file`'s entry came from.
+    pub(crate) fn file_shard(&self, file: &MerkleHash) -> Option<MerkleHash> {
+        self.read().file_shards.get(file)?.first().copied()
+    }
+
     pub(crate) fn has_shard(&self, h: &MerkleHash) -> bool {
         self.read().shards.contains(h)
     }
@@ -144,12 +149,15 @@ impl Index {
     }
 
     /// Index a stored shard. `metas` holds every xorb the shard references. Files already
-    /// registered by an earlier shard keep their first terms.
+    /// registered by an earlier shard keep their first terms, unless `verified`: a shard
+    /// just uploaded, whose xorbs were all found in the backend, describes its files with
+    /// xorbs known to exist, where an earlier shard's may have been reclaimed since.
     pub(crate) fn add_shard(
         &self,
         key: MerkleHash,
         c: &ShardContent,
         metas: &HashMap<MerkleHash, Arc<XorbMeta>>,
+        verified: bool,
     ) {
         // Compute outside the lock.
         let mut files = Vec::with_capacity(c.files.len());
@@ -176,10 +184,14 @@ impl Index {
         let mut st = self.write();
         let registered: Vec<MerkleHash> = files.iter().map(|(h, _)| *h).collect();
         for (h, e) in files {
-            st.files.entry(h).or_insert(e);
             let shards = st.file_shards.entry(h).or_default();
-            if !shards.contains(&key) {
+            shards.retain(|s| *s != key);
+            if verified {
+                shards.insert(0, key);
+                st.files.insert(h, e);
+            } else {
                 shards.push(key);
+                st.files.entry(h).or_insert(e);
             }
         }
         st.shard_files.insert(key, registered);

@@ -1,0 +1,170 @@
+//! The store's lifecycle (issue 38) with the real `hf` CLI against `xet serve`, which
+//! keeps serving while `xet store gc` runs: a deleted repository, an overwritten and a
+//! removed bucket file; the collection frees the bytes only they held, `check
+//! --read-data` passes, every live file downloads identical, and the deleted content
+//! uploaded again with empty client caches comes back identical.
+
+use std::path::Path;
+
+use crate::hub_buckets::{tree_of, xet, xet_ok};
+use crate::hub_serve::{Py, pseudo_random, serve};
+
+/// Files of `sizes` (bytes) under `dir`, content from `seed`.
+fn files(dir: &Path, sizes: &[usize], seed: u64) -> u64 {
+    for (i, n) in sizes.iter().enumerate() {
+        std::fs::write(
+            dir.join(format!("f{i}.bin")),
+            pseudo_random(*n, seed + i as u64),
+        )
+        .unwrap();
+    }
+    sizes.iter().map(|n| *n as u64).sum()
+}
+
+fn store_json(home: &Path, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--json", "store"];
+    all.extend_from_slice(args);
+    // The store commands need no server; the URL is not used.
+    let o = xet_ok("http://127.0.0.1:9", home, &all);
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+#[test]
+fn gc_frees_what_deletes_left_and_keeps_every_live_byte() {
+    let store = tempfile::tempdir().unwrap();
+    let store_s = store.path().to_str().unwrap();
+    let server = serve(store.path());
+    let url = server.url.as_str();
+    let py = Py::new();
+    let home = tempfile::tempdir().unwrap();
+    let mib = 1 << 20;
+
+    let keep = tempfile::tempdir().unwrap();
+    files(keep.path(), &[2 * mib, mib + 7, 300_000], 1);
+    let gone = tempfile::tempdir().unwrap();
+    let mut dead = files(gone.path(), &[3 * mib, 3 * mib + 11], 10);
+    py.hf_ok(url, &["upload", "org/keep", keep.path().to_str().unwrap()]);
+    py.hf_ok(url, &["upload", "org/gone", gone.path().to_str().unwrap()]);
+
+    // A bucket file overwritten, another removed.
+    py.hf_ok(url, &["buckets", "create", "org/ckpt"]);
+    let work = tempfile::tempdir().unwrap();
+    let put = |name: &str, n: usize, seed: u64, to: &str| {
+        let f = work.path().join(name);
+        std::fs::write(&f, pseudo_random(n, seed)).unwrap();
+        xet_ok(url, home.path(), &["cp", f.to_str().unwrap(), to]);
+    };
+    put("old.bin", 2 * mib, 20, "hf://buckets/org/ckpt/state.bin");
+    put(
+        "new.bin",
+        2 * mib + 5,
+        21,
+        "hf://buckets/org/ckpt/state.bin",
+    );
+    put("tmp.bin", mib, 22, "hf://buckets/org/ckpt/tmp.bin");
+    xet_ok(url, home.path(), &["rm", "hf://buckets/org/ckpt/tmp.bin"]);
+    dead += 3 * mib as u64;
+    py.hf_ok(url, &["repos", "delete", "org/gone", "-y"]);
+    assert!(
+        !py.hf(
+            url,
+            Some(crate::hub_serve::WRITE),
+            &["download", "org/gone"]
+        )
+        .status
+        .success()
+    );
+
+    let before = store_json(home.path(), &["stats", "--store", store_s]);
+    let r = store_json(home.path(), &["gc", "--grace", "0s", "--store", store_s]);
+    let freed = r["gc"]["freed_bytes"].as_u64().unwrap();
+    assert!(freed * 10 >= dead * 9, "freed {freed} of {dead}: {r}");
+    let after = store_json(home.path(), &["stats", "--store", store_s]);
+    let xorb_bytes = |s: &serde_json::Value| s["stats"]["xorbs"]["bytes"].as_u64().unwrap();
+    assert!(
+        xorb_bytes(&before) - xorb_bytes(&after) >= dead * 9 / 10,
+        "{before}\n{after}"
+    );
+    assert_eq!(
+        after["stats"]["live_file_bytes"],
+        before["stats"]["live_file_bytes"]
+    );
+    let check = xet(
+        url,
+        home.path(),
+        &["store", "check", "--read-data", "--store", store_s],
+        None,
+    );
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+
+    // Every live file, through the server that kept running.
+    let down = tempfile::tempdir().unwrap();
+    py.hf_ok(
+        url,
+        &[
+            "download",
+            "org/keep",
+            "--local-dir",
+            down.path().to_str().unwrap(),
+        ],
+    );
+    let got: Vec<_> = tree_of(down.path())
+        .into_iter()
+        .filter(|(p, _)| !p.starts_with(".cache/"))
+        .collect();
+    assert_eq!(got, tree_of(keep.path()));
+    let state = xet_ok(
+        url,
+        home.path(),
+        &["cp", "hf://buckets/org/ckpt/state.bin", "-"],
+    );
+    assert_eq!(state.stdout, pseudo_random(2 * mib + 5, 21));
+
+    // The deleted content again, from clients with empty caches: whole.
+    let fresh = Py::new();
+    fresh.hf_ok(url, &["upload", "org/again", gone.path().to_str().unwrap()]);
+    let back = tempfile::tempdir().unwrap();
+    fresh.hf_ok(
+        url,
+        &[
+            "download",
+            "org/again",
+            "--local-dir",
+            back.path().to_str().unwrap(),
+        ],
+    );
+    let got: Vec<_> = tree_of(back.path())
+        .into_iter()
+        .filter(|(p, _)| !p.starts_with(".cache/"))
+        .collect();
+    assert_eq!(got, tree_of(gone.path()));
+    let fresh_home = tempfile::tempdir().unwrap();
+    put(
+        "old-again.bin",
+        2 * mib,
+        20,
+        "hf://buckets/org/ckpt/again.bin",
+    );
+    let again = xet_ok(
+        url,
+        fresh_home.path(),
+        &["cp", "hf://buckets/org/ckpt/again.bin", "-"],
+    );
+    assert_eq!(again.stdout, pseudo_random(2 * mib, 20));
+    let check = xet(
+        url,
+        home.path(),
+        &["store", "check", "--read-data", "--store", store_s],
+        None,
+    );
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+}
