@@ -168,3 +168,44 @@ fn gc_frees_what_deletes_left_and_keeps_every_live_byte() {
         String::from_utf8_lossy(&check.stdout)
     );
 }
+
+#[test]
+fn serve_collects_on_its_own_with_gc_interval() {
+    use std::process::{Command, Stdio};
+    let store = tempfile::tempdir().unwrap();
+    let server = crate::common::Served::spawn(
+        Command::new(env!("CARGO_BIN_EXE_xet"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
+            .arg(store.path())
+            .args([
+                "--gc-interval",
+                "1s",
+                "--gc-grace",
+                "0s",
+                "--refresh-secs",
+                "1",
+            ])
+            .args(["--token", &format!("write:{}", crate::hub_serve::WRITE)])
+            .stderr(Stdio::null()),
+    );
+    let url = server.url.as_str();
+    let py = Py::new();
+    let src = tempfile::tempdir().unwrap();
+    files(src.path(), &[1 << 20], 40);
+    py.hf_ok(url, &["upload", "org/brief", src.path().to_str().unwrap()]);
+    let xorbs = || {
+        std::fs::read_dir(store.path().join("xorbs"))
+            .unwrap()
+            .count()
+    };
+    assert!(xorbs() > 0);
+    // Live: several runs later (past the grace), still there.
+    std::thread::sleep(std::time::Duration::from_secs(8));
+    assert!(xorbs() > 0, "a live xorb was collected");
+    py.hf_ok(url, &["repos", "delete", "org/brief", "-y"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while xorbs() > 0 {
+        assert!(std::time::Instant::now() < deadline, "never collected");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -61,7 +61,7 @@ pub struct StoreArgs {
 }
 
 /// `90s`, `15m`, `12h`, `7d`, or plain seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let (digits, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = digits
         .parse()

@@ -548,6 +548,13 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = xet_server::conn::DEFAULT_MAX_CONNECTIONS as u32, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
+    /// Run the store's garbage collection (`xet store gc`) every DURATION (`6h`, `1d`);
+    /// servers sharing a store may all do it (runs are safe together). Off by default.
+    #[arg(long, value_name = "DURATION", value_parser = crate::store_cmd::parse_duration)]
+    gc_interval: Option<std::time::Duration>,
+    /// The grace period of those collections.
+    #[arg(long, default_value = "1d", value_name = "DURATION", value_parser = crate::store_cmd::parse_duration)]
+    gc_grace: std::time::Duration,
     /// The Hub API's user: the namespace of repositories created without one, the
     /// author of commits, what `hf auth whoami` shows.
     #[arg(long, default_value = "user", value_name = "NAME")]
@@ -598,6 +605,7 @@ async fn open_s3_store(url: &str, a: &ServeArgs) -> CliResult<ServeSources> {
     })?;
     let (served, store) = ServeSources::new(store);
     refresh_every(&store, a.refresh_secs);
+    collect_every(&store, a);
     Ok(served)
 }
 
@@ -609,11 +617,24 @@ fn refresh_every<B: xet_store::ObjectBackend>(store: &Arc<xet_store::StoreCas<B>
     }
 }
 
-async fn open_dir_store(dir: &Path, refresh_secs: u64) -> CliResult<ServeSources> {
+async fn open_dir_store(dir: &Path, a: &ServeArgs) -> CliResult<ServeSources> {
     let store = crate::remote::open_dir(dir).await?;
     let (served, store) = ServeSources::new(store);
-    refresh_every(&store, refresh_secs);
+    refresh_every(&store, a.refresh_secs);
+    collect_every(&store, a);
     Ok(served)
+}
+
+/// `--gc-interval`: a collection every interval ([`xet_store::StoreCas::spawn_gc`]).
+fn collect_every<B: xet_store::ObjectBackend>(store: &Arc<xet_store::StoreCas<B>>, a: &ServeArgs) {
+    let Some(every) = a.gc_interval.filter(|d| !d.is_zero()) else {
+        return;
+    };
+    let opts = xet_store::GcOptions {
+        grace: a.gc_grace,
+        dry_run: false,
+    };
+    store.spawn_gc(every, opts);
 }
 
 pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
@@ -648,7 +669,7 @@ pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
             (None, Some(url)) => (open_s3_store(url, &a).await?, url.to_string(), None),
             (None, None) => {
                 let dir = a.store.clone().unwrap_or_else(remote::default_store_dir);
-                let store = open_dir_store(&dir, a.refresh_secs).await?;
+                let store = open_dir_store(&dir, &a).await?;
                 let grants = dir.join("grants");
                 std::fs::create_dir_all(&grants)
                     .with_context(|| format!("creating {}", grants.display()))

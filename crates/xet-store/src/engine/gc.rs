@@ -148,6 +148,39 @@ impl<B: ObjectBackend> StoreCas<B> {
         Ok(report)
     }
 
+    /// Every `every` (the first one `every` after the call), a collection with `opts`,
+    /// logged; a failed run is logged and the next one tries again. The task holds the
+    /// store weakly and ends when the store is dropped.
+    pub fn spawn_gc(
+        self: &Arc<Self>,
+        every: Duration,
+        opts: GcOptions,
+    ) -> tokio::task::JoinHandle<()> {
+        let store = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(store) = store.upgrade() else { break };
+                match store.gc(opts).await {
+                    Ok(r) => tracing::info!(
+                        condemned = r.condemned_shards + r.condemned_xorbs,
+                        deleted = r.deleted_shards + r.deleted_xorbs,
+                        freed_bytes = r.freed_bytes,
+                        elapsed_ms = r.elapsed_ms,
+                        "garbage collection"
+                    ),
+                    Err(e) => tracing::warn!(
+                        error = %xet_cas::error_chain(&e),
+                        "garbage collection failed; the next run tries again"
+                    ),
+                }
+            }
+        })
+    }
+
     /// Writes the objects `marked` found dead that no pending list names, as a new list.
     /// Returns whether it wrote one.
     async fn condemn(
