@@ -209,3 +209,99 @@ fn serve_collects_on_its_own_with_gc_interval() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
+
+/// `xet --json store ARGS` against the S3 server's credentials.
+fn store_s3_json(s3: &xet_testdata::S3Server, args: &[&str]) -> (bool, serde_json::Value) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_xet"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_str().is_some_and(|k| k.starts_with("AWS_")) {
+            cmd.env_remove(k);
+        }
+    }
+    let o = cmd
+        .env("AWS_ACCESS_KEY_ID", s3.access_key_id())
+        .env("AWS_SECRET_ACCESS_KEY", s3.secret_access_key())
+        .env("AWS_REGION", s3.region())
+        .env("AWS_ENDPOINT_URL", s3.endpoint())
+        .args(["--json", "store"])
+        .args(args)
+        .output()
+        .unwrap();
+    let doc = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    (o.status.success(), doc)
+}
+
+#[test]
+fn gc_on_seaweedfs_while_two_servers_serve() {
+    let Some(s3) = xet_testdata::shared_s3() else {
+        return;
+    };
+    let store = format!("s3://{}/gc", s3.fresh_bucket().unwrap());
+    let (a, b) = (
+        crate::hub_serve::serve_on_s3(s3, &store),
+        crate::hub_serve::serve_on_s3(s3, &store),
+    );
+    let py = Py::new();
+    let mib = 1 << 20;
+    let keep = tempfile::tempdir().unwrap();
+    files(keep.path(), &[mib, 200_000], 50);
+    let gone = tempfile::tempdir().unwrap();
+    let dead = files(gone.path(), &[2 * mib, mib + 3], 60);
+    py.hf_ok(
+        &a.url,
+        &["upload", "org/keep", keep.path().to_str().unwrap()],
+    );
+    py.hf_ok(
+        &b.url,
+        &["upload", "org/gone", gone.path().to_str().unwrap()],
+    );
+    py.hf_ok(&a.url, &["repos", "delete", "org/gone", "-y"]);
+
+    let (ok, r) = store_s3_json(s3, &["gc", "--grace", "0s", "--store", &store]);
+    assert!(ok, "{r}");
+    let freed = r["gc"]["freed_bytes"].as_u64().unwrap();
+    assert!(freed * 10 >= dead * 9, "freed {freed} of {dead}: {r}");
+    let (ok, c) = store_s3_json(s3, &["check", "--read-data", "--store", &store]);
+    assert!(ok, "{c}");
+
+    for (server, dir) in [(&a, &keep), (&b, &keep)] {
+        let down = tempfile::tempdir().unwrap();
+        py.hf_ok(
+            &server.url,
+            &[
+                "download",
+                "org/keep",
+                "--local-dir",
+                down.path().to_str().unwrap(),
+            ],
+        );
+        let got: Vec<_> = tree_of(down.path())
+            .into_iter()
+            .filter(|(p, _)| !p.starts_with(".cache/"))
+            .collect();
+        assert_eq!(got, tree_of(dir.path()));
+    }
+    // Uploaded again through one server (which indexed the old shards), read through
+    // the other.
+    let fresh = Py::new();
+    fresh.hf_ok(
+        &b.url,
+        &["upload", "org/again", gone.path().to_str().unwrap()],
+    );
+    let back = tempfile::tempdir().unwrap();
+    fresh.hf_ok(
+        &a.url,
+        &[
+            "download",
+            "org/again",
+            "--local-dir",
+            back.path().to_str().unwrap(),
+        ],
+    );
+    let got: Vec<_> = tree_of(back.path())
+        .into_iter()
+        .filter(|(p, _)| !p.starts_with(".cache/"))
+        .collect();
+    assert_eq!(got, tree_of(gone.path()));
+}
