@@ -106,7 +106,13 @@ pub async fn run(out: &Out, action: StoreAction) -> CliResult {
             store,
             grace,
             dry_run,
-        } => (store, Job::Gc(xet_store::GcOptions { grace, dry_run })),
+        } => (
+            store,
+            Job::Gc(xet_store::GcOptions {
+                dry_run,
+                ..xet_store::GcOptions::with_grace(grace)
+            }),
+        ),
         StoreAction::Check { store, read_data } => (store, Job::Check { read_data }),
         StoreAction::Stats { store } => (store, Job::Stats),
     };

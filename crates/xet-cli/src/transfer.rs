@@ -630,10 +630,7 @@ fn collect_every<B: xet_store::ObjectBackend>(store: &Arc<xet_store::StoreCas<B>
     let Some(every) = a.gc_interval.filter(|d| !d.is_zero()) else {
         return;
     };
-    let opts = xet_store::GcOptions {
-        grace: a.gc_grace,
-        dry_run: false,
-    };
+    let opts = xet_store::GcOptions::with_grace(a.gc_grace);
     store.spawn_gc(every, opts);
 }
 

@@ -63,9 +63,12 @@ pub struct StoreCas<B> {
     pub(super) claim_refresh: ClaimRefresh,
     keys: KeyRing,
     config: StoreConfig,
-    /// Condemned lists read so far, by name (they never change once written).
+    /// Garbage collection's lists read so far, by name (they never change once written).
     pub(super) condemned_seen:
         std::sync::Mutex<HashMap<ObjectKey, Arc<super::condemned::Condemned>>>,
+    /// The doomed lists as last read, and when.
+    pub(super) doomed_view:
+        std::sync::Mutex<Option<(std::time::Instant, Arc<super::condemned::Named>)>>,
 }
 
 impl<B> std::fmt::Debug for StoreCas<B> {
@@ -106,6 +109,7 @@ impl<B: ObjectBackend> StoreCas<B> {
             backend,
             config,
             condemned_seen: Default::default(),
+            doomed_view: Default::default(),
         };
         let n = store.refresh().await?;
         tracing::debug!(shards = n, "store opened");
@@ -159,8 +163,12 @@ impl<B: ObjectBackend> StoreCas<B> {
                 known.into_iter().filter(|x| !stored.contains(x)).collect();
             self.forget_objects(&gone, &gone_xorbs).await;
         }
-        let (condemned_xorbs, _) = self.condemned_now().await?;
-        self.index.set_condemned_xorbs(condemned_xorbs);
+        let mut avoid = self
+            .named_now(super::condemned::CONDEMNED_PREFIX)
+            .await?
+            .xorbs;
+        avoid.extend(self.doomed_now().await?.xorbs);
+        self.index.set_condemned_xorbs(avoid);
         let mut added = 0;
         for key in listed {
             let Some(h) = key.shard_hash() else { continue };
@@ -422,10 +430,10 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
                 source: e.into_cause(),
             })?;
         let referenced = validate::referenced_xorbs(&upload.content);
-        // A condemned xorb is missing for a new shard (docs/STORE.md, "Deletion and
+        // A doomed xorb is missing for a new shard (docs/STORE.md, "Deletion and
         // garbage collection"): read the lists now, not a cached view.
-        let (condemned, _) = self.condemned_now().await?;
-        if let Some(h) = referenced.iter().find(|h| condemned.contains(*h)) {
+        let doomed = self.doomed_now().await?;
+        if let Some(h) = referenced.iter().find(|h| doomed.xorbs.contains(*h)) {
             return Err(CasError::MissingXorb { hash: *h });
         }
         let metas = self.metas(&referenced).await?;
@@ -470,7 +478,16 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
                 Some(shard) if !self.backend.exists(&ObjectKey::shard(&shard)).await? => {
                     self.forget_objects(&[shard], &[]).await;
                 }
-                _ => return Ok(Some(entry.size())),
+                _ => {
+                    // A file only doomed shards register is about to go: not there for
+                    // a new reference.
+                    let doomed = self.doomed_recently().await?;
+                    let shards = self.index.file_shards(file);
+                    if !shards.is_empty() && shards.iter().all(|s| doomed.shards.contains(s)) {
+                        return Ok(None);
+                    }
+                    return Ok(Some(entry.size()));
+                }
             }
         }
         Ok(None)

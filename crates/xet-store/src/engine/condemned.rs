@@ -1,6 +1,8 @@
-//! Condemned lists (`meta/gc-condemned-<20-digit ms>`): the objects one garbage
-//! collection mark found dead, one `shard <hash>` or `xorb <hash>` per line. Written
-//! once, read by every server before it accepts a new reference, deleted when done.
+//! Garbage collection's lists, one `shard <hash>` or `xorb <hash>` per line, written once:
+//! condemned (`meta/gc-condemned-<20-digit ms>`: what one mark found dead; dedup answers
+//! leave them out) and doomed (`meta/gc-doomed-<20-digit ms>`: what a deleting run is
+//! about to delete; every server refuses new references to them). Both are deleted when
+//! the run that acts on them is done.
 
 use std::collections::BTreeSet;
 
@@ -12,6 +14,18 @@ use super::backend::ObjectKey;
 
 /// The name every condemned list starts with (after `meta/`).
 pub(super) const CONDEMNED_PREFIX: &str = "gc-condemned-";
+/// The name every doomed list starts with (after `meta/`).
+pub(super) const DOOMED_PREFIX: &str = "gc-doomed-";
+/// How old a server's view of the doomed lists may be where it is asked often (a file's
+/// size); a deleting run waits longer than this between dooming and marking.
+pub(super) const DOOMED_VIEW_TTL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What some lists name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Named {
+    pub xorbs: std::collections::HashSet<MerkleHash>,
+    pub shards: std::collections::HashSet<MerkleHash>,
+}
 
 /// A condemned list: the objects one mark found dead.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

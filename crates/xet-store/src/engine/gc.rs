@@ -10,7 +10,7 @@ use xet_hash::MerkleHash;
 
 use super::backend::{META_PREFIX, ObjectBackend, ObjectKey};
 use super::cas::StoreCas;
-use super::condemned::{CONDEMNED_PREFIX, Condemned};
+use super::condemned::{CONDEMNED_PREFIX, Condemned, DOOMED_PREFIX, DOOMED_VIEW_TTL, Named};
 use super::mark::{Marked, mark};
 
 /// How a collection runs.
@@ -21,14 +21,27 @@ pub struct GcOptions {
     pub grace: Duration,
     /// Mark and report; write and delete nothing.
     pub dry_run: bool,
+    /// How long a deleting run waits between writing its doomed list and marking, so
+    /// that every server acts on the list first (longer than a server's cached view of
+    /// the doomed lists, 2 s, plus the longest reference being written).
+    pub settle: Duration,
+}
+
+impl GcOptions {
+    /// A collection with `grace`, settling half a minute, never longer than the grace
+    /// (a zero grace, for quiet stores, waits not at all).
+    pub fn with_grace(grace: Duration) -> GcOptions {
+        GcOptions {
+            grace,
+            dry_run: false,
+            settle: grace.min(Duration::from_secs(30)),
+        }
+    }
 }
 
 impl Default for GcOptions {
     fn default() -> Self {
-        GcOptions {
-            grace: Duration::from_secs(24 * 3600),
-            dry_run: false,
-        }
+        GcOptions::with_grace(Duration::from_secs(24 * 3600))
     }
 }
 
@@ -57,11 +70,14 @@ fn millis(t: SystemTime) -> u64 {
 }
 
 impl<B: ObjectBackend> StoreCas<B> {
-    /// Every condemned list in the store, with when it was written.
-    pub(super) async fn condemned_lists(&self) -> Result<Vec<(ObjectKey, SystemTime, Condemned)>> {
+    /// Every list named `meta/<prefix>…` in the store, with when it was written.
+    async fn lists(&self, prefix: &str) -> Result<Vec<(ObjectKey, SystemTime, Condemned)>> {
         let mut out = Vec::new();
-        let prefix = format!("{META_PREFIX}{CONDEMNED_PREFIX}");
-        for o in self.backend().list_aged(&prefix).await? {
+        for o in self
+            .backend()
+            .list_aged(&format!("{META_PREFIX}{prefix}"))
+            .await?
+        {
             let Some(bytes) = self.backend().get(&o.key).await? else {
                 continue; // finished by another run since the listing
             };
@@ -71,12 +87,14 @@ impl<B: ObjectBackend> StoreCas<B> {
         Ok(out)
     }
 
-    /// The xorbs and shards every condemned list in the store names now (one listing;
-    /// lists already read are not read again).
-    pub(super) async fn condemned_now(&self) -> Result<(HashSet<MerkleHash>, HashSet<MerkleHash>)> {
-        let prefix = format!("{META_PREFIX}{CONDEMNED_PREFIX}");
-        let keys = self.backend().list(&prefix).await?;
-        let mut lists = Vec::with_capacity(keys.len());
+    /// The xorbs and shards every list named `meta/<prefix>…` names now (one listing;
+    /// lists already read are not read again: they never change).
+    pub(super) async fn named_now(&self, prefix: &str) -> Result<Named> {
+        let keys = self
+            .backend()
+            .list(&format!("{META_PREFIX}{prefix}"))
+            .await?;
+        let mut named = Named::default();
         for key in keys {
             let cached = self
                 .condemned_seen
@@ -98,35 +116,61 @@ impl<B: ObjectBackend> StoreCas<B> {
                     l
                 }
             };
-            lists.push(list);
+            named.xorbs.extend(list.xorbs.iter().copied());
+            named.shards.extend(list.shards.iter().copied());
         }
-        let xorbs = lists.iter().flat_map(|l| l.xorbs.iter().copied()).collect();
-        let shards = lists
-            .iter()
-            .flat_map(|l| l.shards.iter().copied())
-            .collect();
-        Ok((xorbs, shards))
+        Ok(named)
+    }
+
+    /// What a deleting run is about to delete, read now: new references to these are
+    /// refused.
+    pub(super) async fn doomed_now(&self) -> Result<Named> {
+        self.named_now(DOOMED_PREFIX).await
+    }
+
+    /// [`doomed_now`](Self::doomed_now), at most [`DOOMED_VIEW_TTL`] old (what a file's
+    /// size, asked many times per commit, checks; a deleting run waits longer than this
+    /// before its mark).
+    pub(super) async fn doomed_recently(&self) -> Result<Arc<Named>> {
+        if let Some((at, view)) = &*self.doomed_view.lock().unwrap_or_else(|e| e.into_inner())
+            && at.elapsed() < DOOMED_VIEW_TTL
+        {
+            return Ok(view.clone());
+        }
+        let view = Arc::new(self.doomed_now().await?);
+        *self.doomed_view.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((Instant::now(), view.clone()));
+        Ok(view)
     }
 
     /// One garbage collection: deletes what lists at least `grace` old condemned and a
-    /// new mark still finds dead, then condemns what this mark found dead and no list
-    /// names yet. With a zero grace, both in one call (for quiet stores and tests).
+    /// new mark still finds dead (after dooming it and waiting [`GcOptions::settle`]),
+    /// then condemns what this mark found dead and no list names yet. With a zero grace,
+    /// both in one call (for quiet stores and tests).
     pub async fn gc(self: &Arc<Self>, opts: GcOptions) -> Result<GcReport> {
         let started = Instant::now();
         let mut report = GcReport::default();
         // With a zero grace the second pass deletes what the first condemned.
         for pass in 0..2 {
-            let now = SystemTime::now();
-            let young_after = now.checked_sub(opts.grace).unwrap_or(UNIX_EPOCH);
-            let lists = self.condemned_lists().await?;
+            let young_after = SystemTime::now()
+                .checked_sub(opts.grace)
+                .unwrap_or(UNIX_EPOCH);
+            let (mut due, pending): (Vec<_>, Vec<_>) = self
+                .lists(CONDEMNED_PREFIX)
+                .await?
+                .into_iter()
+                .partition(|(_, written, _)| *written <= young_after);
+            // Doomed lists a killed run left are finished now.
+            due.extend(self.lists(DOOMED_PREFIX).await?);
+            report.pending_objects = pending.iter().map(|(_, _, l)| l.len() as u64).sum();
+            if !due.is_empty() && !opts.dry_run {
+                due.push(self.doom(&due).await?);
+                tokio::time::sleep(opts.settle).await;
+            }
             let marked = mark(self, young_after).await?;
             report.live_files = marked.live_files.len() as u64;
             report.live_shards = marked.live_shards.len() as u64;
             report.live_xorbs = marked.live_xorbs.len() as u64;
-            let (due, pending): (Vec<_>, Vec<_>) = lists
-                .into_iter()
-                .partition(|(_, written, _)| *written <= young_after);
-            report.pending_objects = pending.iter().map(|(_, _, l)| l.len() as u64).sum();
             if !opts.dry_run {
                 self.delete_due(&marked, &due, &mut report).await?;
             }
@@ -146,6 +190,33 @@ impl<B: ObjectBackend> StoreCas<B> {
         }
         report.elapsed_ms = started.elapsed().as_millis() as u64;
         Ok(report)
+    }
+
+    /// Writes the doomed list of `due`: from now on every server refuses new references
+    /// to what it names.
+    async fn doom(
+        &self,
+        due: &[(ObjectKey, SystemTime, Condemned)],
+    ) -> Result<(ObjectKey, SystemTime, Condemned)> {
+        let mut list = Condemned::default();
+        for (_, _, l) in due {
+            list.shards.extend(l.shards.iter().copied());
+            list.xorbs.extend(l.xorbs.iter().copied());
+        }
+        let key = self.write_list(DOOMED_PREFIX, &list).await?;
+        Ok((key, SystemTime::now(), list))
+    }
+
+    /// Writes `list` as `meta/<prefix><20-digit ms>` (the next free name).
+    async fn write_list(&self, prefix: &str, list: &Condemned) -> Result<ObjectKey> {
+        let mut at = millis(SystemTime::now());
+        loop {
+            let key = ObjectKey::meta(&format!("{prefix}{at:020}"));
+            if self.backend().put_if_absent(&key, list.encode()).await? {
+                return Ok(key);
+            }
+            at += 1;
+        }
     }
 
     /// Every `every` (the first one `every` after the call), a collection with `opts`,
@@ -214,16 +285,9 @@ impl<B: ObjectBackend> StoreCas<B> {
         if list.len() == 0 || dry_run {
             return Ok(false);
         }
-        let mut at = millis(SystemTime::now());
-        // Two runs in one millisecond: the later takes the next free name.
-        loop {
-            let key = ObjectKey::meta(&format!("{CONDEMNED_PREFIX}{at:020}"));
-            if self.backend().put_if_absent(&key, list.encode()).await? {
-                tracing::info!(list = %key, objects = list.len(), "condemned unreferenced objects");
-                return Ok(true);
-            }
-            at += 1;
-        }
+        let key = self.write_list(CONDEMNED_PREFIX, &list).await?;
+        tracing::info!(list = %key, objects = list.len(), "condemned unreferenced objects");
+        Ok(true)
     }
 
     /// Deletes what the `due` lists condemned and `marked` still finds dead: shards,

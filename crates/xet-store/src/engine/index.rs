@@ -106,6 +106,15 @@ impl Index {
         self.read().files.get(h).cloned()
     }
 
+    /// Every shard registering `file`, the one its entry came from first.
+    pub(crate) fn file_shards(&self, file: &MerkleHash) -> Vec<MerkleHash> {
+        self.read()
+            .file_shards
+            .get(file)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// The shard `file`'s entry came from.
     pub(crate) fn file_shard(&self, file: &MerkleHash) -> Option<MerkleHash> {
         self.read().file_shards.get(file)?.first().copied()

@@ -146,10 +146,7 @@ async fn gc_reclaims_what_nothing_names_and_keeps_every_live_byte() {
     assert!(store.delete_repo(&gone).await.unwrap());
 
     let r = store
-        .gc(GcOptions {
-            grace: Duration::ZERO,
-            dry_run: false,
-        })
+        .gc(GcOptions::with_grace(Duration::ZERO))
         .await
         .unwrap();
     assert_eq!(
@@ -179,10 +176,7 @@ async fn gc_reclaims_what_nothing_names_and_keeps_every_live_byte() {
 
     // Nothing more to do; and what was reclaimed uploads again, whole.
     let again = store
-        .gc(GcOptions {
-            grace: Duration::ZERO,
-            dry_run: false,
-        })
+        .gc(GcOptions::with_grace(Duration::ZERO))
         .await
         .unwrap();
     assert_eq!(
@@ -198,7 +192,7 @@ async fn gc_reclaims_what_nothing_names_and_keeps_every_live_byte() {
 }
 
 #[tokio::test]
-async fn condemned_objects_are_refused_then_deleted_after_the_grace() {
+async fn condemned_objects_are_doomed_refused_then_deleted_after_the_grace() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(open_store(dir.path()).await.unwrap());
     let other = Arc::new(open_store(dir.path()).await.unwrap());
@@ -208,9 +202,10 @@ async fn condemned_objects_are_refused_then_deleted_after_the_grace() {
     let hour = Duration::from_secs(3600);
     age(&dir.path().join("xorbs"), 2 * hour);
     age(&dir.path().join("shards"), 2 * hour);
+    // Longer than a server's cached view of the doomed lists (2 s).
     let opts = GcOptions {
-        grace: hour,
-        dry_run: false,
+        settle: Duration::from_secs(4),
+        ..GcOptions::with_grace(hour)
     };
 
     // A dry run changes nothing.
@@ -227,8 +222,9 @@ async fn condemned_objects_are_refused_then_deleted_after_the_grace() {
         "only the secret"
     );
 
-    // Condemned, not deleted: a new shard naming its xorb is refused by both servers
-    // (the xorb is missing for it), and dedup answers leave it out after a refresh.
+    // Condemned, not deleted: the same content uploaded again is accepted (and would
+    // be kept by the next mark if something named it); dedup answers leave the xorb out
+    // after a refresh.
     let r = store.gc(opts).await.unwrap();
     assert_eq!(
         (r.condemned_shards, r.condemned_xorbs, r.deleted_xorbs),
@@ -236,10 +232,11 @@ async fn condemned_objects_are_refused_then_deleted_after_the_grace() {
         "{r:?}"
     );
     for s in [&store, &other] {
-        match s.put_shard(Bytes::from(ux.shard.clone())).await {
-            Err(CasError::MissingXorb { hash }) => assert_eq!(hash, ux.xorbs[0].hash),
-            other => panic!("a shard naming a condemned xorb: {other:?}"),
-        }
+        assert!(s.put_shard(Bytes::from(ux.shard.clone())).await.is_ok());
+        assert_eq!(
+            s.file_size(&ux.files[0]).await.unwrap(),
+            Some(x.len() as u64)
+        );
     }
     let first_chunk = ux.xorbs[0].chunks[0].0;
     assert!(
@@ -258,9 +255,21 @@ async fn condemned_objects_are_refused_then_deleted_after_the_grace() {
     );
     assert_eq!(read(&other, &ux.files[0], x.len()).await.unwrap(), x);
 
-    // Past it: deleted; the other server forgets the file at its refresh.
+    // Past it: doomed, then (after the settle) deleted. While doomed, a new shard
+    // naming the xorb and a new reference to the file are refused by the other server.
     age(&dir.path().join("meta"), 2 * hour);
-    let r = store.gc(opts).await.unwrap();
+    let running = tokio::spawn({
+        let store = store.clone();
+        async move { store.gc(opts).await }
+    });
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!running.is_finished(), "the run settles");
+    match other.put_shard(Bytes::from(ux.shard.clone())).await {
+        Err(CasError::MissingXorb { hash }) => assert_eq!(hash, ux.xorbs[0].hash),
+        r => panic!("a shard naming a doomed xorb: {r:?}"),
+    }
+    assert_eq!(other.file_size(&ux.files[0]).await.unwrap(), None);
+    let r = running.await.unwrap().unwrap();
     assert_eq!(
         (r.deleted_shards, r.deleted_xorbs),
         (1, ux.xorbs.len() as u64),
@@ -339,8 +348,8 @@ async fn what_a_commit_names_after_condemnation_is_kept_by_the_second_mark() {
     age(&dir.path().join("xorbs"), 2 * hour);
     age(&dir.path().join("shards"), 2 * hour);
     let opts = GcOptions {
-        grace: hour,
-        dry_run: false,
+        settle: Duration::ZERO,
+        ..GcOptions::with_grace(hour)
     };
     let r = store.gc(opts).await.unwrap();
     assert_eq!(r.condemned_shards, 1, "{r:?}");
