@@ -5,6 +5,7 @@ mod common;
 
 mod bundle;
 mod chaos;
+mod chaos_gc;
 mod cli_changing_input;
 mod cli_formats;
 mod cli_hub;
