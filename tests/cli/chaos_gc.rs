@@ -106,7 +106,7 @@ fn putter(ctx: Arc<Ctx>, id: u64) {
         }
         let _ = std::fs::remove_file(&local);
         // Every third round, remove one of this putter's files: garbage for the GC.
-        if n % 3 == 0 {
+        if n.is_multiple_of(3) {
             let victim = {
                 let l = ctx.live.lock().unwrap();
                 l.iter()
@@ -168,7 +168,7 @@ fn collector(ctx: Arc<Ctx>, store: PathBuf) {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        if k % 3 != 0 {
+        if !k.is_multiple_of(3) {
             std::thread::sleep(Duration::from_millis(50 + (k * 397) % 2000));
             if child.try_wait().unwrap().is_none() {
                 child.kill().unwrap();
