@@ -109,6 +109,8 @@ impl Repos {
             created_at: now_ms / 1000,
             created_ms: Some(now_ms),
             incarnation: Some(nonce(now_ms)),
+            home: None,
+            moving_to: None,
         };
         if !self.store().create_repo(bucket, &record).await? {
             return Err(RepoError::RepoExists(bucket.clone()));

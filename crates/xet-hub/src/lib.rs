@@ -33,5 +33,5 @@ pub use id::{
     Sha256, git_reserved,
 };
 pub use repos::{CommitMeta, Committed, Listed, Offload, Page, RepoError, Repos};
-pub use store::{BranchHead, RepoObject, RepoRecord, RepoStore};
+pub use store::{BranchHead, Home, RecordHead, RepoObject, RepoRecord, RepoStore, StorageHolder};
 pub use tree::{Applied, Folder, Item};

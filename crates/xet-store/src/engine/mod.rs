@@ -4,12 +4,14 @@
 
 mod backend;
 mod cas;
+mod chains;
 mod claims;
 pub mod format;
 mod index;
 mod keys;
 mod meta;
 mod plan;
+mod records;
 mod repos;
 mod validate;
 
