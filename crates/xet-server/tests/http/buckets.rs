@@ -533,3 +533,321 @@ async fn a_hundred_thousand_lines_apply_and_one_more_is_refused_whole() {
         "nothing of the refused batch applied"
     );
 }
+
+impl Setup {
+    async fn put_settings(&self, bucket: &str, body: Value, token: &str) -> reqwest::Response {
+        self.http
+            .put(self.url(&format!("/api/buckets/{bucket}/settings")))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn move_bucket(&self, from: &str, to: &str, token: &str) -> reqwest::Response {
+        self.http
+            .post(self.url("/api/repos/move"))
+            .bearer_auth(token)
+            .json(&json!({"fromRepo": from, "toRepo": to, "type": "bucket"}))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// A CAS token of `bucket` (`read`/`write`).
+    async fn cas_token(&self, bucket: &str, which: &str, token: &str) -> String {
+        let v = self
+            .json(&format!("/api/buckets/{bucket}/xet-{which}-token"), token)
+            .await;
+        v["accessToken"].as_str().unwrap().to_string()
+    }
+}
+
+/// Status and `X-Error-Code` of a token-less GET.
+async fn anonymous(http: &reqwest::Client, url: String) -> (StatusCode, Option<String>) {
+    let r = http.get(url).send().await.unwrap();
+    let code = r
+        .headers()
+        .get("x-error-code")
+        .map(|v| v.to_str().unwrap().to_string());
+    (r.status(), code)
+}
+
+/// `PUT settings` flips a bucket's privacy for every reader at once, on every server of
+/// the store: a token-less reader (of a server without tokens sharing the store) sees
+/// the private bucket exactly as a missing one, and none of its files through the CAS.
+#[tokio::test]
+async fn settings_make_a_bucket_private_for_every_reader_at_once() {
+    let s = Setup::start().await;
+    // A second server on the same store, without tokens: every reader is anonymous.
+    let open = TestServer::start_hub(
+        ServerConfig::default(),
+        s.store.clone(),
+        Some(xet_hub::Repos::new(s.store.clone())),
+    )
+    .await;
+    assert_eq!(
+        s.create("orga/flip", json!({}), W).await.status(),
+        StatusCode::OK
+    );
+    let f = fixture_without_sha256(101, &[2500]);
+    s.upload("orga/flip", &f, W).await;
+    let (status, _) = s.batch("orga/flip", &[add("f.bin", &f, 1)], W).await;
+    assert_eq!(status, StatusCode::OK);
+    let reads = [
+        "/api/buckets/orga/flip",
+        "/api/buckets/orga/flip/tree",
+        "/buckets/orga/flip/resolve/f.bin",
+    ];
+    let reconstruction = format!("/v1/reconstructions/{}", f.file);
+    for path in reads.iter().chain([&reconstruction.as_str()]) {
+        assert_eq!(
+            anonymous(&s.http, open.url(path)).await.0,
+            StatusCode::OK,
+            "public: {path}"
+        );
+    }
+
+    // Settings need write access; a bad body changes nothing; unknown fields are ignored.
+    let r = s
+        .put_settings("orga/flip", json!({"private": true}), R)
+        .await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = s
+        .put_settings("orga/flip", json!({"private": "yes"}), W)
+        .await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let r = s
+        .put_settings("orga/flip", json!({"cdnRegions": []}), W)
+        .await;
+    assert_eq!(r.status(), StatusCode::OK, "no private: nothing to change");
+    assert_eq!(s.json("/api/buckets/orga/flip", R).await["private"], false);
+    let r = s
+        .put_settings("orga/flip", json!({"private": true}), OTHER)
+        .await;
+    assert_eq!(
+        r.status(),
+        StatusCode::NOT_FOUND,
+        "out of the token's scope"
+    );
+
+    let body = json!({"private": true, "cdnRegions": [{"provider": "x", "region": "us"}]});
+    let r = s.put_settings("orga/flip", body, W).await;
+    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    assert_eq!(s.json("/api/buckets/orga/flip", R).await["private"], true);
+    let missing = anonymous(&s.http, open.url("/api/buckets/orga/none")).await;
+    assert_eq!(
+        missing,
+        (StatusCode::NOT_FOUND, Some("RepoNotFound".to_string()))
+    );
+    for path in reads {
+        assert_eq!(
+            anonymous(&s.http, open.url(path)).await,
+            missing,
+            "private, as a missing bucket: {path}"
+        );
+    }
+    let rec = anonymous(&s.http, open.url(&reconstruction)).await;
+    assert_ne!(
+        rec.0,
+        StatusCode::OK,
+        "a private bucket's file through the CAS"
+    );
+    // The open server makes nothing private: nobody could read it there.
+    let r = s
+        .http
+        .put(open.url("/api/buckets/orga/flip/settings"))
+        .json(&json!({"private": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND, "it cannot even see it");
+
+    // Public again: readable again, at once.
+    let r = s
+        .put_settings("orga/flip", json!({"private": false}), W)
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    for path in reads.iter().chain([&reconstruction.as_str()]) {
+        assert_eq!(
+            anonymous(&s.http, open.url(path)).await.0,
+            StatusCode::OK,
+            "public again: {path}"
+        );
+    }
+    let r = s
+        .http
+        .put(open.url("/api/buckets/orga/flip/settings"))
+        .json(&json!({"private": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::BAD_REQUEST,
+        "no private buckets without tokens"
+    );
+}
+
+/// A move writes records only: the bucket answers at its new name with its files,
+/// totals and creation time (its CAS token reading its files), the old name is missing,
+/// and created again it starts empty, its token reading none of the moved bucket's files.
+/// A taken target is a 409 and changes nothing.
+#[tokio::test]
+async fn a_moved_bucket_keeps_everything_and_frees_its_name() {
+    let s = Setup::start().await;
+    assert_eq!(
+        s.create("orgb/src", json!({}), OTHER).await.status(),
+        StatusCode::OK
+    );
+    let (one, two) = (
+        fixture_without_sha256(111, &[3000]),
+        fixture_without_sha256(112, &[1000, 1000]),
+    );
+    s.upload("orgb/src", &one, OTHER).await;
+    s.upload("orgb/src", &two, OTHER).await;
+    let lines = [add("a.bin", &one, 5), add("d/b.bin", &two, 6)];
+    assert_eq!(s.batch("orgb/src", &lines, OTHER).await.0, StatusCode::OK);
+    let before = s.json("/api/buckets/orgb/src", OTHER).await;
+    let tree = s
+        .json("/api/buckets/orgb/src/tree?recursive=true", OTHER)
+        .await;
+
+    // Refusals first: another kind, a read token, a source out of scope.
+    let r = s
+        .http
+        .post(s.url("/api/repos/move"))
+        .bearer_auth(W)
+        .json(&json!({"fromRepo": "orgb/src", "toRepo": "orgb/x", "type": "model"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_IMPLEMENTED);
+    assert_eq!(
+        s.move_bucket("orgb/src", "orgb/x", R).await.status(),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        s.move_bucket("orgb/src", "orga/x", OTHER).await.status(),
+        StatusCode::FORBIDDEN,
+        "the target's namespace is out of the token's scope"
+    );
+    assert_eq!(
+        s.create("orgb/taken", json!({}), OTHER).await.status(),
+        StatusCode::OK
+    );
+    let r = s.move_bucket("orgb/src", "orgb/taken", OTHER).await;
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert_eq!(s.json("/api/buckets/orgb/src", OTHER).await, before);
+    assert_eq!(
+        s.batch("orgb/src", &[add("c.bin", &one, 7)], OTHER).await.0,
+        StatusCode::OK,
+        "a refused move leaves the source writable"
+    );
+    let (status, _) = s
+        .batch(
+            "orgb/src",
+            &[json!({"type": "deleteFile", "path": "c.bin"})],
+            OTHER,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let before = s.json("/api/buckets/orgb/src", OTHER).await;
+
+    let r = s.move_bucket("orgb/src", "orgb/dst", OTHER).await;
+    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    let after = s.json("/api/buckets/orgb/dst", OTHER).await;
+    for key in [
+        "size",
+        "totalFiles",
+        "createdAt",
+        "updatedAt",
+        "private",
+        "_id",
+    ] {
+        assert_eq!(after[key], before[key], "{key}");
+    }
+    assert_eq!(after["id"], "orgb/dst");
+    assert_eq!(
+        s.json("/api/buckets/orgb/dst/tree?recursive=true", OTHER)
+            .await,
+        tree
+    );
+    let body = s
+        .get("/buckets/orgb/dst/resolve/d/b.bin", OTHER)
+        .await
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(body.as_ref(), two.data.as_slice());
+    let read = s.cas_token("orgb/dst", "read", OTHER).await;
+    let rec = s
+        .get(&format!("/v1/reconstructions/{}", one.file), &read)
+        .await;
+    assert_eq!(
+        rec.status(),
+        StatusCode::OK,
+        "the moved bucket's token reads its files"
+    );
+    let gone = s.get("/api/buckets/orgb/src", OTHER).await;
+    assert_eq!(gone.status(), StatusCode::NOT_FOUND);
+    assert_eq!(gone.headers()["x-error-code"], "RepoNotFound");
+    assert_eq!(
+        s.move_bucket("orgb/src", "orgb/other", OTHER)
+            .await
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    let listed: Vec<Value> = s
+        .json("/api/buckets/orgb", OTHER)
+        .await
+        .as_array()
+        .unwrap()
+        .clone();
+    let ids: Vec<&str> = listed.iter().map(|b| b["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["orgb/dst", "orgb/taken"]);
+
+    // The old name, created again: empty, and nothing of the moved bucket is its.
+    assert_eq!(
+        s.create("orgb/src", json!({}), OTHER).await.status(),
+        StatusCode::OK
+    );
+    let fresh = s.json("/api/buckets/orgb/src", OTHER).await;
+    assert_eq!(
+        (fresh["totalFiles"].clone(), fresh["size"].clone()),
+        (json!(0), json!(0))
+    );
+    assert_eq!(s.json("/api/buckets/orgb/src/tree", OTHER).await, json!([]));
+    let fresh_read = s.cas_token("orgb/src", "read", OTHER).await;
+    let rec = s
+        .get(&format!("/v1/reconstructions/{}", one.file), &fresh_read)
+        .await;
+    assert_ne!(
+        rec.status(),
+        StatusCode::OK,
+        "the new bucket's token reads none of them"
+    );
+    // Writing to one does not touch the other.
+    let three = fixture_without_sha256(113, &[700]);
+    s.upload("orgb/src", &three, OTHER).await;
+    assert_eq!(
+        s.batch("orgb/src", &[add("a.bin", &three, 9)], OTHER)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        s.json("/api/buckets/orgb/dst/tree?recursive=true", OTHER)
+            .await,
+        tree
+    );
+    // And the moved one moves again, its files with it.
+    let r = s.move_bucket("orgb/dst", "orgb/again", OTHER).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        s.json("/api/buckets/orgb/again/tree?recursive=true", OTHER)
+            .await,
+        tree
+    );
+}

@@ -18,6 +18,7 @@
 
 mod access;
 mod batch;
+mod manage;
 mod read;
 
 use axum::body::Body;
@@ -33,6 +34,7 @@ use crate::routes::json;
 use crate::routes::misc::no_route;
 
 use access::{bucket_ref, not_found, now_ms, open};
+pub(super) use manage::move_repo;
 pub(super) use read::resolve;
 
 /// `/api/buckets/...`, after `buckets`.
@@ -50,6 +52,7 @@ pub(super) async fn route(
                 (&Method::POST, []) => create(ctx, &bucket, body).await,
                 (&Method::GET, []) => info(ctx, &bucket).await,
                 (&Method::DELETE, []) => delete(ctx, &bucket).await,
+                (&Method::PUT, ["settings"]) => manage::settings(ctx, &bucket, body).await,
                 (&Method::GET, ["tree", prefix @ ..]) => {
                     read::tree(ctx, &bucket, &prefix.join("/")).await
                 }
@@ -80,12 +83,7 @@ async fn create(ctx: &Ctx, bucket: &RepoRef, body: Body) -> HubResult<Response> 
             ),
         ));
     }
-    if req.is_private() && !ctx.state.auth.enabled() {
-        return Err(HubReply::bad_request(
-            "this server has no tokens, so nobody could ever read a private bucket: \
-             start xet serve with --token to create private ones",
-        ));
-    }
+    super::repo::refuse_private_without_tokens(ctx, req.is_private())?;
     let owner = &ctx.state.config.hub_user;
     let answer = CreateBucketResponse {
         url: page_url(ctx, bucket),
@@ -164,15 +162,19 @@ async fn list(ctx: &Ctx, ns: &str) -> HubResult<Response> {
 async fn delete(ctx: &Ctx, bucket: &RepoRef) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
     open(ctx, bucket, &caller).await?;
-    if !ctx.repos().store().delete_repo(bucket).await? {
-        return Err(not_found(bucket));
+    match ctx.repos().delete_bucket(bucket).await {
+        Ok(()) => {}
+        Err(RepoError::RepoNotFound(_)) => return Err(not_found(bucket)),
+        Err(e) => return Err(e.into()),
     }
     tracing::info!(bucket = %bucket.id, "bucket deleted");
     Ok(json(StatusCode::OK, &serde_json::json!({})))
 }
 
+/// A CAS token for the bucket's storage, not its name: the files it reads and the
+/// uploads it marks are where the bucket keeps them, through moves.
 async fn token(ctx: &Ctx, bucket: &RepoRef, need: Access) -> HubResult<Response> {
     let caller = ctx.caller(need)?;
-    open(ctx, bucket, &caller).await?;
-    super::upload::token_answer(ctx, bucket, need)
+    let state = open(ctx, bucket, &caller).await?;
+    super::upload::token_answer(ctx, &state.storage, need)
 }
