@@ -17,6 +17,7 @@
 
 pub mod api;
 pub mod bucket;
+pub mod bucket_changes;
 pub mod commit;
 pub mod commit_body;
 pub mod git;
@@ -27,6 +28,7 @@ pub mod store;
 pub mod tree;
 
 pub use bucket::{BatchOutcome, BucketState, BucketTotals};
+pub use bucket_changes::{Change, ChangeOp, ReplayBase, Since};
 pub use commit::{Commit, FileEntry, FileMeta, Operation, Storage};
 pub use id::{
     BranchName, CommitId, NameError, ObjectId, RepoId, RepoPath, RepoRef, RepoType, Revision,

@@ -18,6 +18,7 @@
 
 mod access;
 mod batch;
+mod events;
 mod manage;
 mod read;
 
@@ -53,6 +54,7 @@ pub(super) async fn route(
                 (&Method::GET, []) => info(ctx, &bucket).await,
                 (&Method::DELETE, []) => delete(ctx, &bucket).await,
                 (&Method::PUT, ["settings"]) => manage::settings(ctx, &bucket, body).await,
+                (&Method::GET, ["events"]) => events::events(ctx, &bucket).await,
                 (&Method::GET, ["tree", prefix @ ..]) => {
                     read::tree(ctx, &bucket, &prefix.join("/")).await
                 }
