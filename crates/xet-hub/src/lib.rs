@@ -11,7 +11,9 @@
 //!   (`hub-api.md`);
 //! - [`mode`]: which files go to Xet and which inline;
 //! - [`store`] and [`repos`]: the repository-store contract and the operations over it
-//!   (create, resolve, commit by compare-and-swap, branch).
+//!   (create, resolve, commit by compare-and-swap, branch, change a record);
+//! - [`bucket`] and [`bucket_changes`]: storage buckets (batches, moves) and what changed
+//!   between two points of a bucket's history (its events feed).
 //!
 //! No transport and no runtime: the server and the client bring theirs.
 

@@ -7,14 +7,20 @@
 //! | `GET /api/buckets/{ns}/{name}` | read | the bucket: `id`, `private`, `size`, `totalFiles`, `createdAt`, `updatedAt` |
 //! | `GET /api/buckets/{ns}` | read | the namespace's buckets the caller sees (`me` = the caller) |
 //! | `DELETE /api/buckets/{ns}/{name}` | write | `200`; its files are gone for good |
+//! | `PUT /api/buckets/{ns}/{name}/settings` | write | `{"private": bool}` (other fields ignored; none: no change); `400` for private on a server without tokens |
+//! | `POST /api/repos/move` | write, reaching both names | `{"fromRepo","toRepo","type":"bucket"}`: the bucket at its new name, records only; `404` no source, `409` target exists ([`manage`]) |
 //! | `GET /api/buckets/{ns}/{name}/tree[/{prefix}]` | read | entries (full paths), `?recursive=true` (files only), paged by `Link` |
 //! | `POST /api/buckets/{ns}/{name}/paths-info` | read | the files among `paths` (others omitted) |
 //! | `POST /api/buckets/{ns}/{name}/batch` | write | NDJSON `addFile`/`copyFile`/`deleteFile` → report; `422` if nothing applied |
-//! | `GET /api/buckets/{ns}/{name}/xet-{read,write}-token` | read / write | a CAS token for the bucket |
+//! | `GET /api/buckets/{ns}/{name}/xet-{read,write}-token` | read / write | a CAS token for the bucket (bound to its storage, so it survives a move) |
+//! | `GET /api/buckets/{ns}/{name}/events` | read | `text/event-stream` of `ready`/`changes`/`reset`/`reconnect`, `?cursor=` or `?since=`; `400` without `Accept: text/event-stream`, `503` + `Retry-After` when full ([`events`]) |
 //! | `HEAD`/`GET /buckets/{ns}/{name}/resolve/{path}` | read | the file's Xet facts; `GET` its bytes, `Range` → `206` |
 //!
 //! A bucket the caller may not see answers as a missing one: `404` with `X-Error-Code:
-//! RepoNotFound` (huggingface_hub raises `BucketNotFoundError` on exactly that).
+//! RepoNotFound` (huggingface_hub raises `BucketNotFoundError` on exactly that). Privacy
+//! is read from the record on every request, so a settings change applies at once on
+//! every server of the store. A bucket half-way through a move (a crash) answers its
+//! writes `409` until the same move is asked again.
 
 mod access;
 mod batch;
