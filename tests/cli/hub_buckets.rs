@@ -473,3 +473,132 @@ fn two_servers_on_one_s3_store_share_buckets() {
         (files.len().into(), total.into())
     );
 }
+
+/// `hf buckets settings --private/--public` and `hf buckets move` against `xet serve`:
+/// `info` follows each change; the moved bucket keeps its files, totals and creation
+/// time, the old name is gone, and created again it is empty; a taken name is refused.
+#[test]
+fn hf_buckets_settings_and_move_against_xet_serve() {
+    let store = tempfile::tempdir().unwrap();
+    let server = serve(store.path());
+    let url = server.url.as_str();
+    let py = Py::new();
+    let src = tempfile::tempdir().unwrap();
+    let files = checkpoint(src.path(), 21);
+    py.hf_ok(url, &["buckets", "create", "org/before"]);
+    py.hf_ok(
+        url,
+        &[
+            "buckets",
+            "sync",
+            src.path().to_str().unwrap(),
+            "hf://buckets/org/before",
+        ],
+    );
+    assert_eq!(info(&py, url, "org/before")["private"], false);
+    let out = py.hf_ok(url, &["buckets", "settings", "org/before", "--private"]);
+    assert!(out.contains("Bucket settings updated"), "{out}");
+    assert_eq!(info(&py, url, "org/before")["private"], true);
+    py.hf_ok(url, &["buckets", "settings", "org/before", "--public"]);
+    let before = info(&py, url, "org/before");
+    assert_eq!(before["private"], false);
+
+    let out = py.hf_ok(url, &["buckets", "move", "org/before", "org/after"]);
+    assert!(out.contains("Bucket moved"), "{out}");
+    let after = info(&py, url, "org/after");
+    assert_eq!(after["id"], "org/after");
+    for key in ["total_files", "size", "created_at", "private"] {
+        assert_eq!(after[key], before[key], "{key}: {after}");
+    }
+    let gone = py.hf(url, Some(READ), &["buckets", "info", "org/before"]);
+    assert!(!gone.status.success(), "the old name is gone");
+    let down = tempfile::tempdir().unwrap();
+    py.hf_ok(
+        url,
+        &[
+            "buckets",
+            "sync",
+            "hf://buckets/org/after",
+            down.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(tree_of(down.path()), files);
+
+    py.hf_ok(url, &["buckets", "create", "org/before"]);
+    let fresh = info(&py, url, "org/before");
+    assert_eq!(
+        (fresh["total_files"].clone(), fresh["size"].clone()),
+        (0.into(), 0.into())
+    );
+    let taken = py.hf(
+        url,
+        Some(WRITE),
+        &["buckets", "move", "org/after", "org/before"],
+    );
+    assert!(!taken.status.success(), "moving onto an existing bucket");
+    assert_eq!(info(&py, url, "org/after")["total_files"], files.len());
+}
+
+/// `HfFileSystem(live_follow=True)` follows a bucket's events feed: a file another client
+/// (`hf buckets cp`, another process) adds shows in a listing the filesystem had cached,
+/// without any `invalidate_cache`.
+#[test]
+fn hf_file_system_live_follow_sees_another_clients_change() {
+    let store = tempfile::tempdir().unwrap();
+    let server = serve(store.path());
+    let url = server.url.as_str();
+    let py = Py::new();
+    let work = tempfile::tempdir().unwrap();
+    let first = work.path().join("first.txt");
+    std::fs::write(&first, b"first\n").unwrap();
+    let new = work.path().join("new.txt");
+    std::fs::write(&new, b"new\n").unwrap();
+    py.hf_ok(url, &["buckets", "create", "org/live"]);
+    py.hf_ok(
+        url,
+        &[
+            "buckets",
+            "cp",
+            first.to_str().unwrap(),
+            "hf://buckets/org/live/first.txt",
+        ],
+    );
+    let code = r#"
+import os, sys, time, subprocess
+from huggingface_hub import HfFileSystem
+from huggingface_hub import _bucket_live_follow as lf
+fs = HfFileSystem(live_follow=True)
+print("before", sorted(fs.ls("hf://buckets/org/live", detail=False)), flush=True)
+follower = lf.BUCKET_FOLLOWERS[(fs.endpoint, fs.token, "org/live")][0]
+t = time.time()
+while not follower.subscribed:
+    assert follower.is_alive(), "the follower gave up"
+    assert time.time() - t < 60, "never subscribed"
+    time.sleep(0.05)
+hf = os.path.join(os.path.dirname(sys.executable), "hf")
+subprocess.run([hf, "buckets", "cp", sys.argv[1], "hf://buckets/org/live/new.txt"], check=True, capture_output=True)
+t = time.time()
+while True:
+    names = sorted(fs.ls("hf://buckets/org/live", detail=False))
+    if "buckets/org/live/new.txt" in names:
+        break
+    assert time.time() - t < 60, f"the change never showed: {names}"
+    time.sleep(0.1)
+print("after", names)
+"#;
+    let out = py.python(url, Some(WRITE), code, &[new.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("before ['buckets/org/live/first.txt']"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("after ['buckets/org/live/first.txt', 'buckets/org/live/new.txt']"),
+        "{stdout}"
+    );
+}

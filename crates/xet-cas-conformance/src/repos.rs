@@ -9,6 +9,12 @@
 //!
 //! - [`records`]: creating a repository twice gives `false` (through either instance),
 //!   records round-trip, the type is part of the name;
+//! - [`record_updates`]: a record changes by compare-and-swap (stale and forged versions
+//!   refused, [`UPDATERS`] concurrent updates from one version across both instances:
+//!   exactly one wins), deletion is such a change, a deleted repository is created again;
+//! - [`storage_holders`]: the holder of a bucket storage moves by compare-and-swap, and
+//!   `repos_referencing` follows it to the record of the bucket kept there (a name moved
+//!   away and created again holds nothing of it);
 //! - [`commits`]: commits round-trip byte for byte, storing one again is a no-op, each
 //!   repository has its own;
 //! - [`branches`]: creation, compare-and-swap from the current head, refusal from a stale
@@ -34,8 +40,9 @@ use sha2::Digest as _;
 use xet_cas::Cas;
 use xet_hub::commit::Stored;
 use xet_hub::{
-    BranchHead, BranchName, Commit, CommitId, CommitMeta, FileEntry, Operation, RepoError, RepoId,
-    RepoObject, RepoPath, RepoRecord, RepoRef, RepoStore, RepoType, Repos, Revision,
+    BranchHead, BranchName, Commit, CommitId, CommitMeta, FileEntry, Home, Operation, RecordHead,
+    RepoError, RepoId, RepoObject, RepoPath, RepoRecord, RepoRef, RepoStore, RepoType, Repos,
+    Revision,
 };
 
 use crate::fixture::fixture;
@@ -43,6 +50,9 @@ use crate::{text_err, upload_shards, upload_xorbs};
 
 /// How many commits [`concurrent_commits`] races onto one branch.
 pub const COMMITTERS: usize = 12;
+
+/// How many updates [`record_updates`] races from one version of a record.
+pub const UPDATERS: usize = 12;
 
 /// A store under test: the CAS (to upload the shards whose sha256s are claimed) and the
 /// repository store, as one object.
@@ -96,8 +106,8 @@ impl Twins {
 macro_rules! repo_store_conformance_tests {
     ($make:expr) => {
         $crate::repo_store_conformance_tests!(@cases $make;
-            records, commits, branches, concurrent_commits, visible_across_instances,
-            stale_parent, sha256_claims, verified_sha256);
+            records, record_updates, storage_holders, commits, branches, concurrent_commits,
+            visible_across_instances, stale_parent, sha256_claims, verified_sha256);
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
         $(
@@ -117,6 +127,8 @@ where
     Fut: Future<Output = Twins>,
 {
     records(&make().await).await;
+    record_updates(&make().await).await;
+    storage_holders(&make().await).await;
     commits(&make().await).await;
     branches(&make().await).await;
     concurrent_commits(&make().await).await;
@@ -189,6 +201,8 @@ fn record(r: &RepoRef, owner: &str, private: bool) -> RepoRecord {
         created_at: 1_700_000_000,
         created_ms: None,
         incarnation: None,
+        home: None,
+        moving_to: None,
     }
 }
 
@@ -299,6 +313,245 @@ pub async fn records(t: &Twins) {
         file_names(&rb, &s, &c).await.is_empty() && c.parent.is_none(),
         "records: initial commit {c:?}"
     );
+}
+
+/// Records change by compare-and-swap: from the current version through either instance;
+/// never from a stale version or from the current version with another record; of
+/// [`UPDATERS`] concurrent updates from one version, split across the instances, exactly
+/// one lands. A deletion is such a change: an update from before it fails, reads answer
+/// nothing, and the repository can be created again, with the new record.
+pub async fn record_updates(t: &Twins) {
+    let r = repo(RepoType::Bucket, "org/updates");
+    let first = record(&r, "alice", false);
+    assert_eq!(
+        text_err(t.a.create_repo(&r, &first).await),
+        Ok(true),
+        "record_updates: creation"
+    );
+    let h1 = match t.b.repo_head(&r).await {
+        Ok(Some(h)) => h,
+        other => panic!("record_updates: head through b: {other:?}"),
+    };
+    assert_eq!(h1.record, first, "record_updates: the created record");
+    let private = RepoRecord {
+        private: true,
+        ..first.clone()
+    };
+    let v2 = match t.b.update_repo(&r, &h1, Some(&private)).await {
+        Ok(Some(v)) => v,
+        other => panic!("record_updates: update from the current version: {other:?}"),
+    };
+    assert!(
+        v2 > h1.version,
+        "record_updates: version {} -> {v2}",
+        h1.version
+    );
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        assert_eq!(
+            text_err(s.repo(&r).await),
+            Ok(Some(private.clone())),
+            "record_updates: updated record through {who}"
+        );
+    }
+    let h2 = RecordHead {
+        record: private.clone(),
+        version: v2,
+    };
+    let forged = RecordHead {
+        record: first.clone(),
+        version: v2,
+    };
+    let other = record(&r, "mallory", true);
+    for (what, from) in [("a stale version", &h1), ("a forged version", &forged)] {
+        for (who, s) in [("a", &t.a), ("b", &t.b)] {
+            assert_eq!(
+                text_err(s.update_repo(&r, from, Some(&other)).await),
+                Ok(None),
+                "record_updates: update from {what} through {who}"
+            );
+        }
+    }
+
+    // Concurrent updates from one version: exactly one lands, and it is what is read.
+    let mut racers = tokio::task::JoinSet::new();
+    for i in 0..UPDATERS {
+        let s = if i.is_multiple_of(2) { &t.a } else { &t.b };
+        let (s, r, from) = (Arc::clone(s), r.clone(), h2.clone());
+        let to = record(&r, &format!("owner{i}"), false);
+        racers.spawn(async move { (to.clone(), s.update_repo(&r, &from, Some(&to)).await) });
+    }
+    let mut winners = Vec::new();
+    while let Some(raced) = racers.join_next().await {
+        let (to, landed) = raced.expect("record_updates: updater task");
+        match landed {
+            Ok(Some(_)) => winners.push(to),
+            Ok(None) => {}
+            Err(e) => panic!("record_updates: concurrent update: {e}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "record_updates: winners {winners:?}");
+    assert_eq!(
+        text_err(t.a.repo(&r).await),
+        Ok(Some(winners[0].clone())),
+        "record_updates: the winner is the record"
+    );
+
+    // Deletion: a change like the others; then created again.
+    let h3 =
+        t.b.repo_head(&r)
+            .await
+            .expect("record_updates: head")
+            .expect("exists");
+    assert_eq!(
+        text_err(t.a.delete_repo(&r).await),
+        Ok(true),
+        "record_updates: deletion"
+    );
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        assert_eq!(
+            text_err(s.repo(&r).await),
+            Ok(None),
+            "record_updates: deleted, through {who}"
+        );
+        assert_eq!(
+            text_err(s.delete_repo(&r).await),
+            Ok(false),
+            "record_updates: deleting again through {who}"
+        );
+    }
+    assert_eq!(
+        text_err(t.b.update_repo(&r, &h3, Some(&private)).await),
+        Ok(None),
+        "record_updates: an update from before the deletion brings nothing back"
+    );
+    let again = record(&r, "bob", false);
+    assert_eq!(
+        text_err(t.b.create_repo(&r, &again).await),
+        Ok(true),
+        "record_updates: created again"
+    );
+    assert_eq!(
+        text_err(t.a.create_repo(&r, &first).await),
+        Ok(false),
+        "record_updates: created again, twice"
+    );
+    assert_eq!(
+        text_err(t.a.repo(&r).await),
+        Ok(Some(again)),
+        "record_updates: the new record"
+    );
+}
+
+/// The holder of a bucket storage: set once from nothing, moved only from its current
+/// version; `repos_referencing` follows it from the references kept in the storage to
+/// the record naming that storage, and not to a name that no longer keeps it there.
+pub async fn storage_holders(t: &Twins) {
+    let storage = RepoRef::new(RepoType::Bucket, RepoId::storage(0x5eed));
+    let (old, new) = (
+        repo(RepoType::Bucket, "org/before"),
+        repo(RepoType::Bucket, "org/after"),
+    );
+    assert_eq!(
+        text_err(t.a.storage_holder(&storage).await),
+        Ok(None),
+        "storage_holders: none yet"
+    );
+    assert_eq!(
+        text_err(t.a.set_storage_holder(&storage, None, &old.id).await),
+        Ok(true),
+        "storage_holders: first holder"
+    );
+    assert_eq!(
+        text_err(t.b.set_storage_holder(&storage, None, &new.id).await),
+        Ok(false),
+        "storage_holders: a first holder again"
+    );
+    let h1 = match t.b.storage_holder(&storage).await {
+        Ok(Some(h)) => h,
+        other => panic!("storage_holders: holder through b: {other:?}"),
+    };
+    assert_eq!(h1.name, old.id, "storage_holders: the first holder");
+    let kept = RepoRecord {
+        home: Some(Home::Own(0x5eed)),
+        ..record(&old, "alice", true)
+    };
+    t.a.create_repo(&old, &kept)
+        .await
+        .expect("storage_holders: record");
+    let file = xet_hash::chunk_hash(b"kept apart");
+    t.b.record_file_reference(&storage, &file)
+        .await
+        .expect("storage_holders: reference");
+    let holders = |s: Arc<dyn HubStore>| async move {
+        let found = s.repos_referencing(&file).await;
+        let found = found.unwrap_or_else(|e| panic!("storage_holders: holders: {e}"));
+        found
+            .into_iter()
+            .map(|r| r.id.to_string())
+            .collect::<Vec<_>>()
+    };
+    for s in [&t.a, &t.b] {
+        assert_eq!(
+            holders(Arc::clone(s)).await,
+            ["org/before"],
+            "storage_holders: before"
+        );
+    }
+
+    // Moved: a record under the new name with the same home, the holder moved, the old
+    // name deleted and created again elsewhere.
+    t.b.create_repo(
+        &new,
+        &RepoRecord {
+            home: Some(Home::Own(0x5eed)),
+            ..record(&new, "alice", true)
+        },
+    )
+    .await
+    .expect("storage_holders: the new name");
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        assert_eq!(
+            text_err(
+                s.set_storage_holder(&storage, Some(h1.version + 1), &new.id)
+                    .await
+            ),
+            Ok(false),
+            "storage_holders: from a version that is not there, through {who}"
+        );
+    }
+    assert_eq!(
+        text_err(
+            t.a.set_storage_holder(&storage, Some(h1.version), &new.id)
+                .await
+        ),
+        Ok(true),
+        "storage_holders: moved"
+    );
+    assert_eq!(
+        text_err(
+            t.b.set_storage_holder(&storage, Some(h1.version), &old.id)
+                .await
+        ),
+        Ok(false),
+        "storage_holders: from a stale version"
+    );
+    t.a.delete_repo(&old)
+        .await
+        .expect("storage_holders: delete");
+    let recreated = RepoRecord {
+        home: Some(Home::Own(0xfeed)),
+        ..record(&old, "bob", false)
+    };
+    t.b.create_repo(&old, &recreated)
+        .await
+        .expect("storage_holders: created again");
+    for s in [&t.a, &t.b] {
+        assert_eq!(
+            holders(Arc::clone(s)).await,
+            ["org/after"],
+            "storage_holders: after"
+        );
+    }
 }
 
 /// Commits, trees and facts: stored bytes come back identical through both instances;

@@ -559,6 +559,11 @@ pub struct ServeArgs {
     /// author of commits, what `hf auth whoami` shows.
     #[arg(long, default_value = "user", value_name = "NAME")]
     hub_user: String,
+    /// End a bucket's event stream (`/api/buckets/{id}/events`) with `reconnect` after
+    /// SECS; clients resume from its cursor.
+    #[arg(long, default_value_t = xet_server::config::DEFAULT_EVENTS_SESSION.as_secs(), value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    bucket_events_session: u64,
 }
 
 /// What `xet serve` serves from: the CAS, the repositories of its Hub API (the same
@@ -691,6 +696,10 @@ pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
         spool_dir,
         hub_user: a.hub_user.clone(),
         cas_token_key: Some(store.token_key),
+        bucket_events: xet_server::BucketEventsConfig {
+            max_session: std::time::Duration::from_secs(a.bucket_events_session),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let repos = xet_hub::Repos::new(store.repos);

@@ -72,6 +72,31 @@ impl CreateRepoRequest {
     }
 }
 
+/// `PUT /api/{type}s/{id}/settings`: huggingface_hub sends `visibility` (and `gated`),
+/// other clients `private`. Fields absent change nothing; others are ignored.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RepoSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private: Option<bool>,
+    /// `private` or `public`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visibility: Option<String>,
+    /// `"auto"`, `"manual"` or `false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gated: Option<serde_json::Value>,
+}
+
+/// `POST /api/repos/move`: ids `namespace/name`; `type` `model` (also when absent),
+/// `dataset`, `space` or `bucket`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MoveRepoRequest {
+    pub from_repo: String,
+    pub to_repo: String,
+    #[serde(default, rename = "type")]
+    pub repo_type: Option<String>,
+}
+
 /// Answer of `POST /api/repos/create` (200, and with the 409 of an existing repository).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CreateRepoResponse {
@@ -623,7 +648,8 @@ pub mod buckets {
         pub resource_group: Option<serde_json::Value>,
     }
 
-    /// `PUT /api/buckets/{ns}/{name}/settings`.
+    /// `PUT /api/buckets/{ns}/{name}/settings`. Fields absent change nothing; others
+    /// (`cdnRegions`) are ignored.
     #[derive(Debug, Clone, Default, Serialize, Deserialize)]
     pub struct BucketSettings {
         #[serde(default, skip_serializing_if = "Option::is_none")]

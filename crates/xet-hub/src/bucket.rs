@@ -9,17 +9,36 @@
 //! What differs from a repository:
 //! - no history is shown: the branch is internal, named after the bucket's incarnation
 //!   (a nonce in its record), so a bucket deleted and created again starts empty;
+//! - its objects, branch and file references are kept apart from its name, under a
+//!   storage name made of that nonce ([`Home::Own`]), so a move writes records only and
+//!   a name freed by a move and created again starts with nothing of the moved bucket;
 //! - each operation of a batch applies or fails on its own ([`tree::apply_each`]);
 //!   deleting a path that is not there succeeds, so a replayed batch changes nothing;
 //! - each commit carries the bucket's totals (files, bytes) and its `updatedAt` in
 //!   milliseconds, strictly increasing, so they are exact without walking the tree.
+//!
+//! # Moves
+//! [`Repos::move_bucket`] changes three records, each by compare-and-swap, in this order:
+//! 1. the source's record is marked `moving_to` the target: from here on the source
+//!    takes no writes (batches, settings, deletion answer [`RepoError::Moving`]);
+//! 2. the target's record is created: the source's, with the same home and incarnation,
+//!    so the same storage and branch (nothing is copied); if the target exists, the
+//!    source's mark is taken back and the move fails;
+//! 3. the storage's holder becomes the target (what file references lead to);
+//! 4. the source's record is deleted.
+//!
+//! A crash between two steps never leaves two names writable onto one branch: after
+//! step 1 only the target can become writable. It leaves the source read-only (and the
+//! target live after step 2) until the same move is asked again, which finishes it from
+//! wherever it stopped. The other order (create the target, then delete the source) would
+//! leave both names live and writable onto one branch until someone noticed.
 
 use std::hash::{BuildHasher as _, Hasher as _};
 
 use crate::commit::{ApplyError, Commit, Operation};
 use crate::id::{BranchName, CommitId, RepoRef, RepoType};
-use crate::repos::{RepoError, Repos};
-use crate::store::RepoRecord;
+use crate::repos::{RepoError, Repos, refuse_moving};
+use crate::store::{Home, RepoRecord};
 use crate::tree::{self, Applied};
 
 /// A bucket's totals after a commit.
@@ -42,7 +61,7 @@ impl BucketTotals {
         )
     }
 
-    fn decode(description: &str) -> Option<BucketTotals> {
+    pub(crate) fn decode(description: &str) -> Option<BucketTotals> {
         let mut it = description.strip_prefix(TOTALS_PREFIX)?.split_whitespace();
         let mut field = |name: &str| it.next()?.strip_prefix(name)?.parse::<u64>().ok();
         Some(BucketTotals {
@@ -57,6 +76,9 @@ impl BucketTotals {
 #[derive(Debug, Clone)]
 pub struct BucketState {
     pub record: RepoRecord,
+    /// Where its objects, branch and file references are kept
+    /// ([`RepoRecord::storage`]): what every object read of the bucket names.
+    pub storage: RepoRef,
     pub branch: BranchName,
     /// `None` until the first write.
     pub head: Option<CommitId>,
@@ -92,7 +114,8 @@ fn nonce(now_ms: u64) -> u64 {
 }
 
 impl Repos {
-    /// Create bucket `bucket` (empty). [`RepoError::RepoExists`] if it exists.
+    /// Create bucket `bucket` (empty), kept under a storage of its own.
+    /// [`RepoError::RepoExists`] if it exists.
     pub async fn create_bucket(
         &self,
         bucket: &RepoRef,
@@ -101,6 +124,7 @@ impl Repos {
         now_ms: u64,
     ) -> Result<RepoRecord, RepoError> {
         debug_assert_eq!(bucket.kind, RepoType::Bucket);
+        let nonce = nonce(now_ms);
         let record = RepoRecord {
             kind: bucket.kind,
             id: bucket.id.clone(),
@@ -108,8 +132,25 @@ impl Repos {
             owner: owner.to_string(),
             created_at: now_ms / 1000,
             created_ms: Some(now_ms),
-            incarnation: Some(nonce(now_ms)),
+            incarnation: Some(nonce),
+            home: Some(Home::Own(nonce)),
+            moving_to: None,
         };
+        // The holder before the record, so the references its storage will keep always
+        // lead to a record. A holder left by a creation that lost (or died) names a record
+        // whose storage is elsewhere, which leads nowhere.
+        let storage = record.storage();
+        if !self
+            .store()
+            .set_storage_holder(&storage, None, &bucket.id)
+            .await?
+        {
+            return Err(xet_cas::CasError::storage(format!(
+                "the new storage {} of bucket {bucket} is held already: its nonce repeats one",
+                storage.id
+            ))
+            .into());
+        }
         if !self.store().create_repo(bucket, &record).await? {
             return Err(RepoError::RepoExists(bucket.clone()));
         }
@@ -119,11 +160,13 @@ impl Repos {
     /// The state of bucket `bucket`: [`RepoError::RepoNotFound`] if there is none.
     pub async fn bucket(&self, bucket: &RepoRef) -> Result<BucketState, RepoError> {
         let record = self.record(bucket).await?;
+        let storage = record.storage();
         let branch = incarnation_branch(record.incarnation.unwrap_or(0));
         let created_ms = record.created_ms.unwrap_or(record.created_at * 1000);
-        let Some(head) = self.store().branch(bucket, &branch).await? else {
+        let Some(head) = self.store().branch(&storage, &branch).await? else {
             return Ok(BucketState {
                 record,
+                storage,
                 branch,
                 head: None,
                 tree: None,
@@ -133,14 +176,102 @@ impl Repos {
                 },
             });
         };
-        let commit = self.stored_commit(bucket, &branch, &head.commit).await?;
-        let totals = totals_of(bucket, &head.commit, &commit)?;
+        let commit = self.stored_commit(&storage, &branch, &head.commit).await?;
+        let totals = totals_of(&storage, &head.commit, &commit)?;
         Ok(BucketState {
             record,
+            storage,
             branch,
             head: Some(head.commit),
             tree: Some(commit.tree),
             totals,
+        })
+    }
+
+    /// Delete bucket `bucket` (not one being moved): its name is free, its files gone.
+    pub async fn delete_bucket(&self, bucket: &RepoRef) -> Result<(), RepoError> {
+        self.update_record(bucket, |r| {
+            refuse_moving(bucket, r)?;
+            Ok(None)
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Move bucket `from` to the free name `to`, with its files, totals and creation time;
+    /// nothing but records is written (see the module docs for the order and why).
+    /// Asked again after a crash, finishes the same move.
+    pub async fn move_bucket(&self, from: &RepoRef, to: &RepoRef) -> Result<RepoRecord, RepoError> {
+        let source = self
+            .update_record(from, |r| match &r.moving_to {
+                None => Ok(Some(RepoRecord {
+                    moving_to: Some(to.id.clone()),
+                    ..r.clone()
+                })),
+                // An earlier attempt of this very move stopped half-way: finish it.
+                Some(t) if *t == to.id => Ok(Some(r.clone())),
+                Some(_) => refuse_moving(from, r).map(|()| None),
+            })
+            .await?
+            .ok_or_else(|| RepoError::RepoNotFound(from.clone()))?;
+        let storage = source.storage();
+        let target = RepoRecord {
+            id: to.id.clone(),
+            home: Some(source.home.clone().unwrap_or(Home::Name(from.id.clone()))),
+            moving_to: None,
+            ..source.clone()
+        };
+        if !self.store().create_repo(to, &target).await? {
+            // Ours if an earlier attempt created it; anyone else's: give the source its
+            // writes back and refuse.
+            let existing = self.store().repo(to).await?;
+            let ours = existing
+                .as_ref()
+                .is_some_and(|r| r.storage() == storage && r.incarnation == source.incarnation);
+            if !ours {
+                self.update_record(from, |r| {
+                    Ok(Some(RepoRecord {
+                        moving_to: None,
+                        ..r.clone()
+                    }))
+                })
+                .await?;
+                return Err(RepoError::RepoExists(to.clone()));
+            }
+        }
+        self.hold_storage(&storage, to).await?;
+        let deleted = self
+            .update_record(from, |r| match &r.moving_to {
+                Some(t) if *t == to.id => Ok(None),
+                _ => refuse_moving(from, r).map(|()| Some(r.clone())),
+            })
+            .await;
+        match deleted {
+            // Gone already: another attempt of this move finished it.
+            Ok(_) | Err(RepoError::RepoNotFound(_)) => Ok(target),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Make `holder` the name holding `storage`.
+    async fn hold_storage(&self, storage: &RepoRef, holder: &RepoRef) -> Result<(), RepoError> {
+        for _ in 0..crate::repos::MAX_COMMIT_ATTEMPTS {
+            let current = self.store().storage_holder(storage).await?;
+            if current.as_ref().is_some_and(|h| h.name == holder.id) {
+                return Ok(());
+            }
+            let from = current.map(|h| h.version);
+            if self
+                .store()
+                .set_storage_holder(storage, from, &holder.id)
+                .await?
+            {
+                return Ok(());
+            }
+        }
+        Err(RepoError::RecordContention {
+            repo: storage.clone(),
+            attempts: crate::repos::MAX_COMMIT_ATTEMPTS,
         })
     }
 
@@ -169,6 +300,9 @@ impl Repos {
         now_ms: u64,
     ) -> Result<BatchOutcome, RepoError> {
         let state = self.bucket(bucket).await?;
+        refuse_moving(bucket, &state.record)?;
+        // Everything is read and written where the bucket is kept, not under its name.
+        let storage = &state.storage;
         let added = ops
             .iter()
             .filter_map(|op| match op {
@@ -176,18 +310,20 @@ impl Repos {
                 _ => None,
             })
             .collect();
-        self.record_files(bucket, added).await?;
+        self.record_files(storage, added).await?;
         let ops: std::sync::Arc<[Operation]> = ops.into();
         for _ in 0..crate::repos::MAX_COMMIT_ATTEMPTS {
-            let head = self.store().branch(bucket, &state.branch).await?;
+            let head = self.store().branch(storage, &state.branch).await?;
             let (base, before) = match &head {
                 Some(h) => {
-                    let c = self.stored_commit(bucket, &state.branch, &h.commit).await?;
-                    (Some(c.tree), totals_of(bucket, &h.commit, &c)?)
+                    let c = self
+                        .stored_commit(storage, &state.branch, &h.commit)
+                        .await?;
+                    (Some(c.tree), totals_of(storage, &h.commit, &c)?)
                 }
                 None => (None, state.totals),
             };
-            let root = self.load_for(bucket, base, &ops).await?;
+            let root = self.load_for(storage, base, &ops).await?;
             let ops_ = std::sync::Arc::clone(&ops);
             let (results, built) = self
                 .off(move || {
@@ -215,13 +351,13 @@ impl Repos {
                 created_at: now_ms / 1000,
             };
             let (id, bytes) = commit.encode();
-            self.write_folders(bucket, folders).await?;
+            self.write_folders(storage, folders).await?;
             self.store()
-                .put_object(bucket, crate::RepoObject::Commit, &id, bytes.into())
+                .put_object(storage, crate::RepoObject::Commit, &id, bytes.into())
                 .await?;
             if self
                 .store()
-                .update_branch(bucket, &state.branch, head.as_ref(), &id)
+                .update_branch(storage, &state.branch, head.as_ref(), &id)
                 .await?
                 .is_some()
             {
@@ -240,7 +376,11 @@ impl Repos {
     }
 }
 
-fn totals_of(bucket: &RepoRef, id: &CommitId, c: &Commit) -> Result<BucketTotals, RepoError> {
+pub(crate) fn totals_of(
+    bucket: &RepoRef,
+    id: &CommitId,
+    c: &Commit,
+) -> Result<BucketTotals, RepoError> {
     BucketTotals::decode(&c.description).ok_or_else(|| {
         xet_cas::CasError::storage(format!(
             "commit {id} of bucket {bucket} does not carry the bucket's totals"

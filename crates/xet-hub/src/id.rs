@@ -154,6 +154,9 @@ pub struct RepoId {
     name: String,
 }
 
+/// The namespace of [`RepoId::storage`] names: not a valid segment, so no name is one.
+const STORAGE_NAMESPACE: &str = "-";
+
 fn check_segment(seg: &str) -> Result<(), &'static str> {
     if seg.is_empty() {
         return Err("a segment is empty");
@@ -199,6 +202,38 @@ impl RepoId {
                 why: "expected namespace/name",
             }),
         }
+    }
+
+    /// The storage name of a bucket kept apart from its name ([`crate::store::Home::Own`]):
+    /// `-/` and the nonce in 16 hex digits. No repository or bucket name can be one (a
+    /// segment never starts with `-`), so what is kept under it never mixes with what a
+    /// name keeps, whatever names are created, moved or deleted.
+    pub fn storage(nonce: u64) -> RepoId {
+        RepoId {
+            namespace: STORAGE_NAMESPACE.to_string(),
+            name: format!("{nonce:016x}"),
+        }
+    }
+
+    /// Whether this is a [`storage`](RepoId::storage) name rather than a repository's.
+    pub fn is_storage(&self) -> bool {
+        self.namespace == STORAGE_NAMESPACE
+    }
+
+    /// [`parse`](RepoId::parse), or a [`storage`](RepoId::storage) name: for names the
+    /// server wrote itself (minted CAS tokens name a bucket's storage), never for a name
+    /// a request gives.
+    pub fn parse_stored(s: &str) -> Result<RepoId, NameError> {
+        if let Some(hex) = s
+            .strip_prefix(STORAGE_NAMESPACE)
+            .and_then(|r| r.strip_prefix('/'))
+            && hex.len() == 16
+            && let Ok(nonce) = u64::from_str_radix(hex, 16)
+            && hex == format!("{nonce:016x}")
+        {
+            return Ok(RepoId::storage(nonce));
+        }
+        RepoId::parse(s)
     }
 
     pub fn namespace(&self) -> &str {
@@ -582,6 +617,25 @@ mod tests {
             assert!(RepoId::parse(bad).is_err(), "{bad}");
         }
         assert!(RepoId::parse(&format!("o/{}", "a".repeat(97))).is_err());
+    }
+
+    #[test]
+    fn storage_names_are_no_repository_names() {
+        let s = RepoId::storage(0xab);
+        assert_eq!(s.to_string(), "-/00000000000000ab");
+        assert!(s.is_storage() && !RepoId::parse("o/x").unwrap().is_storage());
+        assert!(
+            RepoId::parse(&s.to_string()).is_err(),
+            "a request cannot name it"
+        );
+        assert_eq!(RepoId::parse_stored(&s.to_string()).unwrap(), s);
+        assert_eq!(
+            RepoId::parse_stored("org/x").unwrap(),
+            RepoId::parse("org/x").unwrap()
+        );
+        for bad in ["-/ab", "-/00000000000000AB", "-/00000000000000abc", "-/x"] {
+            assert!(RepoId::parse_stored(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

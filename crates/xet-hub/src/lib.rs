@@ -11,13 +11,16 @@
 //!   (`hub-api.md`);
 //! - [`mode`]: which files go to Xet and which inline;
 //! - [`store`] and [`repos`]: the repository-store contract and the operations over it
-//!   (create, resolve, commit by compare-and-swap, branch);
+//!   (create, resolve, commit by compare-and-swap, branch, change a record);
+//! - [`bucket`] and [`bucket_changes`]: storage buckets (batches, moves) and what changed
+//!   between two points of a bucket's history (its events feed);
 //! - [`time`]: RFC 3339 times to and from milliseconds.
 //!
 //! No transport and no runtime: the server and the client bring theirs.
 
 pub mod api;
 pub mod bucket;
+pub mod bucket_changes;
 pub mod commit;
 pub mod commit_body;
 pub mod git;
@@ -29,11 +32,12 @@ pub mod time;
 pub mod tree;
 
 pub use bucket::{BatchOutcome, BucketState, BucketTotals};
+pub use bucket_changes::{Change, ChangeOp, ReplayBase, Since};
 pub use commit::{Commit, FileEntry, FileMeta, Operation, Storage};
 pub use id::{
     BranchName, CommitId, NameError, ObjectId, RepoId, RepoPath, RepoRef, RepoType, Revision,
     Sha256, git_reserved,
 };
 pub use repos::{CommitMeta, Committed, Listed, Offload, Page, RepoError, Repos};
-pub use store::{BranchHead, RepoObject, RepoRecord, RepoStore};
+pub use store::{BranchHead, Home, RecordHead, RepoObject, RepoRecord, RepoStore, StorageHolder};
 pub use tree::{Applied, Folder, Item};

@@ -13,7 +13,7 @@ use futures_util::future::BoxFuture;
 use xet_cas::CasError;
 
 use crate::commit::{ApplyError, Commit, FileEntry, LegacyCommit, Operation, Storage, Stored};
-use crate::id::{BranchName, CommitId, ObjectId, RepoPath, RepoRef, Revision};
+use crate::id::{BranchName, CommitId, ObjectId, RepoId, RepoPath, RepoRef, Revision};
 use crate::store::{BranchHead, RepoObject, RepoRecord, RepoStore};
 use crate::tree::{Dir, Folder, Item, NewFolder, Slot, apply, folders_to_load};
 
@@ -52,6 +52,13 @@ pub enum RepoError {
         branch: BranchName,
         attempts: u32,
     },
+    #[error("the record of {repo} kept changing: gave up after {attempts} attempts; try again")]
+    RecordContention { repo: RepoRef, attempts: u32 },
+    #[error(
+        "bucket {repo} is being moved to {to}, so it takes no writes: \
+         move it to {to} again to finish the move"
+    )]
+    Moving { repo: RepoRef, to: RepoId },
     #[error(transparent)]
     Store(#[from] CasError),
 }
@@ -190,6 +197,8 @@ impl Repos {
             created_at: now,
             created_ms: None,
             incarnation: None,
+            home: None,
+            moving_to: None,
         };
         // Clients ask to create the repository before every upload: answer an existing
         // one before storing anything (a race past this check stores at most one
@@ -229,6 +238,58 @@ impl Repos {
             .repo(repo)
             .await?
             .ok_or_else(|| RepoError::RepoNotFound(repo.clone()))
+    }
+
+    /// Change the record of `repo` by compare-and-swap: `change` is given the current
+    /// record and answers the new one (`None`: delete the repository) or why not, and is
+    /// asked again on the record another writer left until a swap lands. Answers the
+    /// record as left (`None`: deleted); a change to the same record writes nothing.
+    pub async fn update_record(
+        &self,
+        repo: &RepoRef,
+        change: impl Fn(&RepoRecord) -> Result<Option<RepoRecord>, RepoError>,
+    ) -> Result<Option<RepoRecord>, RepoError> {
+        for _ in 0..MAX_COMMIT_ATTEMPTS {
+            let head = self
+                .store
+                .repo_head(repo)
+                .await?
+                .ok_or_else(|| RepoError::RepoNotFound(repo.clone()))?;
+            let to = change(&head.record)?;
+            if to.as_ref() == Some(&head.record) {
+                return Ok(to);
+            }
+            if self
+                .store
+                .update_repo(repo, &head, to.as_ref())
+                .await?
+                .is_some()
+            {
+                return Ok(to);
+            }
+        }
+        Err(RepoError::RecordContention {
+            repo: repo.clone(),
+            attempts: MAX_COMMIT_ATTEMPTS,
+        })
+    }
+
+    /// Make `repo` private or public (a repository or a bucket; not one being moved).
+    pub async fn set_private(
+        &self,
+        repo: &RepoRef,
+        private: bool,
+    ) -> Result<RepoRecord, RepoError> {
+        let left = self
+            .update_record(repo, |r| {
+                refuse_moving(repo, r)?;
+                Ok(Some(RepoRecord {
+                    private,
+                    ..r.clone()
+                }))
+            })
+            .await?;
+        left.ok_or_else(|| RepoError::RepoNotFound(repo.clone()))
     }
 
     /// Commit `id` of `repo`. A commit of a store written before git trees has its tree
@@ -694,5 +755,16 @@ impl Repos {
                 repo: repo.clone(),
                 branch: branch.clone(),
             })
+    }
+}
+
+/// [`RepoError::Moving`] if `record` is of a bucket being moved: it takes no writes.
+pub(crate) fn refuse_moving(repo: &RepoRef, record: &RepoRecord) -> Result<(), RepoError> {
+    match &record.moving_to {
+        Some(to) => Err(RepoError::Moving {
+            repo: repo.clone(),
+            to: to.clone(),
+        }),
+        None => Ok(()),
     }
 }

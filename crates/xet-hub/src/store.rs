@@ -2,13 +2,23 @@
 //! over the same object backend (directory or S3 bucket) as the CAS.
 //!
 //! Contract (checked by `xet_cas_conformance::repos` on every implementation):
-//! - Repository records and repository objects (commits, trees, tree facts, LFS files)
-//!   are written once, atomically, and never change; writing an existing object again is
-//!   a no-op (same id, same bytes).
+//! - Repository objects (commits, trees, tree facts, LFS files) are written once,
+//!   atomically, and never change; writing an existing object again is a no-op (same id,
+//!   same bytes).
+//! - A repository record changes only by compare-and-swap, with the guarantee
+//!   [`RepoStore::update_branch`] gives a branch: [`RepoStore::create_repo`] writes it
+//!   if there is none (never over a live one), [`RepoStore::update_repo`] replaces or
+//!   deletes the record of a given version, and of any number of concurrent calls from
+//!   one version exactly one succeeds, in this process or in another process sharing
+//!   the backend; a successful change is visible to every later read in every process.
+//!   [`RepoStore::delete_repo`] is such a deletion from whatever version is current. A
+//!   deleted repository can be created again; the new record starts a new version.
 //! - A branch head moves only through [`RepoStore::update_branch`], a compare-and-swap:
 //!   of any number of concurrent calls from the same head, exactly one succeeds, in this
 //!   process or in another process sharing the backend; a successful move is visible to
 //!   every later read in every process.
+//! - Which name holds a bucket's storage ([`RepoStore::storage_holder`]) moves by the same
+//!   compare-and-swap.
 //! - Everything is read from the backend (nothing cached that another process could make
 //!   stale), so several servers on one store see each other's commits at once.
 //! - Missing things are `Ok(None)`; storage failures are [`CasError::Storage`]. Nobody
@@ -52,9 +62,42 @@ pub struct RepoRecord {
     /// created again starts empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incarnation: Option<u64>,
+    /// Buckets: where the bucket's objects, branch and file references are kept, when not
+    /// under its own name ([`RepoRecord::storage`]). A move writes a record with the same
+    /// home under the new name, so nothing is copied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<Home>,
+    /// Buckets: set while the bucket is being moved to this name, which then holds (or
+    /// is about to hold) the bucket; writes through this name are refused meanwhile, so
+    /// two names are never both writable onto one storage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moving_to: Option<RepoId>,
+}
+
+/// Where a bucket keeps its objects, branch and file references.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Home {
+    /// Under the name it was created with: buckets created before homes existed, moved
+    /// since.
+    Name(RepoId),
+    /// Under [`RepoId::storage`] of this nonce, which no name can be: every bucket created
+    /// since homes exist, so a name freed by a move or a deletion and created again
+    /// starts with nothing of the bucket that had it.
+    Own(u64),
 }
 
 impl RepoRecord {
+    /// Where this repository's objects, branches and file references are kept: its own
+    /// name, or a bucket's [`Home`].
+    pub fn storage(&self) -> RepoRef {
+        match &self.home {
+            None => RepoRef::new(self.kind, self.id.clone()),
+            Some(Home::Name(id)) => RepoRef::new(RepoType::Bucket, id.clone()),
+            Some(Home::Own(nonce)) => RepoRef::new(RepoType::Bucket, RepoId::storage(*nonce)),
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a record always serializes")
     }
@@ -65,6 +108,23 @@ impl RepoRecord {
             CasError::storage_with(what, e)
         })
     }
+}
+
+/// A repository's record, with the version its next compare-and-swap must name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordHead {
+    pub record: RepoRecord,
+    /// Opaque to callers; increases with every change.
+    pub version: u64,
+}
+
+/// The name that holds a bucket's storage, with the version its next compare-and-swap
+/// must name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageHolder {
+    pub name: RepoId,
+    /// Opaque to callers; increases with every change.
+    pub version: u64,
 }
 
 /// Where a branch points, with the version its next compare-and-swap must name.
@@ -78,18 +138,49 @@ pub struct BranchHead {
 /// The storage of repositories (contract in the module docs).
 #[async_trait::async_trait]
 pub trait RepoStore: Send + Sync + 'static {
-    /// Write the record of a new repository; `false` (and nothing written) if it exists.
+    /// Write the record of a new repository (none, or a deleted one, under this name);
+    /// `false` (and nothing written) if it exists.
     async fn create_repo(&self, repo: &RepoRef, record: &RepoRecord) -> Result<bool>;
 
     /// The record of `repo`, if it exists.
-    async fn repo(&self, repo: &RepoRef) -> Result<Option<RepoRecord>>;
+    async fn repo(&self, repo: &RepoRef) -> Result<Option<RepoRecord>> {
+        Ok(self.repo_head(repo).await?.map(|h| h.record))
+    }
 
-    /// Remove the record of `repo` (it no longer exists; its objects stay until the
-    /// store reclaims them); `false` if there was none.
+    /// The record of `repo` with its version, if it exists.
+    async fn repo_head(&self, repo: &RepoRef) -> Result<Option<RecordHead>>;
+
+    /// Replace the record of `repo` at `from` with `to` (`None`: delete the repository).
+    /// Returns the new version if this call changed it, `None` if the record was not at
+    /// `from` any more (someone else changed or deleted it first).
+    async fn update_repo(
+        &self,
+        repo: &RepoRef,
+        from: &RecordHead,
+        to: Option<&RepoRecord>,
+    ) -> Result<Option<u64>>;
+
+    /// Delete `repo` from whatever version its record is at (it no longer exists; its
+    /// objects stay until the store reclaims them); `false` if there was none.
     async fn delete_repo(&self, repo: &RepoRef) -> Result<bool>;
 
     /// The records of every bucket (repositories of kind bucket), in no order.
     async fn buckets(&self) -> Result<Vec<RepoRecord>>;
+
+    /// The name holding the storage `storage` of a bucket whose storage is not its own
+    /// name ([`RepoRecord::storage`]), if one was set: what
+    /// [`repos_referencing`](RepoStore::repos_referencing) follows from the file
+    /// references kept there to the record of the bucket.
+    async fn storage_holder(&self, storage: &RepoRef) -> Result<Option<StorageHolder>>;
+
+    /// Make `name` the holder of `storage`, from the holder at version `from` (`None`:
+    /// there is none yet). `false` if the holder was not at `from`.
+    async fn set_storage_holder(
+        &self,
+        storage: &RepoRef,
+        from: Option<u64>,
+        name: &RepoId,
+    ) -> Result<bool>;
 
     /// Store object `id` of `repo`.
     async fn put_object(
@@ -138,14 +229,17 @@ pub trait RepoStore: Send + Sync + 'static {
 
     /// Remember that `repo` references `file`: a commit of it added the file, or an
     /// upload under a CAS token minted for it registered the file. CAS tokens bound to a
-    /// repository read only such files.
+    /// repository read only such files. `repo` is where the repository keeps its objects
+    /// ([`RepoRecord::storage`]): a bucket's references follow it through moves.
     async fn record_file_reference(&self, repo: &RepoRef, file: &MerkleHash) -> Result<()>;
 
     /// Whether [`record_file_reference`](RepoStore::record_file_reference) was called for
     /// `repo` and `file`.
     async fn references_file(&self, repo: &RepoRef, file: &MerkleHash) -> Result<bool>;
 
-    /// The records of every repository that references `file` (in no particular order).
+    /// The records of every repository that references `file` (in no particular order):
+    /// the records of the repositories whose storage holds a reference, found through the
+    /// storage's holder where one is set.
     async fn repos_referencing(&self, file: &MerkleHash) -> Result<Vec<RepoRecord>>;
 
     /// Xet file hashes whose uploaded shards claim content with this sha256

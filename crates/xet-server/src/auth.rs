@@ -152,13 +152,14 @@ impl TokenMinter {
     }
 }
 
-/// The repository a minted token names (`type/namespace/name`, base64url).
+/// The repository a minted token names (`type/namespace/name`, base64url): a
+/// repository, or a bucket's storage (`bucket/-/<nonce>`, which only the server writes).
 fn decode_repo(s: &str) -> Option<RepoRef> {
     let text = String::from_utf8(URL_SAFE_NO_PAD.decode(s).ok()?).ok()?;
     let (kind, id) = text.split_once('/')?;
     Some(RepoRef::new(
         RepoType::from_name(kind)?,
-        RepoId::parse(id).ok()?,
+        RepoId::parse_stored(id).ok()?,
     ))
 }
 
@@ -337,6 +338,11 @@ mod tests {
             StatusCode::FORBIDDEN
         );
         assert!(a.check(&h(&format!("Bearer {r}")), Access::Read).is_ok());
+        // A bucket's storage, a name no request can give, round-trips.
+        let storage = RepoRef::new(RepoType::Bucket, RepoId::storage(0xfeed));
+        let s = TokenMinter::new(key).mint(Access::Read, &storage, later);
+        let caller = a.check(&h(&format!("Bearer {s}")), Access::Read).unwrap();
+        assert_eq!(caller.scope, Scope::Repo(storage));
         // Another key, a changed scope or expiry, an expired token: refused.
         let other = TokenMinter::new([8u8; 32]).mint(Access::Write, &repo, later);
         let widened = r.replacen(".r.", ".w.", 1);

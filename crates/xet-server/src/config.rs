@@ -294,6 +294,41 @@ pub struct ServerConfig {
     pub cas_token_key: Option<[u8; 32]>,
     /// Largest commit request body (NDJSON with inline files) the Hub API accepts.
     pub max_commit_bytes: u64,
+    /// The events feed of buckets (`GET /api/buckets/{ns}/{name}/events`).
+    pub bucket_events: BucketEventsConfig,
+}
+
+/// Default [`BucketEventsConfig::max_session`].
+pub const DEFAULT_EVENTS_SESSION: Duration = Duration::from_secs(20 * 60);
+
+/// The events feed of buckets: how it follows the store and how long a stream lasts.
+#[derive(Debug, Clone)]
+pub struct BucketEventsConfig {
+    /// How often a followed bucket's head is read from the store (the store is shared by
+    /// every server on it, so reading it is how a change through another server is
+    /// seen). One read per bucket, however many streams follow it.
+    pub poll_interval: Duration,
+    /// A `: ping` comment is sent this often, so clients and proxies see the stream live.
+    pub ping_interval: Duration,
+    /// A stream ends with `reconnect` (and its cursor) after this long.
+    pub max_session: Duration,
+    /// At most this many streams at once; more get `503` + `Retry-After`.
+    pub max_streams: usize,
+    /// A resume point is replayed only if it is within this many commits (batches) of
+    /// the head; an older one gets `reset`.
+    pub max_replay: usize,
+}
+
+impl Default for BucketEventsConfig {
+    fn default() -> Self {
+        BucketEventsConfig {
+            poll_interval: Duration::from_secs(1),
+            ping_interval: Duration::from_secs(30),
+            max_session: DEFAULT_EVENTS_SESSION,
+            max_streams: 256,
+            max_replay: 1000,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -326,6 +361,7 @@ impl Default for ServerConfig {
             hub_user: "user".to_string(),
             cas_token_key: None,
             max_commit_bytes: 512 * 1024 * 1024,
+            bucket_events: BucketEventsConfig::default(),
         }
     }
 }

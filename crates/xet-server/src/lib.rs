@@ -100,7 +100,8 @@ pub mod spool;
 pub mod state;
 
 pub use config::{
-    Access, RepoPattern, ServerConfig, Token, TokenError, load_token_file, parse_token_file,
+    Access, BucketEventsConfig, RepoPattern, ServerConfig, Token, TokenError, load_token_file,
+    parse_token_file,
 };
 
 use std::future::Future;
@@ -213,7 +214,13 @@ impl Server {
                         let _ = tokio::task::spawn_blocking(work).await;
                     })
                 }));
-                Arc::new(state::Hub { repos })
+                let events = &config.bucket_events;
+                let followers = state::follow::Followers::new(
+                    repos.clone(),
+                    events.poll_interval,
+                    events.max_streams,
+                );
+                Arc::new(state::Hub { repos, followers })
             }),
             signer: sign::UrlSigner::random(),
             grants,
@@ -266,6 +273,15 @@ impl Server {
             );
         }
         let router = app::router(self.state.clone());
+        // Bucket event streams would hold a graceful shutdown for as long as they last:
+        // told it began, they say `reconnect` and end.
+        let state = self.state.clone();
+        let shutdown = async move {
+            shutdown.await;
+            if let Some(hub) = &state.hub {
+                hub.followers.close();
+            }
+        };
         conn::serve(self.listener, router, limits, shutdown).await?;
         Ok(())
     }

@@ -179,6 +179,8 @@ mod repo_store_conformance {
     use super::*;
     repo_cases!(
         records,
+        record_updates,
+        storage_holders,
         commits,
         branches,
         concurrent_commits,

@@ -8,6 +8,8 @@
 //! |---|---|---|
 //! | `POST /api/repos/create` | write | `200 {"url"}`, `409` if it exists |
 //! | `DELETE /api/repos/delete` | write | `{"name","organization","type"}` → `200`; gone at once (`xet store gc` reclaims its bytes) |
+//! | `POST /api/repos/move` | write on both names | buckets only (`"type":"bucket"`, see `buckets`); repositories `501` |
+//! | `PUT /api/{T}/{ns}/{name}/settings` | write | `private` / `visibility` (`private`, `public`); `gated` is `501` |
 //! | `GET /api/{T}/{ns}/{name}[/revision/{rev}]` | read | `{"id","sha","private","siblings",...}` |
 //! | `GET /api/{T}/{ns}/{name}/tree/{rev}[/{path}]` | read | entries, `?recursive=true`, paged by `Link: rel="next"` |
 //! | `POST /api/{T}/{ns}/{name}/paths-info/{rev}` | read | entries of the named paths (JSON or form body) |
@@ -97,6 +99,7 @@ async fn api_route(ctx: &Ctx, method: &Method, body: Body) -> HubResult<Response
     match (method, rest) {
         (&Method::POST, ["repos", "create"]) => repo::create(ctx, body).await,
         (&Method::DELETE, ["repos", "delete"]) => repo::delete(ctx, body).await,
+        (&Method::POST, ["repos", "move"]) => buckets::move_repo(ctx, body).await,
         (&Method::POST, ["validate-yaml"]) => repo::validate_yaml(ctx, body).await,
         (&Method::GET, ["whoami-v2"]) => repo::whoami(ctx),
         (&Method::GET, ["agent-harnesses"]) => Ok(repo::agent_harnesses()),
@@ -130,6 +133,7 @@ async fn repo_route(
         (&Method::POST, ["paths-info", rev @ ..]) if !rev.is_empty() => {
             repo::paths_info(ctx, repo, &joined(rev), body).await
         }
+        (&Method::PUT, ["settings"]) => repo::settings(ctx, repo, body).await,
         (&Method::POST, ["branch", branch @ ..]) if !branch.is_empty() => {
             repo::create_branch(ctx, repo, &joined(branch), body).await
         }

@@ -118,14 +118,16 @@ impl From<RepoError> for HubReply {
             | RepoError::Apply(ApplyError::NoSuchFile { .. } | ApplyError::NoSuchFolder { .. }) => {
                 HubReply::coded(StatusCode::NOT_FOUND, error_code::ENTRY_NOT_FOUND, message)
             }
-            RepoError::RepoExists(_) | RepoError::BranchExists { .. } => {
-                HubReply::new(StatusCode::CONFLICT, message)
-            }
+            RepoError::RepoExists(_)
+            | RepoError::BranchExists { .. }
+            | RepoError::Moving { .. } => HubReply::new(StatusCode::CONFLICT, message),
             RepoError::ParentMismatch { .. } => {
                 HubReply::new(StatusCode::PRECONDITION_FAILED, message)
             }
             RepoError::Apply(_) => HubReply::new(StatusCode::UNPROCESSABLE_ENTITY, message),
-            RepoError::Contention { .. } => HubReply::new(StatusCode::SERVICE_UNAVAILABLE, message),
+            RepoError::Contention { .. } | RepoError::RecordContention { .. } => {
+                HubReply::new(StatusCode::SERVICE_UNAVAILABLE, message)
+            }
             RepoError::Store(e) => HubReply::from(ApiError::from(e)),
         }
     }

@@ -6,7 +6,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use xet_hub::api::{
     CreateBranchRequest, CreateRepoRequest, CreateRepoResponse, PathsInfoRequest, RepoInfo,
-    Sibling, SiblingLfs, TreeEntry, TreeLfs, url,
+    RepoSettings, Sibling, SiblingLfs, TreeEntry, TreeLfs, url,
 };
 use xet_hub::{
     BranchName, Commit, CommitId, FileEntry, Item, Listed, ObjectId, RepoError, RepoId, RepoPath,
@@ -41,6 +41,54 @@ pub(super) async fn json_body<T: serde::de::DeserializeOwned>(
             "the {what} body is not valid JSON for this route: {e}"
         ))
     })
+}
+
+/// Nobody could read a private bucket or repository of a server without tokens (only
+/// user tokens read private ones), so such a server makes none.
+pub(super) fn refuse_private_without_tokens(ctx: &Ctx, private: bool) -> HubResult<()> {
+    if private && !ctx.state.auth.enabled() {
+        return Err(HubReply::bad_request(
+            "this server has no tokens, so nobody could ever read a private repository or \
+             bucket: start xet serve with --token to make private ones",
+        ));
+    }
+    Ok(())
+}
+
+/// `PUT /api/{T}/{ns}/{name}/settings`: `private` or `visibility` (`private`, `public`)
+/// makes the repository private or public; nothing else can be set yet (`gated` other
+/// than `false` is `501`).
+pub(super) async fn settings(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<Response> {
+    let caller = ctx.caller(Access::Write)?;
+    let req: RepoSettings = json_body(ctx, body, "repository settings").await?;
+    let record = ctx.open_repo(repo, &caller).await?;
+    if req
+        .gated
+        .as_ref()
+        .is_some_and(|g| *g != serde_json::Value::Bool(false))
+    {
+        return Err(HubReply::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "gated repositories are not supported by this server",
+        ));
+    }
+    let private = match (req.private, req.visibility.as_deref()) {
+        (Some(p), _) => Some(p),
+        (None, Some("private")) => Some(true),
+        (None, Some("public")) => Some(false),
+        (None, Some(other)) => {
+            return Err(HubReply::bad_request(format!(
+                "visibility {other:?} is not one this server has: private or public"
+            )));
+        }
+        (None, None) => None,
+    };
+    if let Some(private) = private.filter(|&p| p != record.private) {
+        refuse_private_without_tokens(ctx, private)?;
+        ctx.repos().set_private(repo, private).await?;
+        tracing::info!(repo = %repo, private, "repository settings changed");
+    }
+    Ok(json(StatusCode::OK, &serde_json::json!({})))
 }
 
 pub(super) async fn create(ctx: &Ctx, body: Body) -> HubResult<Response> {

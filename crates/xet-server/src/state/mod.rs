@@ -16,6 +16,7 @@ use xet_hub::Repos;
 pub mod access;
 pub mod body;
 pub mod extract;
+pub mod follow;
 
 /// Path of presigned xorb data URLs: `/_xorb/{prefix}/{hash}?X-Xet-Expires=..&X-Xet-Signature=..`.
 pub const XORB_DATA_PREFIX: &str = "/_xorb";
@@ -42,9 +43,10 @@ pub struct Shared {
 
 pub type AppState = Arc<Shared>;
 
-/// The Hub side of a server: where repositories live.
+/// The Hub side of a server: where repositories live, and who follows which bucket.
 pub struct Hub {
     pub repos: Repos,
+    pub followers: follow::Followers,
 }
 
 impl Shared {

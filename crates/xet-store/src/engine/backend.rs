@@ -40,6 +40,8 @@ pub type HubName = [u8; 16];
 ///
 /// ```text
 /// hub/repos/<rk>/record
+/// hub/repos/<rk>/records/<version>
+/// hub/repos/<rk>/holders/<version>
 /// hub/repos/<rk>/commits/<40 hex git id>
 /// hub/repos/<rk>/trees/<40 hex git id>
 /// hub/repos/<rk>/facts/<40 hex git id of the tree>
@@ -73,6 +75,28 @@ impl ObjectKey {
     /// The record of a repository.
     pub fn hub_record(repo: &HubName) -> Self {
         ObjectKey(format!("{HUB_REPOS}{}/record", hex(repo)))
+    }
+
+    /// Version `version` of a repository's record (the record, or its deletion), after
+    /// its `version`-th change; the first record of a store written before versions is
+    /// [`hub_record`](Self::hub_record).
+    pub fn hub_record_version(repo: &HubName, version: u64) -> Self {
+        ObjectKey(format!("{HUB_REPOS}{}/records/{version:020}", hex(repo)))
+    }
+
+    /// The hint of a record's version (outside `records/`), as for a branch.
+    pub fn hub_record_hint(repo: &HubName) -> Self {
+        ObjectKey(format!("{HUB_REPOS}{}/record-head", hex(repo)))
+    }
+
+    /// Version `version` of the holder of a bucket storage (the name holding it).
+    pub fn hub_holder_version(repo: &HubName, version: u64) -> Self {
+        ObjectKey(format!("{HUB_REPOS}{}/holders/{version:020}", hex(repo)))
+    }
+
+    /// The hint of a storage holder's version.
+    pub fn hub_holder_hint(repo: &HubName) -> Self {
+        ObjectKey(format!("{HUB_REPOS}{}/holder-head", hex(repo)))
     }
 
     /// A git object of a repository (`commits/`, `trees/`: the SHA-1 of its bytes), or
@@ -244,6 +268,7 @@ fn parse_hash(s: &str) -> Option<MerkleHash> {
 fn valid_hub_key(rest: &str) -> bool {
     match rest.split('/').collect::<Vec<_>>()[..] {
         ["repos", rk, "record"] => is_hex(rk, 32),
+        ["repos", rk, "records" | "holders", v] => is_hex(rk, 32) && parse_version(v).is_some(),
         ["repos", rk, "commits" | "trees" | "facts", id] => is_hex(rk, 32) && is_hex(id, 40),
         ["repos", rk, "sha256", h] => is_hex(rk, 32) && is_hex(h, 64),
         ["repos", rk, "branches", bk, v] => {
@@ -556,8 +581,18 @@ mod tests {
         let repo_sha = ObjectKey::hub_repo_sha256(&rk, &[0xef; 32]);
         let version = ObjectKey::hub_branch_version(&rk, &bk, 7);
         let sha = ObjectKey::hub_sha256(&[0xef; 32]);
+        let record_v = ObjectKey::hub_record_version(&rk, 3);
+        let holder_v = ObjectKey::hub_holder_version(&rk, 2);
         let rks = "ab".repeat(16);
         assert_eq!(record.as_str(), format!("hub/repos/{rks}/record"));
+        assert_eq!(
+            record_v.as_str(),
+            format!("hub/repos/{rks}/records/00000000000000000003")
+        );
+        assert_eq!(
+            holder_v.as_str(),
+            format!("hub/repos/{rks}/holders/00000000000000000002")
+        );
         assert_eq!(
             commit.as_str(),
             format!("hub/repos/{rks}/commits/{}", "cd".repeat(20))
@@ -590,7 +625,8 @@ mod tests {
         assert_eq!(file_ref.file_reference_repo(), Some(rk));
         assert!(file_ref.is_content_addressed());
         for k in [
-            &record, &commit, &tree, &facts, &repo_sha, &version, &sha, &file_ref,
+            &record, &record_v, &holder_v, &commit, &tree, &facts, &repo_sha, &version, &sha,
+            &file_ref,
         ] {
             assert_eq!(ObjectKey::parse(k.as_str()).as_ref(), Some(k));
         }
@@ -614,7 +650,9 @@ mod tests {
         for k in [&commit, &tree, &facts, &repo_sha, &sha] {
             assert!(k.is_content_addressed(), "{k}");
         }
-        assert!(!record.is_content_addressed() && !version.is_content_addressed());
+        for k in [&record, &record_v, &holder_v, &version] {
+            assert!(!k.is_content_addressed(), "{k}");
+        }
         assert!(!ObjectKey::meta("dedup-secret").is_content_addressed());
 
         let b = "01".repeat(16);
@@ -639,6 +677,9 @@ mod tests {
             format!("hub/repos/{rks}/branches/main/00000000000000000001"),
             format!("hub/repos/{rks}/branches/{b}/00000000000000000001/x"),
             format!("hub/repos/{rks}/tags/{b}"),
+            format!("hub/repos/{rks}/records/7"),
+            format!("hub/repos/{rks}/holders/{b}"),
+            format!("hub/repos/{rks}/record-head"),
             format!("hub/sha256/{}", "ef".repeat(31)),
             format!("hub/sha256/../{}", "ef".repeat(31)),
             "hub/".to_string(),

@@ -49,15 +49,14 @@ pub(super) async fn files_of<B: ObjectBackend>(
     repos: &Repos,
     record: RepoRecord,
 ) -> Result<RepoFiles> {
-    let repo = RepoRef::new(record.kind, record.id.clone());
+    // A bucket's objects and branch may live under a storage name of its own.
+    let repo = record.storage();
     let mut walk = Walk::default();
     if record.kind == RepoType::Bucket {
         // Only a bucket's head is shown: older commits name nothing live.
-        if let Some(nonce) = record.incarnation {
-            let branch = xet_hub::bucket::incarnation_branch(nonce);
-            if let Some(head) = store.branch(&repo, &branch).await? {
-                walk.commit(repos, &repo, head.commit, false).await?;
-            }
+        let branch = xet_hub::bucket::incarnation_branch(record.incarnation.unwrap_or(0));
+        if let Some(head) = store.branch(&repo, &branch).await? {
+            walk.commit(repos, &repo, head.commit, false).await?;
         }
     } else {
         for (_, head) in store.branches(&repo).await? {
@@ -70,21 +69,49 @@ pub(super) async fn files_of<B: ObjectBackend>(
     })
 }
 
-/// Every repository record (buckets included), in key order.
+/// Every live repository record (buckets included): the names found under
+/// `hub/repos/` that have a record, each read as the Hub layer reads it (its current
+/// version; a deleted one is left out).
 pub(super) async fn records<B: ObjectBackend>(store: &StoreCas<B>) -> Result<Vec<RepoRecord>> {
-    let mut out = Vec::new();
+    // One record object per name is enough to learn the name; the current one is read
+    // through the record chain.
+    let mut seen = std::collections::BTreeMap::new();
     for key in store.backend().list(&format!("{HUB_PREFIX}repos/")).await? {
-        if !key.as_str().ends_with("/record") {
+        let k = key.as_str();
+        let Some(rest) = k.strip_prefix(&format!("{HUB_PREFIX}repos/")) else {
             continue;
-        }
-        let Some(bytes) = store.backend().get(&key).await? else {
-            continue; // deleted since the listing
         };
-        let record: RepoRecord = serde_json::from_slice(&bytes)
-            .map_err(|e| CasError::storage_with(format!("the record {key} is not valid"), e))?;
-        out.push(record);
+        let Some((rk, tail)) = rest.split_once('/') else {
+            continue;
+        };
+        if tail == "record" || tail.starts_with("records/") {
+            seen.entry(rk.to_string()).or_insert(key);
+        }
+    }
+    let mut out = Vec::new();
+    for key in seen.into_values() {
+        let Some(bytes) = store.backend().get(&key).await? else {
+            continue; // gone since the listing
+        };
+        let Some(repo) = names_of(&bytes) else {
+            return Err(CasError::storage(format!("the record {key} is not valid")));
+        };
+        if let Some(record) = store.repo(&repo).await? {
+            out.push(record);
+        }
     }
     Ok(out)
+}
+
+/// The repository a stored record version (a record or a deletion) names.
+fn names_of(bytes: &[u8]) -> Option<RepoRef> {
+    #[derive(serde::Deserialize)]
+    struct Names {
+        kind: RepoType,
+        id: xet_hub::RepoId,
+    }
+    let n: Names = serde_json::from_slice(bytes).ok()?;
+    Some(RepoRef::new(n.kind, n.id))
 }
 
 #[derive(Default)]

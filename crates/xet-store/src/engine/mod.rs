@@ -5,6 +5,7 @@
 mod audit;
 mod backend;
 mod cas;
+mod chains;
 mod claims;
 mod condemned;
 pub mod format;
@@ -14,6 +15,7 @@ mod keys;
 mod mark;
 mod meta;
 mod plan;
+mod records;
 mod repos;
 mod validate;
 

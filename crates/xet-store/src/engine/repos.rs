@@ -4,7 +4,9 @@
 //! Layout (keys built by [`ObjectKey`] from hashes only; see `docs/STORE.md`):
 //!
 //! ```text
-//! hub/repos/<rk>/record                      RepoRecord JSON (put-if-absent: created once)
+//! hub/repos/<rk>/record                      RepoRecord JSON of a store written before versions
+//! hub/repos/<rk>/records/<version>           the record after its version-th change, or its deletion
+//! hub/repos/<rk>/holders/<version>           the name holding bucket storage <rk>
 //! hub/repos/<rk>/commits/<git id>            git commit object (content-addressed)
 //! hub/repos/<rk>/trees/<git id>              git tree object, one per folder
 //! hub/repos/<rk>/facts/<tree id>             the file facts of that tree
@@ -13,17 +15,14 @@
 //! hub/repos/<rk>/heads/<bk>                  the head version as its last mover saw it (a hint)
 //! hub/sha256/<sha256>                        the Xet hash string of a verified file
 //! hub/files/<xet hash>/<rk>                  empty: repository <rk> references that file
-//! hub/buckets/<rk>                           empty: <rk> is a bucket (listings read these)
+//! hub/buckets/<rk>                           empty: <rk> is (or was) a bucket (listings read these)
 //! ```
 //!
 //! `<rk>` is [`hub_repo_name`] (a hash of `type/namespace/name`), `<bk>` is
-//! [`hub_branch_name`] (a hash of the branch name), `<version>` 20 decimal digits. A
-//! branch's head is its highest version, found by probing forward from the hint (a
-//! few reads, whatever the branch's history; no listing). Moving it from version `v` is the put-if-absent
-//! of version `v + 1`: of several writers racing from `v`, in any processes, exactly one
-//! creates it, which is the compare-and-swap [`RepoStore::update_branch`] promises,
-//! without a lock or anything but the backend's atomic put-if-absent. Versions are never
-//! removed, so they run 1, 2, … without gaps.
+//! [`hub_branch_name`] (a hash of the branch name), `<version>` 20 decimal digits.
+//! Branches, records and holders are versioned chains ([`Chain`]): each changes by the
+//! put-if-absent of its next version, a compare-and-swap across processes without a
+//! lock; records and holders are in the `records` module.
 //!
 //! Nothing is cached here: every head, record and object is read from the backend on
 //! every call, so a commit through one process is visible through every other at once.
@@ -38,11 +37,13 @@ use xet_cas::{CasError, Result};
 use xet_hash::MerkleHash;
 use xet_hub::store::RepoObject;
 use xet_hub::{
-    BranchHead, BranchName, CommitId, ObjectId, RepoRecord, RepoRef, RepoStore, RepoType,
+    BranchHead, BranchName, CommitId, ObjectId, RecordHead, RepoId, RepoRecord, RepoRef, RepoStore,
+    RepoType, StorageHolder,
 };
 
 use super::backend::{HubName, ObjectBackend, ObjectKey};
 use super::cas::StoreCas;
+use super::chains::Chain;
 
 /// The name of `repo` in hub keys: the first 16 bytes of SHA-256(`type/namespace/name`),
 /// so no user-chosen text ever reaches a key, and `model` and `dataset` repositories of
@@ -111,73 +112,6 @@ impl<B: ObjectBackend> StoreCas<B> {
         })
     }
 
-    /// The head version of branch `bk` of `rk`, `None` if the branch does not exist,
-    /// found without a listing. Versions run 1, 2, … without gaps and are never removed,
-    /// so the head is the last present one: from the hint its last mover left (current,
-    /// or behind after a crash or a race between movers) forward, the step doubling
-    /// while versions are present, then halving back to the last one. Two reads past
-    /// the version itself when the hint is current; O(log n) without a hint (stores
-    /// written before hints, or a hint being rewritten).
-    async fn head_version(&self, rk: &HubName, bk: &HubName) -> Result<Option<u64>> {
-        let present = |v: u64| {
-            let key = ObjectKey::hub_branch_version(rk, bk, v);
-            async move { self.backend().exists(&key).await }
-        };
-        let mut lo = match self.branch_hint(rk, bk).await? {
-            Some(v) if v >= 1 && present(v).await? => v,
-            _ if present(1).await? => 1,
-            _ => return Ok(None),
-        };
-        // `lo` is present; find a missing `hi` above it, then close in.
-        let mut step = 1u64;
-        let mut hi = loop {
-            let probe = lo.saturating_add(step);
-            if probe == lo || !present(probe).await? {
-                break probe;
-            }
-            lo = probe;
-            step = step.saturating_mul(2);
-        };
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if present(mid).await? {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        Ok(Some(lo))
-    }
-
-    /// The version the hint of branch `bk` names; `None` if there is none or it does not
-    /// read as a version (it is advice: the probes above check it).
-    async fn branch_hint(&self, rk: &HubName, bk: &HubName) -> Result<Option<u64>> {
-        let key = ObjectKey::hub_branch_hint(rk, bk);
-        let Some(bytes) = self.backend().get(&key).await? else {
-            return Ok(None);
-        };
-        Ok(std::str::from_utf8(&bytes)
-            .ok()
-            .and_then(|s| s.trim().parse().ok()))
-    }
-
-    /// Point the hint of branch `bk` at `version`, which its mover just created. Best
-    /// effort: a hint missing, or left behind by a racing mover, costs readers a few
-    /// more probes, never a wrong head.
-    async fn write_branch_hint(&self, rk: &HubName, bk: &HubName, version: u64) {
-        let key = ObjectKey::hub_branch_hint(rk, bk);
-        let backend = self.backend();
-        let written = async {
-            backend.delete(&key).await?;
-            backend
-                .put_if_absent(&key, Bytes::from(version.to_string()))
-                .await
-        };
-        if let Err(e) = written.await {
-            tracing::debug!("cannot update {key} to version {version}: {e}");
-        }
-    }
-
     /// The highest version present of each branch listed under `prefix`, by `bk`.
     async fn latest_versions(&self, prefix: &str) -> Result<BTreeMap<HubName, u64>> {
         let mut latest = BTreeMap::new();
@@ -198,50 +132,42 @@ impl<B: ObjectBackend> StoreCas<B> {
 #[async_trait::async_trait]
 impl<B: ObjectBackend> RepoStore for StoreCas<B> {
     async fn create_repo(&self, repo: &RepoRef, record: &RepoRecord) -> Result<bool> {
-        // A record naming another repository would make every later read of this one
-        // fail (see `repo`); refuse to write it.
-        if record.kind != repo.kind || record.id != repo.id {
-            return Err(CasError::storage(format!(
-                "refusing to store a record of {} {} as repository {repo}",
-                record.kind, record.id
-            )));
-        }
-        let rk = hub_repo_name(repo);
         // A bucket's mark first: a mark without a record is skipped by listings, a
-        // record without a mark would be missing from them.
+        // record without a mark would be missing from them. Marks are never removed (a
+        // deleted bucket's is skipped), so a deletion racing a creation cannot lose one.
         if repo.kind == RepoType::Bucket {
             self.backend()
-                .put_if_absent(&ObjectKey::hub_bucket(&rk), Bytes::new())
+                .put_if_absent(&ObjectKey::hub_bucket(&hub_repo_name(repo)), Bytes::new())
                 .await?;
         }
-        self.backend()
-            .put_if_absent(&ObjectKey::hub_record(&rk), Bytes::from(record.encode()))
-            .await
+        self.create_record(repo, record).await
+    }
+
+    async fn repo_head(&self, repo: &RepoRef) -> Result<Option<RecordHead>> {
+        self.record_head(repo).await
+    }
+
+    async fn update_repo(
+        &self,
+        repo: &RepoRef,
+        from: &RecordHead,
+        to: Option<&RepoRecord>,
+    ) -> Result<Option<u64>> {
+        self.swap_record(repo, from, to).await
     }
 
     async fn delete_repo(&self, repo: &RepoRef) -> Result<bool> {
-        let rk = hub_repo_name(repo);
-        let deleted = self.backend().delete(&ObjectKey::hub_record(&rk)).await?;
-        if repo.kind == RepoType::Bucket {
-            self.backend().delete(&ObjectKey::hub_bucket(&rk)).await?;
-        }
-        Ok(deleted)
+        self.delete_record(repo).await
     }
 
     async fn buckets(&self) -> Result<Vec<RepoRecord>> {
         let marks = self.backend().list(ObjectKey::hub_buckets_prefix()).await?;
         let mut out = Vec::with_capacity(marks.len());
         for rk in marks.iter().filter_map(ObjectKey::bucket_repo) {
-            let Some(bytes) = self.backend().get(&ObjectKey::hub_record(&rk)).await? else {
-                // Deleted meanwhile, or a creation that died before its record.
+            // None: deleted, moved away, or a creation that died before its record.
+            let Some(record) = self.live_record_at(&rk).await? else {
                 continue;
             };
-            let record: RepoRecord = serde_json::from_slice(&bytes).map_err(|e| {
-                CasError::storage_with(
-                    format!("{} is not a valid record", ObjectKey::hub_record(&rk)),
-                    e,
-                )
-            })?;
             if record.kind == RepoType::Bucket
                 && hub_repo_name(&RepoRef::new(record.kind, record.id.clone())) == rk
             {
@@ -251,20 +177,17 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
         Ok(out)
     }
 
-    async fn repo(&self, repo: &RepoRef) -> Result<Option<RepoRecord>> {
-        let key = ObjectKey::hub_record(&hub_repo_name(repo));
-        let Some(bytes) = self.backend().get(&key).await? else {
-            return Ok(None);
-        };
-        let record = RepoRecord::decode(repo, &bytes)?;
-        // Keys are hashes of the names; this catches a record put under the wrong one.
-        if record.kind != repo.kind || record.id != repo.id {
-            return Err(CasError::storage(format!(
-                "{key}, the record of repository {repo}, describes {} {}",
-                record.kind, record.id
-            )));
-        }
-        Ok(Some(record))
+    async fn storage_holder(&self, storage: &RepoRef) -> Result<Option<StorageHolder>> {
+        self.storage_holder_of(storage).await
+    }
+
+    async fn set_storage_holder(
+        &self,
+        storage: &RepoRef,
+        from: Option<u64>,
+        name: &RepoId,
+    ) -> Result<bool> {
+        self.swap_holder(storage, from, name).await
     }
 
     async fn put_object(
@@ -324,16 +247,11 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
             let Some(rk) = key.file_reference_repo() else {
                 continue;
             };
-            let record_key = ObjectKey::hub_record(&rk);
-            let Some(bytes) = self.backend().get(&record_key).await? else {
-                // A reference written before its repository's record (a crash between
-                // the two, or a repository being created): no repository to answer for.
-                continue;
-            };
-            let record: RepoRecord = serde_json::from_slice(&bytes).map_err(|e| {
-                CasError::storage_with(format!("{record_key} is not a valid record"), e)
-            })?;
-            out.push(record);
+            // None: a reference written before its repository's record (a crash between
+            // the two, or a repository being created), or one of a deleted repository.
+            if let Some(record) = self.record_of_storage(&rk).await? {
+                out.push(record);
+            }
         }
         Ok(out)
     }
@@ -349,7 +267,7 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
     async fn branch(&self, repo: &RepoRef, name: &BranchName) -> Result<Option<BranchHead>> {
         let rk = hub_repo_name(repo);
         let bk = hub_branch_name(name);
-        let Some(version) = self.head_version(&rk, &bk).await? else {
+        let Some(version) = Chain::Branch(rk, bk).head(self.backend()).await? else {
             return Ok(None);
         };
         // Found present, so stored; objects are never removed by the store.
@@ -424,20 +342,15 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
                 })?
             }
         };
-        let key = ObjectKey::hub_branch_version(&rk, &hub_branch_name(name), version);
+        let chain = Chain::Branch(rk, hub_branch_name(name));
         let body = serde_json::to_vec(&BranchObject {
             name: name.as_str().to_string(),
             commit: *to,
         })
-        .map_err(|e| CasError::storage_with(format!("encoding {key}"), e))?;
-        let moved = self
-            .backend()
-            .put_if_absent(&key, Bytes::from(body))
+        .map_err(|e| CasError::storage_with(format!("encoding {}", chain.version(version)), e))?;
+        let moved = chain
+            .put(self.backend(), version, Bytes::from(body))
             .await?;
-        if moved {
-            self.write_branch_hint(&rk, &hub_branch_name(name), version)
-                .await;
-        }
         Ok(moved.then_some(BranchHead {
             commit: *to,
             version,

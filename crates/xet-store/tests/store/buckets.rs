@@ -123,12 +123,15 @@ async fn totals_stay_exact_and_each_operation_stands_alone() {
     let s = fresh.bucket(&b).await.unwrap();
     assert_eq!((s.totals.files, s.totals.bytes), (2, 11));
     let tree = s.tree.unwrap();
-    let Some(Item::File(f)) = fresh.entry(&b, &tree, &p("a/x.bin")).await.unwrap() else {
+    // Objects are read where the bucket keeps them, not under its name.
+    let kept = &s.storage;
+    assert_ne!(kept, &b);
+    let Some(Item::File(f)) = fresh.entry(kept, &tree, &p("a/x.bin")).await.unwrap() else {
         panic!("a/x.bin is a file");
     };
     assert_eq!(f, file(6, 10, 20));
     let page = fresh
-        .list(&b, &tree, None, true, None, 100)
+        .list(kept, &tree, None, true, None, 100)
         .await
         .unwrap()
         .unwrap();
@@ -160,7 +163,7 @@ async fn two_servers_writing_one_path_end_with_one_file_and_exact_totals() {
     }
     let s = two.bucket(&b).await.unwrap();
     let Some(Item::File(shared)) = one
-        .entry(&b, &s.tree.unwrap(), &p("shared.bin"))
+        .entry(&s.storage, &s.tree.unwrap(), &p("shared.bin"))
         .await
         .unwrap()
     else {
@@ -202,4 +205,155 @@ async fn a_bucket_deleted_and_created_again_is_empty() {
     repos.create_bucket(&b, "bob", false, 4).await.unwrap();
     let s = repos.bucket(&b).await.unwrap();
     assert_eq!((s.totals.files, s.head), (0, None));
+}
+
+fn named(id: &str) -> RepoRef {
+    RepoRef::new(RepoType::Bucket, RepoId::parse(id).unwrap())
+}
+
+/// A move that stopped after marking its source (a crash): the source is read-only, no
+/// other move of it starts, and asking the same move again finishes it; so does asking
+/// it again after the target was written too.
+#[tokio::test]
+async fn a_move_stopped_half_way_takes_no_writes_and_finishes_when_asked_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let repos = Repos::new(Arc::new(open_store(dir.path()).await.unwrap()));
+    let (b, to) = (bucket(), named("org/moved"));
+    repos.create_bucket(&b, "alice", false, 1).await.unwrap();
+    repos
+        .bucket_batch(&b, vec![add("f", file(1, 5, 1))], "alice", 2)
+        .await
+        .unwrap();
+    // Step 1 of a move to `to`, and nothing after it.
+    repos
+        .update_record(&b, |r| {
+            Ok(Some(xet_hub::RepoRecord {
+                moving_to: Some(to.id.clone()),
+                ..r.clone()
+            }))
+        })
+        .await
+        .unwrap();
+    let moving = |r: Result<_, RepoError>| matches!(r, Err(RepoError::Moving { .. }));
+    assert!(moving(
+        repos
+            .bucket_batch(&b, vec![add("g", file(2, 5, 1))], "alice", 3)
+            .await
+            .map(drop)
+    ));
+    assert!(moving(repos.set_private(&b, true).await.map(drop)));
+    assert!(moving(repos.delete_bucket(&b).await));
+    assert!(moving(
+        repos
+            .move_bucket(&b, &named("org/elsewhere"))
+            .await
+            .map(drop)
+    ));
+    assert_eq!(
+        repos.bucket(&b).await.unwrap().totals.files,
+        1,
+        "still readable"
+    );
+
+    repos.move_bucket(&b, &to).await.unwrap();
+    let s = repos.bucket(&to).await.unwrap();
+    assert_eq!((s.totals.files, s.totals.bytes), (1, 5));
+    assert!(matches!(
+        repos.bucket(&b).await,
+        Err(RepoError::RepoNotFound(_))
+    ));
+
+    // Stopped after writing the target: asked again, it finishes the same way.
+    let next = named("org/next");
+    repos
+        .update_record(&to, |r| {
+            Ok(Some(xet_hub::RepoRecord {
+                moving_to: Some(next.id.clone()),
+                ..r.clone()
+            }))
+        })
+        .await
+        .unwrap();
+    let record = repos.record(&to).await.unwrap();
+    let target = xet_hub::RepoRecord {
+        id: next.id.clone(),
+        moving_to: None,
+        ..record
+    };
+    assert!(repos.store().create_repo(&next, &target).await.unwrap());
+    assert!(
+        moving(
+            repos
+                .bucket_batch(&to, vec![add("g", file(2, 5, 1))], "alice", 3)
+                .await
+                .map(drop)
+        ),
+        "only the target is writable"
+    );
+    repos.move_bucket(&to, &next).await.unwrap();
+    assert_eq!(repos.bucket(&next).await.unwrap().totals.files, 1);
+    assert!(repos.bucket(&to).await.is_err());
+}
+
+/// A bucket created before homes existed (kept under its name) moves with its files; its
+/// file references lead to it under the new name; its old name created again is empty
+/// and holds none of them.
+#[tokio::test]
+async fn a_bucket_kept_under_its_name_moves_and_its_old_name_starts_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(open_store(dir.path()).await.unwrap());
+    let repos = Repos::new(store.clone());
+    let (b, to) = (bucket(), named("org/new"));
+    let legacy = xet_hub::RepoRecord {
+        kind: RepoType::Bucket,
+        id: b.id.clone(),
+        private: false,
+        owner: "alice".into(),
+        created_at: 1,
+        created_ms: Some(1_000),
+        incarnation: Some(7),
+        home: None,
+        moving_to: None,
+    };
+    assert!(
+        xet_hub::RepoStore::create_repo(&*store, &b, &legacy)
+            .await
+            .unwrap()
+    );
+    let f = file(1, 5, 1);
+    repos
+        .bucket_batch(&b, vec![add("f", f.clone())], "alice", 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        repos.bucket(&b).await.unwrap().storage,
+        b,
+        "kept under its name"
+    );
+    let holders = || async {
+        let found = xet_hub::RepoStore::repos_referencing(&*store, &f.xet_hash).await;
+        found
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id.to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(holders().await, ["org/ckpt"]);
+
+    repos.move_bucket(&b, &to).await.unwrap();
+    let s = repos.bucket(&to).await.unwrap();
+    assert_eq!((s.storage.clone(), s.totals.files), (b.clone(), 1));
+    assert_eq!(s.record.created_ms, Some(1_000));
+    assert_eq!(holders().await, ["org/new"]);
+
+    repos.create_bucket(&b, "bob", false, 10).await.unwrap();
+    let fresh = repos.bucket(&b).await.unwrap();
+    assert_eq!((fresh.totals.files, fresh.head), (0, None));
+    assert_ne!(fresh.storage, b);
+    assert_eq!(
+        holders().await,
+        ["org/new"],
+        "the new bucket holds none of them"
+    );
+    assert_eq!(repos.bucket(&to).await.unwrap().totals.files, 1);
 }

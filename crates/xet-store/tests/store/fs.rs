@@ -233,7 +233,8 @@ async fn hub_layout_is_as_documented_and_ignored_by_the_cas() {
         2,
         "initial commit and one more"
     );
-    assert!(repo_dir.join("record").is_file());
+    assert!(repo_dir.join("records/00000000000000000001").is_file());
+    assert!(repo_dir.join("record-head").is_file(), "the record's hint");
     let versions: Vec<String> = store_files(&repo_dir.join("branches"), &bk)
         .iter()
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
@@ -351,4 +352,43 @@ async fn a_storage_failure_keeps_its_io_error() {
     let chain = xet_cas::error_chain(&e);
     let cause = e.source().unwrap().to_string();
     assert_eq!(chain.matches(&cause).count(), 1, "{chain}");
+}
+
+/// A record written before records had versions (`hub/repos/<rk>/record`, the only file)
+/// is read as it is, and changes from it like from any version: an update, a deletion
+/// (the old file stays, superseded), a creation again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_from_before_versions_is_read_and_changed() {
+    use xet_hub::{RepoId, RepoRef, RepoStore, RepoType, Repos};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = RepoRef::new(RepoType::Dataset, RepoId::parse("org/old").unwrap());
+    let repo_dir = dir
+        .path()
+        .join("hub/repos")
+        .join(hex(&xet_store::hub_repo_name(&r)));
+    std::fs::create_dir_all(&repo_dir).unwrap();
+    let legacy = r#"{"kind":"dataset","id":"org/old","private":false,"owner":"a","created_at":1}"#;
+    std::fs::write(repo_dir.join("record"), legacy).unwrap();
+    let store = std::sync::Arc::new(open_store(dir.path()).await.expect("open"));
+    let repos = Repos::new(store.clone());
+    let head = store.repo_head(&r).await.unwrap().expect("the old record");
+    assert_eq!((head.version, head.record.owner.as_str()), (0, "a"));
+    assert!(
+        !store.create_repo(&r, &head.record).await.unwrap(),
+        "exists"
+    );
+
+    let private = repos.set_private(&r, true).await.unwrap();
+    assert!(private.private);
+    assert!(repo_dir.join("records/00000000000000000001").is_file());
+    assert_eq!(
+        store.update_repo(&r, &head, None).await.unwrap(),
+        None,
+        "the old record is no longer the current one"
+    );
+    assert!(store.delete_repo(&r).await.unwrap());
+    assert!(store.repo(&r).await.unwrap().is_none());
+    assert!(repo_dir.join("record").is_file(), "superseded, not removed");
+    assert!(store.create_repo(&r, &head.record).await.unwrap());
+    assert_eq!(store.repo(&r).await.unwrap(), Some(head.record));
 }

@@ -302,6 +302,8 @@ async fn a_store_of_json_commits_is_read_as_it_is_and_committed_on() {
         created_at: 1,
         created_ms: None,
         incarnation: None,
+        home: None,
+        moving_to: None,
     };
     assert!(store.create_repo(&r, &record).await.unwrap());
     let legacy_json = format!(

@@ -46,7 +46,8 @@ const SECONDS_BELOW: i64 = 100_000_000_000;
 
 pub(super) async fn batch(ctx: &Ctx, bucket: &RepoRef, body: Body) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
-    open(ctx, bucket, &caller).await?;
+    // Files are referenced where the bucket keeps them (its storage), not by its name.
+    let storage = open(ctx, bucket, &caller).await?.storage;
     let lines = parse(&read_body(&ctx.headers, body, MAX_BODY, "batch").await?)?;
     let now = now_ms();
     // Each line to an operation or the reason it fails, checked concurrently, in order.
@@ -54,7 +55,10 @@ pub(super) async fn batch(ctx: &Ctx, bucket: &RepoRef, body: Body) -> HubResult<
     // general for the compiler.
     let caller = &caller;
     let checked: Vec<Result<Operation, String>> = futures_util::stream::iter(lines.clone())
-        .map(|line| async move { check(ctx, bucket, caller, &line, now).await })
+        .map(|line| {
+            let storage = &storage;
+            async move { check(ctx, storage, caller, &line, now).await }
+        })
         .buffered(CHECKS_AT_ONCE)
         .try_collect()
         .await?;
@@ -128,10 +132,11 @@ fn parse(body: &[u8]) -> HubResult<Vec<BatchLine>> {
     Ok(lines)
 }
 
-/// What `line` does, or why it cannot (an error only when the store fails).
+/// What `line` does, or why it cannot (an error only when the store fails). `storage`
+/// is where the bucket keeps its files.
 async fn check(
     ctx: &Ctx,
-    bucket: &RepoRef,
+    storage: &RepoRef,
     caller: &Caller,
     line: &BatchLine,
     now: u64,
@@ -176,7 +181,7 @@ async fn check(
         }
         ct => ct.map(str::to_string),
     };
-    let Some(stored) = stored_size(ctx, bucket, caller, &hash).await? else {
+    let Some(stored) = stored_size(ctx, storage, caller, &hash).await? else {
         return Ok(Err(format!(
             "no file with Xet hash {hash} was uploaded; upload its xorbs and shard with this \
              bucket's write token before the batch"
@@ -198,11 +203,11 @@ async fn check(
     }))
 }
 
-/// The size of stored file `hash`, if the caller may add it to `bucket`: uploaded with
-/// the bucket's token, or readable by the caller.
+/// The size of stored file `hash`, if the caller may add it to the bucket kept in
+/// `storage`: uploaded with the bucket's token, or readable by the caller.
 async fn stored_size(
     ctx: &Ctx,
-    bucket: &RepoRef,
+    storage: &RepoRef,
     caller: &Caller,
     hash: &MerkleHash,
 ) -> HubResult<Option<u64>> {
@@ -210,7 +215,7 @@ async fn stored_size(
         return Ok(Some(0));
     }
     let store = ctx.repos().store();
-    if !store.references_file(bucket, hash).await?
+    if !store.references_file(storage, hash).await?
         && !can_read_file(&ctx.state, caller, hash).await?
     {
         return Ok(None);
@@ -232,23 +237,24 @@ async fn copy_source(
         )));
     };
     let source = RepoRef::new(kind, id);
-    let visible = if kind == RepoType::Bucket {
-        open(ctx, &source, caller).await.map(|_| ())
+    // Where the source keeps its files: a bucket's storage, a repository's own name.
+    let kept = if kind == RepoType::Bucket {
+        open(ctx, &source, caller).await.map(|s| s.storage)
     } else {
-        ctx.open_repo(&source, caller).await.map(|_| ())
+        ctx.open_repo(&source, caller).await.map(|r| r.storage())
     };
     let missing = || format!("no file with Xet hash {hash} in {}", source.id);
-    match visible {
-        Ok(()) => {}
+    let kept = match kept {
+        Ok(kept) => kept,
         Err(e) if e.status.is_client_error() => return Ok(Err(missing())),
         Err(e) => return Err(e),
-    }
+    };
     let Ok(file) = MerkleHash::from_hex(hash) else {
         return Ok(Err(format!(
             "xetHash {hash:?} is not a Xet hash (64 hex digits)"
         )));
     };
-    if !file.is_zero() && !ctx.repos().store().references_file(&source, &file).await? {
+    if !file.is_zero() && !ctx.repos().store().references_file(&kept, &file).await? {
         return Ok(Err(missing()));
     }
     Ok(Ok(()))

@@ -7,17 +7,25 @@
 //! | `GET /api/buckets/{ns}/{name}` | read | the bucket: `id`, `private`, `size`, `totalFiles`, `createdAt`, `updatedAt` |
 //! | `GET /api/buckets/{ns}` | read | the namespace's buckets the caller sees (`me` = the caller) |
 //! | `DELETE /api/buckets/{ns}/{name}` | write | `200`; its files are gone for good |
+//! | `PUT /api/buckets/{ns}/{name}/settings` | write | `{"private": bool}` (other fields ignored; none: no change); `400` for private on a server without tokens |
+//! | `POST /api/repos/move` | write, reaching both names | `{"fromRepo","toRepo","type":"bucket"}`: the bucket at its new name, records only; `404` no source, `409` target exists ([`manage`]) |
 //! | `GET /api/buckets/{ns}/{name}/tree[/{prefix}]` | read | entries (full paths), `?recursive=true` (files only), paged by `Link` |
 //! | `POST /api/buckets/{ns}/{name}/paths-info` | read | the files among `paths` (others omitted) |
 //! | `POST /api/buckets/{ns}/{name}/batch` | write | NDJSON `addFile`/`copyFile`/`deleteFile` → report; `422` if nothing applied |
-//! | `GET /api/buckets/{ns}/{name}/xet-{read,write}-token` | read / write | a CAS token for the bucket |
+//! | `GET /api/buckets/{ns}/{name}/xet-{read,write}-token` | read / write | a CAS token for the bucket (bound to its storage, so it survives a move) |
+//! | `GET /api/buckets/{ns}/{name}/events` | read | `text/event-stream` of `ready`/`changes`/`reset`/`reconnect`, `?cursor=` or `?since=`; `400` without `Accept: text/event-stream`, `503` + `Retry-After` when full ([`events`]) |
 //! | `HEAD`/`GET /buckets/{ns}/{name}/resolve/{path}` | read | the file's Xet facts; `GET` its bytes, `Range` → `206` |
 //!
 //! A bucket the caller may not see answers as a missing one: `404` with `X-Error-Code:
-//! RepoNotFound` (huggingface_hub raises `BucketNotFoundError` on exactly that).
+//! RepoNotFound` (huggingface_hub raises `BucketNotFoundError` on exactly that). Privacy
+//! is read from the record on every request, so a settings change applies at once on
+//! every server of the store. A bucket half-way through a move (a crash) answers its
+//! writes `409` until the same move is asked again.
 
 mod access;
 mod batch;
+mod events;
+mod manage;
 mod read;
 
 use axum::body::Body;
@@ -33,6 +41,7 @@ use crate::routes::json;
 use crate::routes::misc::no_route;
 
 use access::{bucket_ref, not_found, now_ms, open};
+pub(super) use manage::move_repo;
 pub(super) use read::resolve;
 
 /// `/api/buckets/...`, after `buckets`.
@@ -50,6 +59,8 @@ pub(super) async fn route(
                 (&Method::POST, []) => create(ctx, &bucket, body).await,
                 (&Method::GET, []) => info(ctx, &bucket).await,
                 (&Method::DELETE, []) => delete(ctx, &bucket).await,
+                (&Method::PUT, ["settings"]) => manage::settings(ctx, &bucket, body).await,
+                (&Method::GET, ["events"]) => events::events(ctx, &bucket).await,
                 (&Method::GET, ["tree", prefix @ ..]) => {
                     read::tree(ctx, &bucket, &prefix.join("/")).await
                 }
@@ -80,12 +91,7 @@ async fn create(ctx: &Ctx, bucket: &RepoRef, body: Body) -> HubResult<Response> 
             ),
         ));
     }
-    if req.is_private() && !ctx.state.auth.enabled() {
-        return Err(HubReply::bad_request(
-            "this server has no tokens, so nobody could ever read a private bucket: \
-             start xet serve with --token to create private ones",
-        ));
-    }
+    super::repo::refuse_private_without_tokens(ctx, req.is_private())?;
     let owner = &ctx.state.config.hub_user;
     let answer = CreateBucketResponse {
         url: page_url(ctx, bucket),
@@ -164,15 +170,19 @@ async fn list(ctx: &Ctx, ns: &str) -> HubResult<Response> {
 async fn delete(ctx: &Ctx, bucket: &RepoRef) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
     open(ctx, bucket, &caller).await?;
-    if !ctx.repos().store().delete_repo(bucket).await? {
-        return Err(not_found(bucket));
+    match ctx.repos().delete_bucket(bucket).await {
+        Ok(()) => {}
+        Err(RepoError::RepoNotFound(_)) => return Err(not_found(bucket)),
+        Err(e) => return Err(e.into()),
     }
     tracing::info!(bucket = %bucket.id, "bucket deleted");
     Ok(json(StatusCode::OK, &serde_json::json!({})))
 }
 
+/// A CAS token for the bucket's storage, not its name: the files it reads and the
+/// uploads it marks are where the bucket keeps them, through moves.
 async fn token(ctx: &Ctx, bucket: &RepoRef, need: Access) -> HubResult<Response> {
     let caller = ctx.caller(need)?;
-    open(ctx, bucket, &caller).await?;
-    super::upload::token_answer(ctx, bucket, need)
+    let state = open(ctx, bucket, &caller).await?;
+    super::upload::token_answer(ctx, &state.storage, need)
 }

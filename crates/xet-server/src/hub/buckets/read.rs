@@ -75,7 +75,7 @@ pub(super) async fn tree(ctx: &Ctx, bucket: &RepoRef, prefix: &str) -> HubResult
         let Ok(p) = RepoPath::parse_folder(prefix) else {
             return Ok(json(StatusCode::OK, &Vec::<BucketEntry>::new()));
         };
-        match ctx.repos().entry(bucket, &root, &p).await? {
+        match ctx.repos().entry(&state.storage, &root, &p).await? {
             Some(Item::Folder(_)) => Some(p),
             Some(Item::File(e)) if after.is_none() => {
                 return Ok(json(StatusCode::OK, &[file_entry(p.as_str(), &e)]));
@@ -86,7 +86,7 @@ pub(super) async fn tree(ctx: &Ctx, bucket: &RepoRef, prefix: &str) -> HubResult
     let page = ctx
         .repos()
         .list(
-            bucket,
+            &state.storage,
             &root,
             folder.as_ref(),
             recursive,
@@ -132,7 +132,7 @@ pub(super) async fn paths_info(ctx: &Ctx, bucket: &RepoRef, body: Body) -> HubRe
             let Ok(path) = RepoPath::parse(p) else {
                 continue;
             };
-            if let Some(Item::File(e)) = ctx.repos().entry(bucket, &root, &path).await? {
+            if let Some(Item::File(e)) = ctx.repos().entry(&state.storage, &root, &path).await? {
                 out.push(file_entry(path.as_str(), &e));
             }
         }
@@ -153,7 +153,7 @@ pub(crate) async fn resolve(
     let caller = ctx.caller(Access::Read)?;
     let state = open(ctx, &bucket, &caller).await?;
     let entry = match (state.tree, RepoPath::parse(path)) {
-        (Some(root), Ok(p)) => match ctx.repos().entry(&bucket, &root, &p).await? {
+        (Some(root), Ok(p)) => match ctx.repos().entry(&state.storage, &root, &p).await? {
             Some(Item::File(e)) => Some(e),
             _ => None,
         },
