@@ -10,7 +10,8 @@ pub const USAGE: &str =
   --size-mib N   input size for the upload/download cases (default 1024)
   --runs N       measured runs per contender, best taken (default 2)
   --only GROUP   only one group of cases: micro, hash, upload, small, download, hub, bundle,
-                 load or scale (the Hub at scale: its own table of goals)
+                 load, scale (the Hub at scale: its own table of goals) or buckets
+                 (Storage Buckets next to `hf`: its own table)
   --no-write     print the table without rewriting docs/BENCHMARKS.md
   --wan          the emulated wide-area link instead (see `cargo xtask bench --wan --help`)";
 
