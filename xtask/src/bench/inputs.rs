@@ -43,7 +43,9 @@ impl Setup {
     }
 }
 
-/// `cargo build --release -p xet`, and the binary it made.
+/// `cargo build --release -p xet`, and the binary it made: in `$CARGO_TARGET_DIR/release`
+/// when that is set (relative to the workspace, as cargo takes it), else in
+/// `target/release`.
 pub fn build_release(root: &Path) -> Result<PathBuf> {
     let mut c = Command::new(env!("CARGO"));
     c.args(["build", "--release", "-p", "xet"])
@@ -69,7 +71,10 @@ pub fn build_release(root: &Path) -> Result<PathBuf> {
     if !st.success() {
         bail!("cargo build --release -p xet failed");
     }
-    Ok(root.join("target/release/xet"))
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| root.join("target"), |d| root.join(d));
+    Ok(target.join("release/xet"))
 }
 
 /// The big-file input of `size_mib` MiB, made once and kept in `target/bench-data`.

@@ -131,11 +131,15 @@ pub fn measure_at_once(cmds: Vec<Command>, tick: impl FnMut()) -> Result<Vec<Run
     Ok(runs)
 }
 
+/// What a contender does right after each of its runs.
+type AfterRun<'a> = Box<dyn FnMut(&Run) -> Result<()> + 'a>;
+
 /// One side of an interleaved measurement: the command of a run, what to do before
-/// each run, and which server's CPU time the run is charged with.
+/// (and after) each run, and which server's CPU time the run is charged with.
 pub struct Contender<'a> {
     make: Box<dyn FnMut() -> Result<Command> + 'a>,
     before: Box<dyn FnMut() -> Result<()> + 'a>,
+    after: Option<AfterRun<'a>>,
     server: Option<Box<dyn Fn() -> Option<u32> + 'a>>,
 }
 
@@ -147,8 +151,16 @@ impl<'a> Contender<'a> {
         Contender {
             make: Box::new(make),
             before: Box::new(before),
+            after: None,
             server: None,
         }
+    }
+
+    /// What to do right after each run, before the next one starts (reading what the
+    /// run left, such as the server's request log).
+    pub fn after(mut self, f: impl FnMut(&Run) -> Result<()> + 'a) -> Self {
+        self.after = Some(Box::new(f));
+        self
     }
 
     /// The server whose CPU time is read right before and right after each run (its
@@ -214,6 +226,9 @@ pub fn interleave(
             let mut run = measure(vec![job], rounds.poll, || {})?.remove(0);
             if let (Some(pid), Some(before)) = (server, server_before) {
                 run.server_cpu = Some(proc::cpu_secs(pid)? - before);
+            }
+            if let Some(after) = &mut c.after {
+                after(&run)?;
             }
             if rounds.log.is_some() {
                 eprintln!(

@@ -10,8 +10,10 @@
 //! Each group of cases is a module ([`GROUPS`]) on a small shared library: `serve.rs`
 //! (starting `xet serve`, the clients' commands), `proc.rs` and `measure.rs` (sampling
 //! and the measuring loop), `report.rs` (the tables and the doc). `--wan`, the emulated
-//! wide-area link, is `wan/`.
+//! wide-area link, is `wan/`. `scale` (the Hub at scale) and `buckets` (Storage Buckets
+//! next to the `hf` CLI) print tables of their own, each in its own section of the doc.
 
+mod buckets;
 mod bundle;
 mod hub;
 mod inputs;
@@ -60,6 +62,10 @@ pub fn run(args: &[String]) -> Result<()> {
         // Its own table: goals, not a reference to compare with.
         return scale::run(&inputs::build_release(&root)?, o.write);
     }
+    if o.only.as_deref() == Some("buckets") {
+        // Its own table (times, requests, goals) and section; no big input file.
+        return buckets::run(&inputs::build_release(&root)?, o.runs, o.write);
+    }
     let size_mib = o.size_mib.unwrap_or(1024);
     let setup = Setup::new(&root, &o, size_mib)?;
     let mut rows = Vec::new();
@@ -76,7 +82,10 @@ pub fn run(args: &[String]) -> Result<()> {
         report::write_loopback(&root, &o, size_mib, &table)?;
     }
     if o.only.is_none() {
+        // Its peak RSS bound is checked after the scale rows have run too.
+        let buckets = buckets::run(&setup.xet, o.runs, o.write);
         scale::run(&setup.xet, o.write)?;
+        buckets?;
     }
     report::check_bounds(&rows)
 }

@@ -10,7 +10,8 @@ pub const USAGE: &str =
   --size-mib N   input size for the upload/download cases (default 1024)
   --runs N       measured runs per contender, best taken (default 2)
   --only GROUP   only one group of cases: micro, hash, upload, small, download, hub, bundle,
-                 load or scale (the Hub at scale: its own table of goals)
+                 load, scale (the Hub at scale: its own table of goals) or buckets
+                 (Storage Buckets next to `hf`: its own table)
   --no-write     print the table without rewriting docs/BENCHMARKS.md
   --wan          the emulated wide-area link instead (see `cargo xtask bench --wan --help`)";
 
@@ -20,10 +21,10 @@ const WAN_USAGE: &str =
   --runs N         runs per contender, best taken (default 2)
   --only PATTERN   rows whose key contains PATTERN: keys are RTT/RATE/CASE or RTT/CASE,
                    RTT/RATE one of 20ms/1g, 80ms/200m, 200ms/100m, 200ms/1g and CASE one
-                   of upload, download, small, hub (e.g. --only 80ms/small, --only
-                   200ms/1g; 200ms names both 200 ms profiles; the download rows give
-                   the first-byte row; hub runs on 80ms only and small not on 200ms/1g
-                   unless PATTERN names them)
+                   of upload, download, small, hub, buckets (e.g. --only 80ms/small,
+                   --only 200ms/1g; 200ms names both 200 ms profiles; the download rows
+                   give the first-byte row; hub and buckets run on 80ms only and small
+                   not on 200ms/1g unless PATTERN names them)
   --window-kib N   bytes in flight per connection and direction (default 4096: the
                    emulated TCP window, see bench/wan/proxy.rs)
   --no-write       do not update docs/BENCHMARKS.md (also not with --only)

@@ -290,6 +290,28 @@ fn splice(root: &Path, place: Place<'_>, block: String) -> Result<()> {
     Ok(())
 }
 
+/// Replaces the section of `docs/BENCHMARKS.md` that starts with the heading `head` (up
+/// to the next `## `) with `section`, which starts with that heading; a missing section
+/// is added at the end.
+pub fn write_section(root: &Path, head: &str, section: &str) -> Result<()> {
+    let path = root.join("docs/BENCHMARKS.md");
+    let doc = std::fs::read_to_string(&path)?;
+    let section = format!("{}\n", section.trim_end());
+    let new = match doc.find(head) {
+        Some(i) => {
+            let rest = &doc[i + head.len()..];
+            let end = rest
+                .find("\n## ")
+                .map_or(doc.len(), |j| i + head.len() + j + 1);
+            let sep = if end < doc.len() { "\n" } else { "" };
+            format!("{}{section}{sep}{}", &doc[..i], &doc[end..])
+        }
+        None => format!("{}\n\n{section}", doc.trim_end()),
+    };
+    std::fs::write(&path, new)?;
+    Ok(())
+}
+
 /// The machine, as the doc's header names it.
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")

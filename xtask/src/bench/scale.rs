@@ -457,8 +457,6 @@ fn render(rows: &[ScaleRow]) -> String {
 /// Replace the "Hub at scale" section of the benchmarks doc (added at the end if
 /// missing) with `table`.
 fn write_doc(table: &str) -> Result<()> {
-    let path = crate::workspace_root().join("docs/BENCHMARKS.md");
-    let doc = std::fs::read_to_string(&path)?;
     let head = "## Hub at scale";
     let section = format!(
         "{head}\n\n`cargo xtask bench --only scale` (see `xtask/src/bench/scale.rs`), on this \
@@ -469,16 +467,5 @@ fn write_doc(table: &str) -> Result<()> {
          bodies used to be held whole and decoded in memory: the last row's three commits \
          would have held over 2.2 GiB.\n\n{table}\n"
     );
-    let new = match doc.find(head) {
-        Some(i) => {
-            let rest = &doc[i + head.len()..];
-            let end = rest
-                .find("\n## ")
-                .map_or(doc.len(), |j| i + head.len() + j + 1);
-            format!("{}{section}{}", &doc[..i], &doc[end..])
-        }
-        None => format!("{}\n{section}", doc.trim_end()),
-    };
-    std::fs::write(&path, new)?;
-    Ok(())
+    super::report::write_section(&crate::workspace_root(), head, &section)
 }

@@ -218,3 +218,32 @@ pub fn hf_quiet(c: &mut Command) {
         .env("HF_XET_TELEMETRY_ENABLED", "0")
         .env("HF_HUB_DISABLE_PROGRESS_BARS", "1");
 }
+
+/// A server's request log (the file [`Serve::log`] names): one line per request, Hub
+/// API and CAS alike, written once its answer is sent (before the client that asked can
+/// have read all of it). Emptied before a run and counted after it, it gives the
+/// requests of that run.
+pub struct RequestLog(pub PathBuf);
+
+impl RequestLog {
+    /// Empties the log; the server appends, so its next line starts the file again.
+    pub fn clear(&self) -> Result<()> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&self.0)
+            .with_context(|| format!("emptying {}", self.0.display()))?;
+        Ok(())
+    }
+
+    /// The requests logged since the log was emptied. A request's line is written when
+    /// the server has sent its answer, which the client may have read a moment before:
+    /// the log is read after a short pause.
+    pub fn count(&self) -> Result<usize> {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let log = std::fs::read_to_string(&self.0)
+            .with_context(|| format!("reading {}", self.0.display()))?;
+        Ok(log.lines().filter(|l| l.contains("request_id=")).count())
+    }
+}

@@ -8,10 +8,11 @@ use crate::bench::inputs::{fresh, path_str, warm};
 use crate::bench::measure::{Contender, Rounds, Run, Sample, best, interleave, sides};
 use crate::bench::report::WanRow;
 use crate::bench::serve::{
-    REF_DOWNLOAD, REF_UPLOAD, REF_UPLOAD_LIST, Serve, Slot, hf_quiet, hub_client, reference,
-    xet_client,
+    REF_DOWNLOAD, REF_UPLOAD, REF_UPLOAD_LIST, RequestLog, Serve, Slot, hf_quiet, hub_client,
+    reference, xet_client,
 };
 use anyhow::{Result, bail};
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -25,6 +26,8 @@ const HUB_FILES: usize = 1000;
 /// What every case of one profile shares.
 pub struct Ctx<'a> {
     pub link: &'a Link,
+    /// The xtask binary the link's helpers run (`bench --wan-helper ...`).
+    pub exe: &'a Path,
     pub xet: &'a Path,
     pub py: &'a Path,
     pub work: &'a Path,
@@ -52,6 +55,29 @@ impl Ctx<'_> {
 
     fn xet(&self, args: &[&str], cache: &str) -> Command {
         xet_client(self.link.client(self.xet), args, Some(&self.p(cache)))
+    }
+
+    /// `POST /api/buckets/{id}` from inside the server namespace, past the link.
+    fn create_bucket(&self, id: &str) -> Result<()> {
+        let st = self
+            .link
+            .server(self.exe)
+            .args(["bench", "--wan-helper", "create-bucket", SERVE_ADDR, id])
+            .stdout(Stdio::null())
+            .status()?;
+        if !st.success() {
+            bail!("creating the bucket {id} failed");
+        }
+        Ok(())
+    }
+
+    /// A Hub client (`xet` or `hf`) in the client namespace, talking to the server
+    /// through the link, every home and cache under `home`.
+    fn hub_client(&self, program: &Path, args: &[&str], home: &str) -> Command {
+        let mut c = self.link.client(program);
+        hub_client(&mut c, &self.link.serve_url(), &self.p(home));
+        c.args(args);
+        c
     }
 
     fn reference(&self, script: &str, args: &[&str], cache: &str) -> Command {
@@ -333,4 +359,153 @@ pub fn hub_download(ctx: &Ctx<'_>, list: &Path) -> Result<WanRow> {
         bytes as f64 / (1 << 20) as f64
     );
     Ok(link_time_row(ctx, case, &x, &r, bytes))
+}
+
+/// The files under `dir`, counted.
+fn count_files(dir: &Path) -> Result<usize> {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        n += if e.file_type()?.is_dir() {
+            count_files(&e.path())?
+        } else {
+            1
+        };
+    }
+    Ok(n)
+}
+
+/// `xet sync` next to `hf sync` of the small files, each direction a row: up, each run
+/// into an empty bucket (a fresh store and server, the bucket created past the link);
+/// down, from a bucket filled once past the link into an empty folder, each run checked
+/// to have written every file. Each tool's requests per run (the server's request log)
+/// are in its cell.
+pub fn bucket_sync(ctx: &Ctx<'_>, tree: &Path, files: usize, bytes: u64) -> Result<[WanRow; 2]> {
+    let hf = xet_testdata::hub::hf_cli().map_err(anyhow::Error::msg)?;
+    let dir = path_str(tree)?;
+    let counts = [RefCell::new(Vec::new()), RefCell::new(Vec::new())];
+    let count = |i: usize, log: &RequestLog| -> Result<()> {
+        counts[i].borrow_mut().push(log.count()?);
+        Ok(())
+    };
+    let requests = |i: usize| {
+        let v = std::mem::take(&mut *counts[i].borrow_mut());
+        let (lo, hi) = (v.iter().min().copied(), v.iter().max().copied());
+        match (lo, hi) {
+            (Some(lo), Some(hi)) if lo != hi => format!("{lo}-{hi} requests"),
+            (_, Some(hi)) => format!("{hi} requests"),
+            _ => "-".into(),
+        }
+    };
+    let with_requests = |mut row: WanRow, x: String, r: String| {
+        row.xet = format!("{}; {x}", row.xet);
+        row.reference = format!("{}; {r}", row.reference);
+        row
+    };
+
+    // Up: into an empty bucket each run.
+    let up_bucket = "hf://buckets/org/up";
+    let log = RequestLog(ctx.p("bstore.log"));
+    let fresh_run = |home: &str| -> Result<()> {
+        warm(tree)?;
+        fresh(&ctx.p(home))?;
+        ctx.server
+            .restart(&ctx.p("bstore"), |s| ctx.serve(s).hub())?;
+        ctx.create_bucket("org/up")?;
+        log.clear()
+    };
+    let args = ["sync", dir, up_bucket];
+    let [x, r] = ctx.alternate([
+        Contender::new(
+            || Ok(ctx.hub_client(ctx.xet, &args, "bxu")),
+            || fresh_run("bxu"),
+        )
+        .after(|_| count(0, &log)),
+        Contender::new(
+            || {
+                let mut c = ctx.hub_client(&hf, &args, "bhu");
+                hf_quiet(&mut c);
+                Ok(c)
+            },
+            || fresh_run("bhu"),
+        )
+        .after(|_| count(1, &log)),
+    ])?;
+    let mib = bytes as f64 / (1 << 20) as f64;
+    let up = with_requests(
+        link_time_row(
+            ctx,
+            format!(
+                "bucket sync up, {files} files of 1-64 KiB ({mib:.1} MiB) into an empty bucket (`xet sync DIR hf://buckets/NS/NAME` / `hf sync`)"
+            ),
+            &x,
+            &r,
+            bytes,
+        ),
+        requests(0),
+        requests(1),
+    );
+
+    // Down: from a bucket filled once, into an empty folder each run.
+    let store = ctx.p("bdstore");
+    fresh(&store)?;
+    let log = RequestLog(store.with_extension("log"));
+    ctx.server.set(ctx.serve(&store).hub().start()?);
+    ctx.create_bucket("org/down")?;
+    fresh(&ctx.p("bprep"))?;
+    let down_bucket = "hf://buckets/org/down";
+    let mut prep = ctx.link.server(ctx.xet);
+    prep.args(["sync", dir, down_bucket]);
+    hub_client(&mut prep, &format!("http://{SERVE_ADDR}"), &ctx.p("bprep"));
+    if !prep.stdout(Stdio::null()).status()?.success() {
+        bail!("filling {down_bucket} from {dir} failed");
+    }
+    let out = ctx.p("bout");
+    let outs = path_str(&out)?;
+    let clean = |home: &str| -> Result<()> {
+        warm(&store)?;
+        fresh(&ctx.p(home))?;
+        fresh(&out)?;
+        log.clear()
+    };
+    let check = |i: usize, who: &str| -> Result<()> {
+        count(i, &log)?;
+        let n = count_files(&out)?;
+        if n != files {
+            bail!("{who} sync down wrote {n} of the {files} files");
+        }
+        Ok(())
+    };
+    let args = ["sync", down_bucket, outs];
+    let [x, r] = ctx.alternate([
+        Contender::new(
+            || Ok(ctx.hub_client(ctx.xet, &args, "bxd")),
+            || clean("bxd"),
+        )
+        .after(|_| check(0, "xet")),
+        Contender::new(
+            || {
+                let mut c = ctx.hub_client(&hf, &args, "bhd");
+                hf_quiet(&mut c);
+                Ok(c)
+            },
+            || clean("bhd"),
+        )
+        .after(|_| check(1, "hf")),
+    ])?;
+    let _ = std::fs::remove_dir_all(&out);
+    let down = with_requests(
+        link_time_row(
+            ctx,
+            format!(
+                "bucket sync down, the same {files} files into an empty folder (`xet sync hf://buckets/NS/NAME DIR` / `hf sync`)"
+            ),
+            &x,
+            &r,
+            bytes,
+        ),
+        requests(0),
+        requests(1),
+    );
+    Ok([up, down])
 }

@@ -55,6 +55,9 @@ an upload of 2,000 files of 1-64 KiB (pseudo-random sizes and bytes, fixed seed;
 `xet upload DIR`, the reference's `upload_files` with the list), next to the time their bytes alone need at the link rate; \
 on the 80 ms profile, `xet download hf://` next to `hf download` of a repository of 1,000 of those files (the server in \
 Hub mode with a token, the repository uploaded from inside the server namespace), fresh HF homes each run; \
+also on 80 ms, `xet sync` next to `hf sync` of the 2,000 files up into an empty bucket (a fresh store, server and bucket each run, the bucket created \
+inside the server namespace) and down into an empty folder (the bucket filled once inside the server namespace; each run checked to have written every file), \
+with each tool's requests per run (the lines of the server's request log); \
 the first xorb byte of the download: from the client's start, and from its first connection, to the first byte of the answer \
 to its first `GET /_xorb...` as the proxy delivered it, with the requests and connections before it. CPU seconds per GiB: \
 the client's user + system time (`/proc/<pid>/stat` once it has exited, before it is reaped; for the reference that \

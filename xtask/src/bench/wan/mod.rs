@@ -19,9 +19,12 @@
 //! round), best time of `--runs`: a big-file upload and download (MB/s and fraction of
 //! the link rate; 1 GiB on 200 ms / 1 Gbit), an upload of 2,000 files of 1-64 KiB next
 //! to the time their bytes need on the link (not on 200 ms / 1 Gbit unless asked for),
-//! and the time to the first xorb byte of the download. Every client talks to a release
-//! `xet serve` (directory store) in the server namespace through the link and the delay
-//! proxy. CPU seconds per GiB are the client's user + system time (its
+//! and the time to the first xorb byte of the download; on 80 ms, `xet download hf://`
+//! next to `hf download` of a repository of 1,000 of those files, and `xet sync` next to
+//! `hf sync` of the 2,000 files up into an empty bucket and down into an empty folder
+//! (the requests each made, from the server's request log). Every client talks to a
+//! release `xet serve` (directory store) in the server namespace through the link and
+//! the delay proxy. CPU seconds per GiB are the client's user + system time (its
 //! `/proc/<pid>/stat` read when it has exited, before it is reaped) and the server's over
 //! the same run.
 
@@ -70,7 +73,7 @@ pub fn run(o: &Opts) -> Result<()> {
     let mut rows = Vec::new();
     let mut checks = Vec::new();
     for p in Profile::ALL {
-        let cases = ["upload", "download", "small", "hub"].map(|c| wanted(o, &p, c));
+        let cases = ["upload", "download", "small", "hub", "buckets"].map(|c| wanted(o, &p, c));
         if !cases.iter().any(|&c| c) {
             continue;
         }
@@ -90,6 +93,7 @@ pub fn run(o: &Opts) -> Result<()> {
         checks.push(check);
         let ctx = Ctx {
             link: &link,
+            exe: &exe,
             xet: &xet,
             py: &py,
             work: &work,
@@ -119,6 +123,9 @@ pub fn run(o: &Opts) -> Result<()> {
         if cases[3] {
             add(vec![cases::hub_download(&ctx, &list)?]);
         }
+        if cases[4] {
+            add(cases::bucket_sync(&ctx, &tree, SMALL_FILES, small_bytes)?.into());
+        }
         let _ = std::fs::remove_dir_all(work.join("dstore"));
     }
     let table = wan_table(&checks, &rows);
@@ -135,13 +142,13 @@ pub fn run(o: &Opts) -> Result<()> {
 }
 
 /// Whether case `case` of profile `p` runs: those `--only` selects (all without it),
-/// except that the Hub row runs on the 80 ms profile only (the issue's) and the small
-/// files not on 200 ms / 1 Gbit (the big file is that profile's point), unless the
-/// pattern names them.
+/// except that the Hub and bucket rows run on the 80 ms profile only (the issues') and
+/// the small files not on 200 ms / 1 Gbit (the big file is that profile's point), unless
+/// the pattern names them.
 fn wanted(o: &Opts, p: &Profile, case: &str) -> bool {
     let named = o.only.as_deref().is_some_and(|w| w.contains(case));
     let by_default = match case {
-        "hub" => p.rtt_ms == 80,
+        "hub" | "buckets" => p.rtt_ms == 80,
         "small" => p.big_mib.is_none(),
         _ => true,
     };
@@ -167,8 +174,8 @@ fn check_only(root: &Path, o: &Opts) -> Result<()> {
     Ok(())
 }
 
-/// `bench --wan-helper proxy|probe-server|probe ...`: the processes the link runs in its
-/// namespaces (this same binary).
+/// `bench --wan-helper proxy|probe-server|probe|create-bucket ...`: the processes the
+/// link runs in its namespaces (this same binary).
 pub fn helper(args: &[String]) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -197,6 +204,8 @@ pub fn helper(args: &[String]) -> Result<()> {
             a(3)?.parse()?,
             a(4)?.parse()?,
         )),
+        // Bucket rows: an empty bucket made on the server's side of the link.
+        "create-bucket" => super::buckets::create_bucket(a(1)?, a(2)?),
         other => bail!("unknown --wan-helper {other}"),
     }
 }
