@@ -71,39 +71,89 @@ fn options() -> BucketOptions {
     }
 }
 
-/// `xet ls hf://buckets/...`: one level, or everything below with `-r`.
+/// `xet ls hf://buckets/...`: one level, or everything below with `-r`. Printed a page
+/// at a time as pages arrive (the `--json` document too), so a listing of any size takes
+/// the memory of one page.
 pub async fn ls(out: &Out, client: &HubClient, addr: &HfAddress, recursive: bool) -> CliResult {
-    let entries = client
-        .list_bucket_tree(&addr.repo, addr.path.as_ref(), recursive)
-        .await
-        .map_err(failure)?;
-    let mut docs = Vec::with_capacity(entries.len());
-    for e in &entries {
-        match e {
-            BucketEntry::File {
-                path,
-                size,
-                xet_hash,
-                mtime,
-                ..
-            } => {
-                out.line(format!(
-                    "{path}  {size:>12}  {xet_hash}  {}",
-                    mtime.as_deref().unwrap_or("-")
-                ));
-                docs.push(
-                    json!({"type": "file", "path": path, "size": size, "hash": xet_hash,
-                                 "mtime": mtime}),
-                );
+    use std::io::Write as _;
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let head = json!({"ok": true, "bucket": addr.repo.id.to_string()}).to_string();
+    let mut first = true;
+    let mut io_error = None;
+    let listed = client
+        .each_bucket_page(&addr.repo, addr.path.as_ref(), recursive, |page| {
+            for e in &page {
+                let r = if out.json {
+                    let sep = if first {
+                        // The document's head, then the entries as they come.
+                        format!("{},\"entries\":[", head.trim_end_matches('}'))
+                    } else {
+                        ",".to_string()
+                    };
+                    write!(w, "{sep}{}", entry_doc(e))
+                } else {
+                    writeln!(w, "{}", entry_line(e))
+                };
+                first = false;
+                if let Err(err) = r {
+                    io_error.get_or_insert(err);
+                }
             }
-            BucketEntry::Directory { path, .. } => {
-                out.line(format!("{path}/"));
-                docs.push(json!({"type": "directory", "path": path}));
-            }
-        }
+            Ok(())
+        })
+        .await;
+    if let Err(e) = listed {
+        // What was printed stays; the document (if any) is left open, which no reader
+        // takes for a complete one, and the error follows on stderr.
+        let _ = w.flush();
+        return Err(failure(e));
     }
-    out.doc(&json!({"ok": true, "bucket": addr.repo.id.to_string(), "entries": docs}));
-    Ok(())
+    let end = if !out.json {
+        Ok(())
+    } else if first {
+        writeln!(w, "{},\"entries\":[]}}", head.trim_end_matches('}'))
+    } else {
+        writeln!(w, "]}}")
+    };
+    let flushed = end.and_then(|()| w.flush());
+    match io_error.map_or(flushed, Err) {
+        Ok(()) => Ok(()),
+        Err(e) => Err(Failure::input(
+            anyhow::Error::new(e).context("cannot write the listing"),
+        )),
+    }
+}
+
+/// One entry as `xet ls` prints it.
+fn entry_line(e: &BucketEntry) -> String {
+    match e {
+        BucketEntry::File {
+            path,
+            size,
+            xet_hash,
+            mtime,
+            ..
+        } => format!(
+            "{path}  {size:>12}  {xet_hash}  {}",
+            mtime.as_deref().unwrap_or("-")
+        ),
+        BucketEntry::Directory { path, .. } => format!("{path}/"),
+    }
+}
+
+/// One entry of the `--json` document.
+fn entry_doc(e: &BucketEntry) -> serde_json::Value {
+    match e {
+        BucketEntry::File {
+            path,
+            size,
+            xet_hash,
+            mtime,
+            ..
+        } => json!({"type": "file", "path": path, "size": size, "hash": xet_hash, "mtime": mtime}),
+        BucketEntry::Directory { path, .. } => json!({"type": "directory", "path": path}),
+    }
 }
 
 pub async fn rm(out: &Out, a: RmArgs) -> CliResult {

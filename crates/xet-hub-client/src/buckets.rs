@@ -72,6 +72,25 @@ impl HubClient {
         prefix: Option<&RepoPath>,
         recursive: bool,
     ) -> Result<Vec<BucketEntry>> {
+        let mut out = Vec::new();
+        self.each_bucket_page(bucket, prefix, recursive, |page| {
+            out.extend(page);
+            Ok(())
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// [`list_bucket_tree`](Self::list_bucket_tree) a page at a time, each handed to `f`
+    /// as it arrives, checked and filtered the same way (a listing of any size in the
+    /// memory of one page).
+    pub async fn each_bucket_page(
+        &self,
+        bucket: &RepoRef,
+        prefix: Option<&RepoPath>,
+        recursive: bool,
+        mut f: impl FnMut(Vec<BucketEntry>) -> Result<()>,
+    ) -> Result<()> {
         let mut subject = RepoTarget::repo(bucket);
         let mut u = self.bucket_url(bucket, "/tree");
         if let Some(p) = prefix {
@@ -79,33 +98,33 @@ impl HubClient {
             u = format!("{u}/{}", quote_path(p.as_str()));
         }
         u.push_str(&format!("?recursive={recursive}&limit=10000"));
-        let entries: Vec<BucketEntry> = self
-            .call(Method::GET, u.clone(), "listing", subject.clone())
-            .all_pages()
-            .await?;
-        let mut out = Vec::with_capacity(entries.len());
-        for e in entries {
-            let path = entry_path(&e);
-            // A path this machine may write (it may become a file name); the server
-            // matched a raw key prefix, so only the prefix and what lies below it stay.
-            if let Err(source) = RepoPath::parse(path) {
-                return Err(HubError::UnsafePath {
-                    subject,
-                    url: u,
-                    source,
+        let call = self.call(Method::GET, u.clone(), "listing", subject.clone());
+        call.each_page(|entries: Vec<BucketEntry>| {
+            let mut kept = Vec::with_capacity(entries.len());
+            for e in entries {
+                let path = entry_path(&e);
+                // A path this machine may write (it may become a file name); the server
+                // matched a raw key prefix, so only the prefix and what lies below it stay.
+                if let Err(source) = RepoPath::parse(path) {
+                    return Err(HubError::UnsafePath {
+                        subject: subject.clone(),
+                        url: u.clone(),
+                        source,
+                    });
+                }
+                let under = prefix.is_none_or(|p| {
+                    path == p.as_str()
+                        || path
+                            .strip_prefix(p.as_str())
+                            .is_some_and(|rest| rest.starts_with('/'))
                 });
+                if under {
+                    kept.push(e);
+                }
             }
-            let under = prefix.is_none_or(|p| {
-                path == p.as_str()
-                    || path
-                        .strip_prefix(p.as_str())
-                        .is_some_and(|rest| rest.starts_with('/'))
-            });
-            if under {
-                out.push(e);
-            }
-        }
-        Ok(out)
+            f(kept)
+        })
+        .await
     }
 
     /// `POST /api/buckets/{id}/paths-info`, [`PATHS_PER_REQUEST`] at a time: the files

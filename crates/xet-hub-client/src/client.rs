@@ -482,8 +482,22 @@ impl Call<'_> {
     }
 
     /// Every page of a listing (each a JSON array), following `Link: rel="next"`.
-    pub(crate) async fn all_pages<T: DeserializeOwned>(mut self) -> Result<Vec<T>> {
+    pub(crate) async fn all_pages<T: DeserializeOwned>(self) -> Result<Vec<T>> {
         let mut out = Vec::new();
+        self.each_page(|page: Vec<T>| {
+            out.extend(page);
+            Ok(())
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// Every page of a `Link`-paginated listing, handed to `f` as it arrives (a caller
+    /// that prints as it goes holds one page at a time).
+    pub(crate) async fn each_page<T: DeserializeOwned>(
+        mut self,
+        mut f: impl FnMut(Vec<T>) -> Result<()>,
+    ) -> Result<()> {
         for page in 1.. {
             if page > MAX_PAGES {
                 return Err(self.bad("the listing does not end"));
@@ -491,13 +505,13 @@ impl Call<'_> {
             let r = self.ok(|rb| rb).await?;
             let next = next_link(r.headers());
             let entries: Vec<T> = self.read_json(r).await?;
-            out.extend(entries);
+            f(entries)?;
             match next {
                 Some(u) => self.url = u,
                 None => break,
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// [`Call::ok`], and the answer's JSON.

@@ -471,6 +471,10 @@ impl Repos {
             }
             entries.push(Listed { path: full, item });
         }
+        // A page that ends exactly at the end of the listing says so (no empty last page).
+        while stack.last().is_some_and(|(_, f, i)| *i >= f.entries.len()) {
+            stack.pop();
+        }
         Ok(Some(Page {
             entries,
             more: !stack.is_empty(),

@@ -83,6 +83,9 @@ fn uploader_repo(s: &Shared, caller: &Caller) -> Option<(Arc<dyn RepoStore>, Rep
     }
 }
 
+/// File references written at once when a shard is registered.
+const FILE_REFERENCES_AT_ONCE: usize = 64;
+
 /// Record the files of `shard` (registered just now, so valid) as `to`'s.
 async fn record_shard_files(
     to: &(Arc<dyn RepoStore>, RepoRef),
@@ -95,8 +98,14 @@ async fn record_shard_files(
     .await
     .map_err(|e| CasError::storage(format!("reading a registered shard's files: {e}")))?
     .map_err(|e| CasError::storage_with("reading a registered shard's files", e))?;
-    for file in files {
-        to.0.record_file_reference(&to.1, &file).await?;
+    // Many at once: each is a small durable write (a 2,000-file shard of small files
+    // took 9-17 s one after another on a directory store).
+    let mut files = files;
+    files.sort();
+    files.dedup();
+    for chunk in files.chunks(FILE_REFERENCES_AT_ONCE) {
+        let writes = chunk.iter().map(|f| to.0.record_file_reference(&to.1, f));
+        futures_util::future::try_join_all(writes).await?;
     }
     Ok(())
 }

@@ -238,7 +238,9 @@ async fn a_bucket_from_creation_to_deletion() {
     // Pages of one, followed by their Link.
     let mut next = Some(s.url("/api/buckets/orga/ckpt/tree?recursive=true&limit=1"));
     let mut seen = Vec::new();
+    let mut pages = 0;
     while let Some(url) = next {
+        pages += 1;
         let r = s.http.get(&url).bearer_auth(R).send().await.unwrap();
         next = r.headers().get("link").map(|l| {
             l.to_str()
@@ -251,6 +253,8 @@ async fn a_bucket_from_creation_to_deletion() {
         seen.extend(paths(&r.json().await.unwrap()));
     }
     assert_eq!(seen, paths(&all));
+    // a.bin, dir (a folder: counted, not shown), dir/b.bin; no empty page after.
+    assert_eq!(pages, 3);
 
     let info = s
         .http
