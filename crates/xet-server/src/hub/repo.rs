@@ -104,12 +104,7 @@ pub(super) async fn create(ctx: &Ctx, body: Body) -> HubResult<Response> {
             format!("this token cannot create {repo}: it is scoped to other repositories"),
         ));
     }
-    if req.is_private() && !ctx.state.auth.enabled() {
-        return Err(HubReply::bad_request(
-            "this server has no tokens, so nobody could ever read a private repository: \
-             start xet serve with --token to create private ones",
-        ));
-    }
+    refuse_private_without_tokens(ctx, req.is_private())?;
     let page = url::repo_page(&ctx.base, &repo);
     match ctx
         .repos()

@@ -1254,3 +1254,63 @@ async fn repository_settings_flip_privacy() {
     assert_eq!(put(json!({"gated": false}), W).await, StatusCode::OK);
     assert_eq!(s.json("/api/datasets/orga/m", R).await["private"], false);
 }
+
+/// Past `max_streams` open streams a new one is `503` with `Retry-After`; a stream whose
+/// client left gives its place back.
+#[tokio::test]
+async fn event_streams_are_bounded() {
+    let s = Setup::start_with(BucketEventsConfig {
+        max_streams: 1,
+        ..quick_events()
+    })
+    .await;
+    assert_eq!(
+        s.create("orga/busy", json!({}), W).await.status(),
+        StatusCode::OK
+    );
+    let url = s.url("/api/buckets/orga/busy/events");
+    let mut first = Events::open(&s.http, url.clone(), Some(R)).await;
+    first.expect("ready").await;
+    let open = || {
+        s.http
+            .get(&url)
+            .bearer_auth(R)
+            .header("accept", "text/event-stream")
+            .send()
+    };
+    let busy = open().await.unwrap();
+    assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(busy.headers().contains_key("retry-after"));
+    drop(first);
+    let t = std::time::Instant::now();
+    loop {
+        let r = open().await.unwrap();
+        if r.status() == StatusCode::OK {
+            break;
+        }
+        assert!(t.elapsed().as_secs() < 10, "the place never came back");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A graceful shutdown does not wait for event streams: they say `reconnect` and end.
+#[tokio::test]
+async fn a_shutdown_ends_event_streams_with_reconnect() {
+    let store = memory_store().await;
+    let repos = xet_hub::Repos::new(store.clone());
+    let server = TestServer::start_hub(ServerConfig::default(), store, Some(repos)).await;
+    let http = client();
+    let r = http
+        .post(server.url("/api/buckets/orga/stop"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let mut e = Events::open(&http, server.url("/api/buckets/orga/stop/events"), None).await;
+    e.expect("ready").await;
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(10), server.stop()).await;
+    assert!(stopped.is_ok(), "the shutdown waited for the stream");
+    e.expect("reconnect").await;
+    assert!(e.next().await.is_none());
+}

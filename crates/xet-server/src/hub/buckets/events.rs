@@ -89,7 +89,10 @@ pub(super) async fn events(ctx: &Ctx, bucket: &RepoRef) -> HubResult<Response> {
         last: state.head,
         tx,
     };
-    let seen = hub.followers.subscribe(bucket);
+    let mut seen = hub.followers.subscribe(bucket);
+    // What the poller saw before this stream subscribed may be newer than `state`: look
+    // at it first.
+    seen.mark_changed();
     let closing = hub.followers.closing();
     let name = bucket.clone();
     tokio::spawn(async move {
