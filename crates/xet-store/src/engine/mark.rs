@@ -181,28 +181,44 @@ fn store_error(e: xet_hub::RepoError) -> CasError {
 
 /// Every stored shard, parsed, with its age.
 pub(super) async fn shards<B: ObjectBackend>(store: &StoreCas<B>) -> Result<Vec<ShardFacts>> {
-    let mut out = Vec::new();
-    for object in store.backend().list_aged(SHARD_PREFIX).await? {
-        let Some(bytes) = store.backend().get(&object.key).await? else {
-            continue; // deleted since the listing
-        };
-        let parsed = tokio::task::spawn_blocking(move || format::parse_stored_shard(&bytes))
-            .await
-            .map_err(|e| CasError::storage_with("a shard parsing task failed", e))?;
-        let facts = match parsed {
-            Ok(content) => facts_of(object, &content),
-            Err(e) => {
-                tracing::warn!(shard = %object.key, error = %e, "a stored shard does not parse; it is kept");
-                ShardFacts {
-                    object,
-                    files: None,
-                    xorbs: HashSet::new(),
-                }
-            }
-        };
-        out.push(facts);
-    }
+    use futures_util::{StreamExt, TryStreamExt};
+    let listed = store.backend().list_aged(SHARD_PREFIX).await?;
+    // Several reads in flight: on S3 each is a round trip, and a store holds many shards.
+    let read: Vec<Option<ShardFacts>> = futures_util::stream::iter(listed)
+        .map(|object| read_shard(store, object))
+        .buffer_unordered(SHARD_READS_AT_ONCE)
+        .try_collect()
+        .await?;
+    let mut out: Vec<ShardFacts> = read.into_iter().flatten().collect();
+    out.sort_by(|a, b| a.object.key.cmp(&b.object.key));
     Ok(out)
+}
+
+/// Stored shards read at once while marking.
+const SHARD_READS_AT_ONCE: usize = 16;
+
+/// A stored shard's facts; `None` if it was deleted since it was listed.
+async fn read_shard<B: ObjectBackend>(
+    store: &StoreCas<B>,
+    object: AgedObject,
+) -> Result<Option<ShardFacts>> {
+    let Some(bytes) = store.backend().get(&object.key).await? else {
+        return Ok(None);
+    };
+    let parsed = tokio::task::spawn_blocking(move || format::parse_stored_shard(&bytes))
+        .await
+        .map_err(|e| CasError::storage_with("a shard parsing task failed", e))?;
+    Ok(Some(match parsed {
+        Ok(content) => facts_of(object, &content),
+        Err(e) => {
+            tracing::warn!(shard = %object.key, error = %e, "a stored shard does not parse; it is kept");
+            ShardFacts {
+                object,
+                files: None,
+                xorbs: HashSet::new(),
+            }
+        }
+    }))
 }
 
 fn facts_of(object: AgedObject, c: &format::ShardContent) -> ShardFacts {
