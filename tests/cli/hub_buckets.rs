@@ -62,8 +62,8 @@ pub(crate) fn tree_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
 }
 
 /// `python -c code` with the write token, which must succeed: its standard output.
-fn python_ok(py: &Py, url: &str, code: &str) -> String {
-    let out = py.python(url, Some(WRITE), code, &[]);
+pub(crate) fn python_ok(py: &Py, url: &str, code: &str, args: &[&str]) -> String {
+    let out = py.python(url, Some(WRITE), code, args);
     assert!(
         out.status.success(),
         "python failed:\n{}\n{}",
@@ -180,7 +180,7 @@ with fs.open("hf://buckets/org/ckpt/model.safetensors", "rb") as f:
     print(f.read(16).hex())
 print(sorted(fs.ls("hf://buckets/org/ckpt/optim", detail=False)))
 "#;
-    let out = python_ok(&py, url, code);
+    let out = python_ok(&py, url, code, &[]);
     let model = &files
         .iter()
         .find(|(p, _)| p == "model.safetensors")

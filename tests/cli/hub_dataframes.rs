@@ -2,19 +2,8 @@
 //! `huggingface_hub`'s filesystem against `xet serve`, and crossed with `xet sync` and
 //! `xet cp` both ways, every byte compared.
 
-use crate::hub_buckets::{xet, xet_ok};
+use crate::hub_buckets::{python_ok, xet, xet_ok};
 use crate::hub_serve::{Py, WRITE, serve};
-
-fn python_ok(py: &Py, url: &str, code: &str, args: &[&str]) -> String {
-    let out = py.python(url, Some(WRITE), code, args);
-    assert!(
-        out.status.success(),
-        "python failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// A frame of a training log, the same for a given `n`.
 const FRAME: &str = r#"

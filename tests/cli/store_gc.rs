@@ -21,6 +21,14 @@ fn files(dir: &Path, sizes: &[usize], seed: u64) -> u64 {
     sizes.iter().map(|n| *n as u64).sum()
 }
 
+/// The files `hf download --local-dir` left, without its `.cache/`.
+fn downloaded(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    tree_of(dir)
+        .into_iter()
+        .filter(|(p, _)| !p.starts_with(".cache/"))
+        .collect()
+}
+
 fn store_json(home: &Path, args: &[&str]) -> serde_json::Value {
     let mut all = vec!["--json", "store"];
     all.extend_from_slice(args);
@@ -113,10 +121,7 @@ fn gc_frees_what_deletes_left_and_keeps_every_live_byte() {
             down.path().to_str().unwrap(),
         ],
     );
-    let got: Vec<_> = tree_of(down.path())
-        .into_iter()
-        .filter(|(p, _)| !p.starts_with(".cache/"))
-        .collect();
+    let got = downloaded(down.path());
     assert_eq!(got, tree_of(keep.path()));
     let state = xet_ok(
         url,
@@ -138,10 +143,7 @@ fn gc_frees_what_deletes_left_and_keeps_every_live_byte() {
             back.path().to_str().unwrap(),
         ],
     );
-    let got: Vec<_> = tree_of(back.path())
-        .into_iter()
-        .filter(|(p, _)| !p.starts_with(".cache/"))
-        .collect();
+    let got = downloaded(back.path());
     assert_eq!(got, tree_of(gone.path()));
     let fresh_home = tempfile::tempdir().unwrap();
     put(
@@ -276,10 +278,7 @@ fn gc_on_seaweedfs_while_two_servers_serve() {
                 down.path().to_str().unwrap(),
             ],
         );
-        let got: Vec<_> = tree_of(down.path())
-            .into_iter()
-            .filter(|(p, _)| !p.starts_with(".cache/"))
-            .collect();
+        let got = downloaded(down.path());
         assert_eq!(got, tree_of(dir.path()));
     }
     // Uploaded again through one server (which indexed the old shards), read through
@@ -299,9 +298,6 @@ fn gc_on_seaweedfs_while_two_servers_serve() {
             back.path().to_str().unwrap(),
         ],
     );
-    let got: Vec<_> = tree_of(back.path())
-        .into_iter()
-        .filter(|(p, _)| !p.starts_with(".cache/"))
-        .collect();
+    let got = downloaded(back.path());
     assert_eq!(got, tree_of(gone.path()));
 }

@@ -428,16 +428,7 @@ fn rfc3339(secs: u64) -> String {
 
 /// `ms` (milliseconds since the Unix epoch) as RFC 3339 UTC with milliseconds.
 pub(super) fn rfc3339_ms(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (y, m, d) = civil((secs / 86_400) as i64);
-    let rem = secs % 86_400;
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        ms % 1000
-    )
+    xet_hub::time::rfc3339_ms(i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
 /// `secs` as an HTTP date (`Sun, 06 Dec 2026 09:30:00 GMT`, RFC 9110 IMF-fixdate).
@@ -447,7 +438,7 @@ pub(super) fn http_date(secs: u64) -> String {
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
     let days = secs / 86_400;
-    let (y, m, d) = civil(days as i64);
+    let (y, m, d) = xet_hub::time::civil(days as i64);
     let rem = secs % 86_400;
     format!(
         "{}, {d:02} {} {y:04} {:02}:{:02}:{:02} GMT",
@@ -457,21 +448,6 @@ pub(super) fn http_date(secs: u64) -> String {
         rem / 60 % 60,
         rem % 60
     )
-}
-
-/// The civil date (year, month, day) of `days` since 1970-01-01 (Howard Hinnant's
-/// algorithm).
-fn civil(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 #[cfg(test)]

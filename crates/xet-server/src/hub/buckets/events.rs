@@ -127,7 +127,7 @@ fn start_of(ctx: &Ctx) -> HubResult<Start> {
         });
     }
     if let Some(t) = ctx.query_param("since").filter(|t| !t.is_empty()) {
-        return parse_iso8601_ms(&t).map(Start::Time).ok_or_else(|| {
+        return since_ms(&t).map(Start::Time).ok_or_else(|| {
             HubReply::bad_request(format!(
                 "since {t:?} is not an ISO 8601 time (2026-02-06T17:37:57.123Z)"
             ))
@@ -161,54 +161,9 @@ fn parse_cursor(s: &str) -> Option<Start> {
     })
 }
 
-/// Milliseconds since the Unix epoch of `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`.
-fn parse_iso8601_ms(s: &str) -> Option<u64> {
-    let (date, time) = s.split_once(['T', 't', ' '])?;
-    let mut d = date.splitn(3, '-');
-    let (y, m, day): (i64, i64, i64) = (
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-    );
-    let (clock, offset_min) = if let Some(c) = time.strip_suffix(['Z', 'z']) {
-        (c, 0)
-    } else {
-        let at = time.rfind(['+', '-'])?;
-        let (c, off) = time.split_at(at);
-        let sign = if off.starts_with('-') { -1 } else { 1 };
-        let (oh, om) = off[1..].split_once(':').unwrap_or((&off[1..], "0"));
-        (
-            c,
-            sign * (oh.parse::<i64>().ok()? * 60 + om.parse::<i64>().ok()?),
-        )
-    };
-    let (hms, fraction) = clock.split_once('.').unwrap_or((clock, ""));
-    let mut t = hms.splitn(3, ':');
-    let (hh, mm, ss): (i64, i64, i64) = (
-        t.next()?.parse().ok()?,
-        t.next()?.parse().ok()?,
-        t.next()?.parse().ok()?,
-    );
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 {
-        return None;
-    }
-    if !fraction.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let ms: i64 = format!("{fraction:0<3}")[..3].parse().ok()?;
-    let secs = days_from_civil(y, m, day) * 86_400 + hh * 3600 + mm * 60 + ss - offset_min * 60;
-    u64::try_from(secs * 1000 + ms).ok()
-}
-
-/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+/// Milliseconds since the Unix epoch of a `since` time (RFC 3339, `Z` or an offset).
+fn since_ms(s: &str) -> Option<u64> {
+    u64::try_from(xet_hub::time::parse_rfc3339_ms(s)?).ok()
 }
 
 /// Why a stream ended before its time.
@@ -448,32 +403,6 @@ mod tests {
             &format!("{}-ab", "0".repeat(16)),
         ] {
             assert_eq!(parse_cursor(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn iso8601_times() {
-        assert_eq!(parse_iso8601_ms("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(
-            parse_iso8601_ms("2025-12-06T05:46:40.123Z"),
-            Some(1_765_000_000_123)
-        );
-        assert_eq!(
-            parse_iso8601_ms("2025-12-06T06:46:40.1234+01:00"),
-            Some(1_765_000_000_123)
-        );
-        assert_eq!(
-            parse_iso8601_ms("2025-12-06T05:46:40.5Z"),
-            Some(1_765_000_000_500)
-        );
-        for bad in [
-            "",
-            "2025-12-06",
-            "2025-13-06T00:00:00Z",
-            "yesterday",
-            "2025-12-06T00:00:00.x1Z",
-        ] {
-            assert_eq!(parse_iso8601_ms(bad), None, "{bad}");
         }
     }
 }
