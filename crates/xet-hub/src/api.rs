@@ -352,6 +352,64 @@ pub struct CommitResponse {
     pub success: bool,
 }
 
+/// `POST .../tag/{rev}`: the tag to create at `rev`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreateTagRequest {
+    pub tag: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// `POST .../super-squash/{branch}`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SuperSquashRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// One ref of `GET .../refs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GitRef {
+    /// `main`, `v1`, `refs/pr/1`.
+    pub name: String,
+    /// `refs/heads/main`, `refs/tags/v1`, `refs/pr/1`.
+    #[serde(rename = "ref")]
+    pub full: String,
+    #[serde(rename = "targetCommit")]
+    pub target_commit: String,
+}
+
+/// `GET .../refs[?include_prs=1]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct GitRefs {
+    pub branches: Vec<GitRef>,
+    pub converts: Vec<GitRef>,
+    pub tags: Vec<GitRef>,
+    #[serde(
+        rename = "pullRequests",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pull_requests: Option<Vec<GitRef>>,
+}
+
+/// An author of a commit in `GET .../commits/{rev}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CommitAuthor {
+    pub user: String,
+}
+
+/// One commit of `GET .../commits/{rev}`, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CommitInfo {
+    pub id: String,
+    pub title: String,
+    pub message: String,
+    pub authors: Vec<CommitAuthor>,
+    /// RFC 3339.
+    pub date: String,
+}
+
 /// `POST .../branch/{name}`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CreateBranchRequest {

@@ -386,7 +386,10 @@ pub use xet_hash::hex::{decode as hex_decode, encode as hex};
 
 /// A branch name, as git allows it (simplified): 1 to 255 bytes, no control characters,
 /// spaces or any of `~^:?*[\`, no `..`, `//` or `@{`, not starting or ending with `/` or
-/// `.`, not ending in `.lock`. `refs/heads/X` is read as `X`; `refs/pr/N` is kept whole.
+/// `.`, not ending in `.lock`. `refs/heads/X` is read as `X`; other `refs/` names are
+/// kept whole: the store keeps every ref under its name (a pull request `refs/pr/N`, a
+/// tag `refs/tags/X`), and only [`is_plain`](BranchName::is_plain) ones are branches
+/// people create and commit to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BranchName(String);
 
@@ -435,6 +438,99 @@ impl BranchName {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Whether this names a branch people commit to and create: not a ref under
+    /// `refs/` (pull requests `refs/pr/N`, tags `refs/tags/X`), which only their own
+    /// routes make.
+    pub fn is_plain(&self) -> bool {
+        !self.0.starts_with("refs/")
+    }
+
+    /// The pull request this ref is (`refs/pr/N`), if it is one.
+    pub fn pull_request(&self) -> Option<u64> {
+        let n = self.0.strip_prefix("refs/pr/")?;
+        if n.is_empty()
+            || n.len() > 9
+            || !n.bytes().all(|b| b.is_ascii_digit())
+            || n.starts_with('0')
+        {
+            return None;
+        }
+        n.parse().ok()
+    }
+
+    /// The ref of pull request `n`: `refs/pr/N`.
+    pub fn for_pull_request(n: u64) -> BranchName {
+        BranchName(format!("refs/pr/{n}"))
+    }
+
+    /// The tag this ref is (`refs/tags/X`), if it is one.
+    pub fn tag(&self) -> Option<&str> {
+        self.0.strip_prefix("refs/tags/")
+    }
+}
+
+/// A tag name: the rules of a [`BranchName`], `refs/tags/X` read as `X`, and no other
+/// `refs/` prefix. Kept by the store as the ref `refs/tags/X` ([`TagName::as_ref_name`]),
+/// beside the branches, so a tag moves, and is deleted, as a branch does.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TagName(String);
+
+impl TagName {
+    pub fn parse(s: &str) -> Result<TagName, NameError> {
+        let s = s.strip_prefix("refs/tags/").unwrap_or(s);
+        let b = BranchName::parse(s).map_err(|e| match e {
+            NameError::Revision { why, .. } => NameError::Revision {
+                rev: s.to_string(),
+                why: if why.starts_with("a branch") {
+                    "a tag name is 1 to 255 bytes"
+                } else {
+                    why
+                },
+            },
+            other => other,
+        })?;
+        if !b.is_plain() || b.as_str() != s {
+            return Err(NameError::Revision {
+                rev: s.to_string(),
+                why: "a tag name may not start with refs/",
+            });
+        }
+        Ok(TagName(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The branch of the same name (which may not exist beside the tag).
+    pub fn as_branch_name(&self) -> BranchName {
+        BranchName(self.0.clone())
+    }
+
+    /// The ref the store keeps this tag as: `refs/tags/X`.
+    pub fn as_ref_name(&self) -> BranchName {
+        BranchName(format!("refs/tags/{}", self.0))
+    }
+}
+
+impl fmt::Display for TagName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl serde::Serialize for BranchName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for BranchName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        BranchName::parse(&s).map_err(serde::de::Error::custom)
     }
 }
 

@@ -11,7 +11,10 @@
 //!   (`hub-api.md`);
 //! - [`mode`]: which files go to Xet and which inline;
 //! - [`store`] and [`repos`]: the repository-store contract and the operations over it
-//!   (create, resolve, commit by compare-and-swap, branch, change a record);
+//!   (create, resolve, commit by compare-and-swap, branches and tags, history,
+//!   super-squash, change a record);
+//! - [`discussion`]: pull requests (`refs/pr/N` and their discussion records), merged
+//!   by applying what they changed onto their base;
 //! - [`bucket`] and [`bucket_changes`]: storage buckets (batches, moves) and what changed
 //!   between two points of a bucket's history (its events feed);
 //! - [`time`]: RFC 3339 times to and from milliseconds.
@@ -23,6 +26,7 @@ pub mod bucket;
 pub mod bucket_changes;
 pub mod commit;
 pub mod commit_body;
+pub mod discussion;
 pub mod git;
 pub mod id;
 pub mod mode;
@@ -36,7 +40,7 @@ pub use bucket_changes::{Change, ChangeOp, ReplayBase, Since};
 pub use commit::{Commit, FileEntry, FileMeta, Operation, Storage};
 pub use id::{
     BranchName, CommitId, NameError, ObjectId, RepoId, RepoPath, RepoRef, RepoType, Revision,
-    Sha256, git_reserved,
+    Sha256, TagName, git_reserved,
 };
 pub use repos::{CommitMeta, Committed, Listed, Offload, Page, RepoError, Repos};
 pub use store::{BranchHead, Home, RecordHead, RepoObject, RepoRecord, RepoStore, StorageHolder};

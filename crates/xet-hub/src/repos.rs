@@ -13,7 +13,7 @@ use futures_util::future::BoxFuture;
 use xet_cas::CasError;
 
 use crate::commit::{ApplyError, Commit, FileEntry, LegacyCommit, Operation, Storage, Stored};
-use crate::id::{BranchName, CommitId, ObjectId, RepoId, RepoPath, RepoRef, Revision};
+use crate::id::{BranchName, CommitId, ObjectId, RepoId, RepoPath, RepoRef, Revision, TagName};
 use crate::store::{BranchHead, RepoObject, RepoRecord, RepoStore};
 use crate::tree::{Dir, Folder, Item, NewFolder, Slot, apply, folders_to_load};
 
@@ -44,6 +44,15 @@ pub enum RepoError {
         parent: CommitId,
         head: CommitId,
     },
+    #[error("tag {tag} already exists in repository {repo}")]
+    TagExists { repo: RepoRef, tag: TagName },
+    #[error(
+        "{name} of repository {repo} is a tag, and tags do not move: commit to a branch, \
+         or delete the tag and create it again"
+    )]
+    IsTag { repo: RepoRef, name: BranchName },
+    #[error("{name} is the default branch of repository {repo}: it cannot be deleted")]
+    DefaultBranch { repo: RepoRef, name: BranchName },
     #[error(transparent)]
     Apply(#[from] ApplyError),
     #[error("branch {branch} of {repo} kept moving: gave up after {attempts} attempts; try again")]
@@ -334,7 +343,8 @@ impl Repos {
         Ok(legacy.with_tree(tree))
     }
 
-    /// The commit `rev` names in `repo` (which must exist).
+    /// The commit `rev` names in `repo` (which must exist). A name that is no branch is
+    /// tried as a tag (`v1` finds `refs/tags/v1`).
     pub async fn resolve(
         &self,
         repo: &RepoRef,
@@ -346,13 +356,7 @@ impl Repos {
         };
         let id = match rev {
             Revision::Commit(id) => *id,
-            Revision::Branch(b) => {
-                self.store
-                    .branch(repo, b)
-                    .await?
-                    .ok_or_else(not_found)?
-                    .commit
-            }
+            Revision::Branch(b) => self.ref_head(repo, b).await?.ok_or_else(not_found)?.commit,
         };
         let commit = self.commit(repo, &id).await?.ok_or_else(not_found)?;
         Ok((id, commit))
@@ -680,6 +684,7 @@ impl Repos {
                 _ => None,
             })
             .collect();
+        self.refuse_tag(repo, branch).await?;
         self.record_files(repo, added).await?;
         for _ in 0..MAX_COMMIT_ATTEMPTS {
             let head = self.store.branch(repo, branch).await?;
@@ -744,6 +749,241 @@ impl Repos {
         })
     }
 
+    /// Where ref `name` points: the branch (or `refs/...` ref) of that name, else the tag
+    /// of that name.
+    pub async fn ref_head(
+        &self,
+        repo: &RepoRef,
+        name: &BranchName,
+    ) -> Result<Option<BranchHead>, RepoError> {
+        if let Some(head) = self.store.branch(repo, name).await? {
+            return Ok(Some(head));
+        }
+        match TagName::parse(name.as_str()) {
+            Ok(tag) if name.is_plain() => Ok(self.store.branch(repo, &tag.as_ref_name()).await?),
+            _ => Ok(None),
+        }
+    }
+
+    /// [`RepoError::IsTag`] if `name` is a tag's ref, or no branch but the name of a tag:
+    /// tags take no commits, and no branch takes a tag's name.
+    async fn refuse_tag(&self, repo: &RepoRef, name: &BranchName) -> Result<(), RepoError> {
+        let is_tag = match name.tag() {
+            Some(_) => true,
+            None if name.is_plain() && self.store.branch(repo, name).await?.is_none() => {
+                match TagName::parse(name.as_str()) {
+                    Ok(tag) => self.store.branch(repo, &tag.as_ref_name()).await?.is_some(),
+                    Err(_) => false,
+                }
+            }
+            None => false,
+        };
+        if is_tag {
+            return Err(RepoError::IsTag {
+                repo: repo.clone(),
+                name: name.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Create tag `tag` at the commit `from` names, keeping `message` with it. A tag
+    /// never takes the name of a branch, nor a branch that of a tag, so a name resolves
+    /// to one commit.
+    pub async fn create_tag(
+        &self,
+        repo: &RepoRef,
+        tag: &TagName,
+        from: &Revision,
+        message: Option<&str>,
+    ) -> Result<CommitId, RepoError> {
+        let (id, _) = self.resolve(repo, from).await?;
+        let exists = || RepoError::TagExists {
+            repo: repo.clone(),
+            tag: tag.clone(),
+        };
+        let as_branch = tag.as_branch_name();
+        if self.store.branch(repo, &as_branch).await?.is_some() {
+            return Err(RepoError::BranchExists {
+                repo: repo.clone(),
+                branch: as_branch,
+            });
+        }
+        let created = self
+            .store
+            .write_ref(repo, &tag.as_ref_name(), None, Some(&id), message)
+            .await?;
+        created.map(|_| id).ok_or_else(exists)
+    }
+
+    /// Delete ref `name` (a branch, a tag's `refs/tags/X`, a pull request's ref) wherever
+    /// it points; [`RepoError::RevisionNotFound`] if there is none. The default branch
+    /// stays.
+    pub async fn delete_ref(&self, repo: &RepoRef, name: &BranchName) -> Result<(), RepoError> {
+        if name.as_str() == BranchName::MAIN {
+            return Err(RepoError::DefaultBranch {
+                repo: repo.clone(),
+                name: name.clone(),
+            });
+        }
+        for _ in 0..MAX_COMMIT_ATTEMPTS {
+            let Some(head) = self.store.branch(repo, name).await? else {
+                return Err(RepoError::RevisionNotFound {
+                    repo: repo.clone(),
+                    rev: name.to_string(),
+                });
+            };
+            if self.store.delete_branch(repo, name, &head).await? {
+                return Ok(());
+            }
+        }
+        Err(RepoError::Contention {
+            repo: repo.clone(),
+            branch: name.clone(),
+            attempts: MAX_COMMIT_ATTEMPTS,
+        })
+    }
+
+    /// Commits from `start` back along first parents, newest first: `limit` of them
+    /// after skipping `skip`, and whether more follow.
+    pub async fn history(
+        &self,
+        repo: &RepoRef,
+        start: CommitId,
+        skip: usize,
+        limit: usize,
+    ) -> Result<(Vec<(CommitId, Commit)>, bool), RepoError> {
+        let mut out = Vec::with_capacity(limit.min(1024));
+        let mut next = Some(start);
+        let mut seen = 0usize;
+        while let Some(id) = next {
+            if out.len() == limit {
+                return Ok((out, true));
+            }
+            let commit = self.history_commit(repo, &id).await?;
+            next = commit.parent;
+            if seen >= skip {
+                out.push((id, commit));
+            }
+            seen += 1;
+        }
+        Ok((out, false))
+    }
+
+    /// The last commit that changed each of `paths` (all within `folder`, the root for
+    /// `None`), walking back from `start` along first parents: the newest commit whose
+    /// parent holds something else at that path (or whose parent does not exist). A commit
+    /// that leaves `folder`'s tree as it was is passed over without looking at the paths.
+    /// At most `max_commits` are read; a path not settled by then is left out.
+    pub async fn last_commits(
+        &self,
+        repo: &RepoRef,
+        start: CommitId,
+        folder: Option<&RepoPath>,
+        paths: &[RepoPath],
+        max_commits: usize,
+    ) -> Result<Vec<Option<(CommitId, Commit)>>, RepoError> {
+        let mut out: Vec<Option<(CommitId, Commit)>> = vec![None; paths.len()];
+        let mut open: Vec<usize> = (0..paths.len()).collect();
+        let mut id = start;
+        let mut commit = self.history_commit(repo, &id).await?;
+        for _ in 0..max_commits {
+            if open.is_empty() {
+                break;
+            }
+            let Some(parent_id) = commit.parent else {
+                for &i in &open {
+                    out[i] = Some((id, commit.clone()));
+                }
+                break;
+            };
+            let parent = self.history_commit(repo, &parent_id).await?;
+            if self.folder_item(repo, &commit.tree, folder).await?
+                != self.folder_item(repo, &parent.tree, folder).await?
+            {
+                let mut still = Vec::with_capacity(open.len());
+                for i in open {
+                    let now = self.entry(repo, &commit.tree, &paths[i]).await?;
+                    let before = self.entry(repo, &parent.tree, &paths[i]).await?;
+                    if now != before {
+                        out[i] = Some((id, commit.clone()));
+                    } else {
+                        still.push(i);
+                    }
+                }
+                open = still;
+            }
+            (id, commit) = (parent_id, parent);
+        }
+        Ok(out)
+    }
+
+    /// What `folder` is in tree `root` (the root itself for `None`).
+    async fn folder_item(
+        &self,
+        repo: &RepoRef,
+        root: &ObjectId,
+        folder: Option<&RepoPath>,
+    ) -> Result<Option<Item>, RepoError> {
+        match folder {
+            None => Ok(Some(Item::Folder(*root))),
+            Some(f) => self.entry(repo, root, f).await,
+        }
+    }
+
+    /// Commit `id`, which a history names, so must be stored.
+    async fn history_commit(&self, repo: &RepoRef, id: &CommitId) -> Result<Commit, RepoError> {
+        self.commit(repo, id).await?.ok_or_else(|| {
+            RepoError::Store(CasError::storage(format!(
+                "repository {repo}: commit {id} is named in the history but not stored"
+            )))
+        })
+    }
+
+    /// Replace the history of `branch` by one commit holding its current tree (what the
+    /// old commits alone held is then garbage, for the store's GC). The new commit.
+    pub async fn super_squash(
+        &self,
+        repo: &RepoRef,
+        branch: &BranchName,
+        meta: &CommitMeta,
+    ) -> Result<Committed, RepoError> {
+        for _ in 0..MAX_COMMIT_ATTEMPTS {
+            let head = self.store.branch(repo, branch).await?.ok_or_else(|| {
+                RepoError::RevisionNotFound {
+                    repo: repo.clone(),
+                    rev: branch.to_string(),
+                }
+            })?;
+            let (_, current) = self.resolve(repo, &Revision::Commit(head.commit)).await?;
+            let commit = Commit {
+                tree: current.tree,
+                parent: None,
+                summary: meta.summary.clone(),
+                description: meta.description.clone(),
+                author: meta.author.clone(),
+                created_at: meta.created_at,
+            };
+            let (id, bytes) = commit.encode();
+            self.store
+                .put_object(repo, RepoObject::Commit, &id, bytes.into())
+                .await?;
+            if self
+                .store
+                .update_branch(repo, branch, Some(&head), &id)
+                .await?
+                .is_some()
+            {
+                return Ok(Committed { id, commit });
+            }
+        }
+        Err(RepoError::Contention {
+            repo: repo.clone(),
+            branch: branch.clone(),
+            attempts: MAX_COMMIT_ATTEMPTS,
+        })
+    }
+
     /// Create `branch` at the commit `from` names.
     pub async fn create_branch(
         &self,
@@ -752,6 +992,7 @@ impl Repos {
         from: &Revision,
     ) -> Result<BranchHead, RepoError> {
         let (id, _) = self.resolve(repo, from).await?;
+        self.refuse_tag(repo, branch).await?;
         self.store
             .update_branch(repo, branch, None, &id)
             .await?

@@ -13,7 +13,8 @@
 //!   the backend; a successful change is visible to every later read in every process.
 //!   [`RepoStore::delete_repo`] is such a deletion from whatever version is current. A
 //!   deleted repository can be created again; the new record starts a new version.
-//! - A branch head moves only through [`RepoStore::update_branch`], a compare-and-swap:
+//! - A ref (a branch head, a pull request's or a tag's) moves, or is deleted, only
+//!   through [`RepoStore::write_ref`], a compare-and-swap:
 //!   of any number of concurrent calls from the same head, exactly one succeeds, in this
 //!   process or in another process sharing the backend; a successful move is visible to
 //!   every later read in every process.
@@ -167,6 +168,11 @@ pub trait RepoStore: Send + Sync + 'static {
     /// The records of every bucket (repositories of kind bucket), in no order.
     async fn buckets(&self) -> Result<Vec<RepoRecord>>;
 
+    /// The records of every repository of kind `kind` created since repositories are
+    /// listed (stores written before keep no list of their models, datasets and spaces),
+    /// in no order.
+    async fn repos(&self, kind: RepoType) -> Result<Vec<RepoRecord>>;
+
     /// The name holding the storage `storage` of a bucket whose storage is not its own
     /// name ([`RepoRecord::storage`]), if one was set: what
     /// [`repos_referencing`](RepoStore::repos_referencing) follows from the file
@@ -213,19 +219,71 @@ pub trait RepoStore: Send + Sync + 'static {
     /// Where `name` points, if the branch exists.
     async fn branch(&self, repo: &RepoRef, name: &BranchName) -> Result<Option<BranchHead>>;
 
-    /// Every branch of `repo`, sorted by name.
+    /// Every ref of `repo` (branches, `refs/pr/N`, `refs/tags/X`; deleted ones left out),
+    /// sorted by name.
     async fn branches(&self, repo: &RepoRef) -> Result<Vec<(BranchName, BranchHead)>>;
 
-    /// Move `name` from `from` (`None`: the branch does not exist yet) to `to`. Returns
-    /// the new head if this call moved it, `None` if the branch was not at `from` (someone
-    /// else moved or created it first).
+    /// Move ref `name` (a branch, `refs/pr/N` or `refs/tags/X`) from `from` (`None`: it
+    /// does not exist: never did, or was deleted) to `to` (`None`: delete it, which needs
+    /// a `from`), keeping `message` with it (a tag's). Returns the new version if this
+    /// call moved it, `None` if the ref was not at `from` (someone else moved, created or
+    /// deleted it first). A deleted ref created again continues its versions, so a head
+    /// read before the deletion never matches again.
+    async fn write_ref(
+        &self,
+        repo: &RepoRef,
+        name: &BranchName,
+        from: Option<&BranchHead>,
+        to: Option<&CommitId>,
+        message: Option<&str>,
+    ) -> Result<Option<u64>>;
+
+    /// Move `name` from `from` (`None`: the branch does not exist) to `to`
+    /// ([`write_ref`](RepoStore::write_ref)). Returns the new head if this call moved it.
     async fn update_branch(
         &self,
         repo: &RepoRef,
         name: &BranchName,
         from: Option<&BranchHead>,
         to: &CommitId,
-    ) -> Result<Option<BranchHead>>;
+    ) -> Result<Option<BranchHead>> {
+        let moved = self.write_ref(repo, name, from, Some(to), None).await?;
+        Ok(moved.map(|version| BranchHead {
+            commit: *to,
+            version,
+        }))
+    }
+
+    /// Delete `name` if it is still at `from`; whether this call deleted it.
+    async fn delete_branch(
+        &self,
+        repo: &RepoRef,
+        name: &BranchName,
+        from: &BranchHead,
+    ) -> Result<bool> {
+        Ok(self
+            .write_ref(repo, name, Some(from), None, None)
+            .await?
+            .is_some())
+    }
+
+    /// Discussion (or pull request) `num` of `repo`: its current version and what it
+    /// holds (the Hub layer's JSON), if it exists.
+    async fn discussion(&self, repo: &RepoRef, num: u64) -> Result<Option<(u64, Bytes)>>;
+
+    /// Write discussion `num` from version `from` (`None`: create it); whether this call
+    /// wrote it, by the compare-and-swap a branch moves by. Numbers are taken from 1
+    /// without gaps: creating `num` needs `num - 1` to exist.
+    async fn write_discussion(
+        &self,
+        repo: &RepoRef,
+        num: u64,
+        from: Option<u64>,
+        body: Bytes,
+    ) -> Result<bool>;
+
+    /// How many discussions `repo` has: the highest number created.
+    async fn discussion_count(&self, repo: &RepoRef) -> Result<u64>;
 
     /// Remember that `repo` references `file`: a commit of it added the file, or an
     /// upload under a CAS token minted for it registered the file. CAS tokens bound to a

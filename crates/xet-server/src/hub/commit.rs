@@ -19,8 +19,11 @@ use axum::response::Response;
 use xet_hash::MerkleHash;
 use xet_hub::api::{CommitResponse, url};
 use xet_hub::commit_body::CommitRequest;
+use xet_hub::discussion::NewDiscussion;
 use xet_hub::id::hex;
-use xet_hub::{CommitId, CommitMeta, FileEntry, Operation, RepoPath, RepoRef, Revision, Sha256};
+use xet_hub::{
+    BranchName, CommitId, CommitMeta, FileEntry, Operation, RepoPath, RepoRef, Revision, Sha256,
+};
 
 use super::body::{Inline, Received};
 use super::ctx::Ctx;
@@ -39,15 +42,9 @@ pub(super) async fn commit(
 ) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
     ctx.open_repo(repo, &caller).await?;
-    if ctx
+    let create_pr = ctx
         .query_param("create_pr")
-        .is_some_and(|v| v == "1" || v == "true")
-    {
-        return Err(HubReply::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "pull requests are not supported by this server: commit to a branch instead",
-        ));
-    }
+        .is_some_and(|v| v == "1" || v == "true");
     let branch = match Revision::parse(rev)? {
         Revision::Branch(b) => b,
         Revision::Commit(c) => {
@@ -74,21 +71,61 @@ pub(super) async fn commit(
         author: ctx.state.config.hub_user.clone(),
         created_at: now(),
     };
+    let (branch, pr) = pull_request_target(ctx, repo, branch, create_pr, &meta).await?;
     let done = ctx
         .repos()
         .commit_to_branch(repo, &branch, req.parent, &ops, &meta)
         .await?;
+    if let Some(num) = pr {
+        ctx.repos()
+            .note_pr_commit(repo, num, &done, meta.created_at)
+            .await?;
+    }
     tracing::info!(repo = %repo, branch = %branch, commit = %done.id, files = ops.len(), "commit");
-    Ok(answer(ctx, repo, &done.id))
+    Ok(answer(ctx, repo, &done.id, pr))
 }
 
-fn answer(ctx: &Ctx, repo: &RepoRef, id: &CommitId) -> Response {
+/// Where a commit goes: with `create_pr`, a new pull request onto `branch` (titled by
+/// the commit); onto `refs/pr/N`, that pull request, which must be open; else `branch`.
+/// The pull request's number, if it goes to one.
+async fn pull_request_target(
+    ctx: &Ctx,
+    repo: &RepoRef,
+    branch: BranchName,
+    create_pr: bool,
+    meta: &CommitMeta,
+) -> HubResult<(BranchName, Option<u64>)> {
+    if create_pr {
+        if !branch.is_plain() {
+            return Err(HubReply::bad_request(format!(
+                "a pull request merges into a branch, not into {branch}"
+            )));
+        }
+        let new = NewDiscussion {
+            base: &branch,
+            title: &meta.summary,
+            description: &meta.description,
+            author: &meta.author,
+            created_at: meta.created_at,
+            pull_request: true,
+        };
+        let d = ctx.repos().create_discussion(repo, &new).await?;
+        tracing::info!(repo = %repo, num = d.num, "pull request created");
+        return Ok((d.pr_ref(), Some(d.num)));
+    }
+    match branch.pull_request() {
+        Some(num) => Ok((ctx.repos().pr_ref_for_commit(repo, num).await?, Some(num))),
+        None => Ok((branch, None)),
+    }
+}
+
+fn answer(ctx: &Ctx, repo: &RepoRef, id: &CommitId, pr: Option<u64>) -> Response {
     json(
         StatusCode::OK,
         &CommitResponse {
             commit_oid: id.to_string(),
             commit_url: url::commit_page(&ctx.base, repo, &id.to_string()),
-            pull_request_url: None,
+            pull_request_url: pr.map(|n| format!("{}/{repo}/discussions/{n}", ctx.base)),
             hook_output: String::new(),
             success: true,
         },

@@ -6,6 +6,7 @@
 //!
 //! | route | auth | answer |
 //! |---|---|---|
+//! | `GET /api/{T}` | read | the repositories the caller may see, `author`, `search`, `sort`, `limit`, `Link: rel="next"` |
 //! | `POST /api/repos/create` | write | `200 {"url"}`, `409` if it exists |
 //! | `DELETE /api/repos/delete` | write | `{"name","organization","type"}` → `200`; gone at once (`xet store gc` reclaims its bytes) |
 //! | `POST /api/repos/move` | write on both names | buckets only (`"type":"bucket"`, see `buckets`); repositories `501` |
@@ -16,8 +17,17 @@
 //! | `POST /api/{T}/{ns}/{name}/preupload/{rev}` | write | `uploadMode` per file ([`xet_hub::mode`]) and remote `oid`s |
 //! | `GET /api/{T}/{ns}/{name}/xet-read-token/{rev}` | read | a read CAS token, in `X-Xet-*` headers and JSON |
 //! | `GET /api/{T}/{ns}/{name}/xet-write-token/{rev}` | write | the same with a write CAS token |
-//! | `POST /api/{T}/{ns}/{name}/commit/{rev}` | write | NDJSON commit → `{"commitOid","commitUrl"}`; `create_pr` is `501` |
-//! | `POST /api/{T}/{ns}/{name}/branch/{name}` | write | `200`, `409` if it exists |
+//! | `POST /api/{T}/{ns}/{name}/commit/{rev}` | write | NDJSON commit → `{"commitOid","commitUrl"}`; `create_pr=1` opens a pull request (`"pullRequestUrl"`); onto `refs/pr/N` an open one |
+//! | `GET`/`POST /api/{T}/{ns}/{name}/discussions` | read/write | pull requests and discussions, newest first, 50 a page / `{"title","description","pullRequest"}` |
+//! | `GET /api/{T}/{ns}/{name}/discussions/{num}` | read | with events, `changes.base`, `mergeCommitId` |
+//! | `POST /api/{T}/{ns}/{name}/discussions/{num}/{status,comment,merge}` | write | merge applies the pull request onto its base; a conflict is `409` naming the files |
+//! | `POST /api/{T}/{ns}/{name}/branch/{name}` | write | `200`, `409` if it (or a tag of that name) exists; `refs/...` names `400` |
+//! | `DELETE /api/{T}/{ns}/{name}/branch/{name}` | write | `200`; `main` `403`, a missing one `404` |
+//! | `GET /api/{T}/{ns}/{name}/refs[?include_prs=1]` | read | `{"branches","converts","tags"[,"pullRequests"]}` |
+//! | `GET /api/{T}/{ns}/{name}/commits/{rev}` | read | newest first along first parents, `?p=&limit=`, `Link: rel="next"` |
+//! | `POST /api/{T}/{ns}/{name}/tag/{rev}` | write | `{"tag","message"}` → `200`, `409` if it (or a branch of that name) exists |
+//! | `DELETE /api/{T}/{ns}/{name}/tag/{tag}` | write | `200`, `404` if there is none |
+//! | `POST /api/{T}/{ns}/{name}/super-squash/{branch}` | write | the branch becomes one commit of its tree; a tag `400` |
 //! | `POST /api/validate-yaml` | read | `{"errors":[],"warnings":[]}` (the caller checked before the body is read) |
 //! | `GET /api/whoami-v2` | user token | the configured user |
 //! | `GET /api/agent-harnesses` | none | an empty registry |
@@ -52,7 +62,10 @@ mod body;
 mod buckets;
 mod commit;
 mod ctx;
+mod discussions;
 mod files;
+mod listing;
+mod refs;
 mod reply;
 mod repo;
 mod upload;
@@ -104,6 +117,10 @@ async fn api_route(ctx: &Ctx, method: &Method, body: Body) -> HubResult<Response
         (&Method::GET, ["whoami-v2"]) => repo::whoami(ctx),
         (&Method::GET, ["agent-harnesses"]) => Ok(repo::agent_harnesses()),
         (_, ["buckets", rest @ ..]) => buckets::route(ctx, method, rest, body).await,
+        (&Method::GET, [plural]) if RepoType::from_plural(plural).is_some() => {
+            let kind = RepoType::from_plural(plural).unwrap_or(RepoType::Model);
+            listing::list(ctx, kind).await
+        }
         (_, [plural, ns, name, tail @ ..]) => {
             let Some(kind) = RepoType::from_plural(plural) else {
                 return Err(no_route(method, &ctx.path).into());
@@ -136,6 +153,34 @@ async fn repo_route(
         (&Method::PUT, ["settings"]) => repo::settings(ctx, repo, body).await,
         (&Method::POST, ["branch", branch @ ..]) if !branch.is_empty() => {
             repo::create_branch(ctx, repo, &joined(branch), body).await
+        }
+        (&Method::DELETE, ["branch", branch @ ..]) if !branch.is_empty() => {
+            refs::delete_branch(ctx, repo, &joined(branch)).await
+        }
+        (&Method::GET, ["refs"]) => refs::refs(ctx, repo).await,
+        (&Method::GET, ["discussions"]) => discussions::list(ctx, repo).await,
+        (&Method::POST, ["discussions"]) => discussions::create(ctx, repo, body).await,
+        (&Method::GET, ["discussions", num]) => discussions::get(ctx, repo, num).await,
+        (&Method::POST, ["discussions", num, "status"]) => {
+            discussions::status(ctx, repo, num, body).await
+        }
+        (&Method::POST, ["discussions", num, "comment"]) => {
+            discussions::comment(ctx, repo, num, body).await
+        }
+        (&Method::POST, ["discussions", num, "merge"]) => {
+            discussions::merge(ctx, repo, num, body).await
+        }
+        (&Method::GET, ["commits", rev @ ..]) if !rev.is_empty() => {
+            refs::commits(ctx, repo, &joined(rev)).await
+        }
+        (&Method::POST, ["tag", rev @ ..]) if !rev.is_empty() => {
+            refs::create_tag(ctx, repo, &joined(rev), body).await
+        }
+        (&Method::DELETE, ["tag", tag @ ..]) if !tag.is_empty() => {
+            refs::delete_tag(ctx, repo, &joined(tag)).await
+        }
+        (&Method::POST, ["super-squash", branch @ ..]) if !branch.is_empty() => {
+            refs::super_squash(ctx, repo, &joined(branch), body).await
         }
         (&Method::POST, ["preupload", rev @ ..]) if !rev.is_empty() => {
             upload::preupload(ctx, repo, &joined(rev), body).await

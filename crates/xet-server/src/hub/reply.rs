@@ -120,11 +120,14 @@ impl From<RepoError> for HubReply {
             }
             RepoError::RepoExists(_)
             | RepoError::BranchExists { .. }
+            | RepoError::TagExists { .. }
             | RepoError::Moving { .. } => HubReply::new(StatusCode::CONFLICT, message),
             RepoError::ParentMismatch { .. } => {
                 HubReply::new(StatusCode::PRECONDITION_FAILED, message)
             }
             RepoError::Apply(_) => HubReply::new(StatusCode::UNPROCESSABLE_ENTITY, message),
+            RepoError::IsTag { .. } => HubReply::bad_request(message),
+            RepoError::DefaultBranch { .. } => HubReply::new(StatusCode::FORBIDDEN, message),
             RepoError::Contention { .. } | RepoError::RecordContention { .. } => {
                 HubReply::new(StatusCode::SERVICE_UNAVAILABLE, message)
             }

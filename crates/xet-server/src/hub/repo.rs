@@ -245,6 +245,11 @@ fn folder_entry(path: &str, id: &ObjectId) -> TreeEntry {
 
 /// Entries per page of a tree listing unless `limit` says otherwise.
 const TREE_PAGE: usize = 1000;
+/// Entries per page of an `expand` listing, at most.
+const EXPANDED_TREE_PAGE: usize = 50;
+/// Commits an `expand` listing reads to find its entries' last commits; an entry last
+/// changed further back is listed without one.
+const LAST_COMMIT_WALK: usize = 10_000;
 
 pub(super) async fn tree(ctx: &Ctx, repo: &RepoRef, rev: &str, path: &str) -> HubResult<Response> {
     let caller = ctx.caller(Access::Read)?;
@@ -258,11 +263,25 @@ pub(super) async fn tree(ctx: &Ctx, repo: &RepoRef, rev: &str, path: &str) -> Hu
     let recursive = ctx
         .query_param("recursive")
         .is_some_and(|v| v == "true" || v == "1");
+    // `expand` adds each entry's last commit, which costs a walk of the history: pages
+    // are smaller, as the Hub's are.
+    let expand = ctx
+        .query_param("expand")
+        .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
     let limit = ctx
         .query_param("limit")
         .and_then(|l| l.parse::<usize>().ok())
         .filter(|&l| l > 0)
-        .unwrap_or(TREE_PAGE);
+        .unwrap_or(if expand {
+            EXPANDED_TREE_PAGE
+        } else {
+            TREE_PAGE
+        })
+        .min(if expand {
+            EXPANDED_TREE_PAGE
+        } else {
+            usize::MAX
+        });
     // The cursor is the last path of the previous page (see `next_page_url`).
     let after = match ctx.query_param("cursor") {
         Some(c) => Some(RepoPath::parse(&c).map_err(|_| {
@@ -294,7 +313,12 @@ pub(super) async fn tree(ctx: &Ctx, repo: &RepoRef, rev: &str, path: &str) -> Hu
         .iter()
         .map(|Listed { path, item }| tree_entry(path, item))
         .collect();
-    let mut r = json(StatusCode::OK, &entries);
+    let mut r = if expand {
+        let lasts = last_commits(ctx, repo, id, folder.as_ref(), &page.entries).await?;
+        json(StatusCode::OK, &with_last_commits(entries, lasts)?)
+    } else {
+        json(StatusCode::OK, &entries)
+    };
     if let (true, Some(last)) = (page.more, page.entries.last()) {
         let next = next_page_url(ctx, &last.path);
         r.headers_mut().insert(
@@ -305,17 +329,70 @@ pub(super) async fn tree(ctx: &Ctx, repo: &RepoRef, rev: &str, path: &str) -> Hu
     Ok(r)
 }
 
+/// The last commit of each listed entry, walking at most [`LAST_COMMIT_WALK`] commits.
+async fn last_commits(
+    ctx: &Ctx,
+    repo: &RepoRef,
+    head: CommitId,
+    folder: Option<&RepoPath>,
+    entries: &[Listed],
+) -> HubResult<Vec<Option<(CommitId, Commit)>>> {
+    let paths = entries
+        .iter()
+        .map(|e| RepoPath::parse(&e.path))
+        .collect::<Result<Vec<_>, _>>()?;
+    // A recursive page reaches below `folder`; the walk's shortcut compares `folder`,
+    // which holds all of them either way.
+    Ok(ctx
+        .repos()
+        .last_commits(repo, head, folder, &paths, LAST_COMMIT_WALK)
+        .await?)
+}
+
+/// `entries` as JSON, each with `lastCommit` (`id`, `title`, `date`) where one was found.
+fn with_last_commits(
+    entries: Vec<TreeEntry>,
+    lasts: Vec<Option<(CommitId, Commit)>>,
+) -> HubResult<Vec<serde_json::Value>> {
+    entries
+        .into_iter()
+        .zip(lasts)
+        .map(|(entry, last)| {
+            let mut v = serde_json::to_value(&entry)
+                .map_err(|e| HubReply::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+            if let (Some(o), Some((id, c))) = (v.as_object_mut(), last) {
+                o.insert(
+                    "lastCommit".into(),
+                    serde_json::json!({
+                        "id": id.to_string(),
+                        "title": c.summary,
+                        "date": rfc3339(c.created_at),
+                    }),
+                );
+            }
+            Ok(v)
+        })
+        .collect()
+}
+
 /// This request's URL with `cursor=` the last path listed (other parameters kept).
 pub(super) fn next_page_url(ctx: &Ctx, last: &str) -> String {
+    url_with(ctx, "cursor", &xet_hub::api::quote_revision(last))
+}
+
+/// This request's URL with query parameter `key` set to `value` (already quoted; other
+/// parameters kept): the next page of a paged listing.
+pub(super) fn url_with(ctx: &Ctx, key: &str, value: &str) -> String {
+    let prefix = format!("{key}=");
     let mut params: Vec<String> = ctx
         .query
         .as_deref()
         .unwrap_or("")
         .split('&')
-        .filter(|p| !p.is_empty() && !p.starts_with("cursor="))
+        .filter(|p| !p.is_empty() && !p.starts_with(&prefix))
         .map(str::to_string)
         .collect();
-    params.push(format!("cursor={}", xet_hub::api::quote_revision(last)));
+    params.push(format!("{prefix}{value}"));
     format!("{}{}?{}", ctx.base, ctx.path, params.join("&"))
 }
 
@@ -365,7 +442,7 @@ pub(super) async fn create_branch(
 ) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
     ctx.open_repo(repo, &caller).await?;
-    let branch = BranchName::parse(name)?;
+    let branch = super::refs::plain_branch(name)?;
     let req: CreateBranchRequest = json_body(ctx, body, "create-branch").await?;
     let from = req.starting_point.as_deref().unwrap_or(BranchName::MAIN);
     let from = Revision::parse(from).map_err(|_| {

@@ -27,6 +27,7 @@ const HUB_REPOS: &str = "hub/repos/";
 const HUB_SHA256: &str = "hub/sha256/";
 const HUB_FILES: &str = "hub/files/";
 const HUB_BUCKETS: &str = "hub/buckets/";
+const HUB_LISTED: &str = "hub/listed/";
 
 /// A repository or branch name as it appears in a hub key: the first 16 bytes of its
 /// SHA-256, never the name itself (see `xet_store`'s `RepoStore` implementation).
@@ -47,9 +48,11 @@ pub type HubName = [u8; 16];
 /// hub/repos/<rk>/facts/<40 hex git id of the tree>
 /// hub/repos/<rk>/sha256/<64 hex sha256>
 /// hub/repos/<rk>/branches/<bk>/<version>
+/// hub/repos/<rk>/discussions/<num>/<version>
 /// hub/sha256/<64 hex sha256>
 /// hub/files/<64-digit Xet hash>/<rk>
 /// hub/buckets/<rk>
+/// hub/listed/<rk>
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey(String);
@@ -139,6 +142,22 @@ impl ObjectKey {
         ))
     }
 
+    /// Version `version` of discussion (or pull request) `num` of a repository.
+    pub fn hub_discussion_version(repo: &HubName, num: u64, version: u64) -> Self {
+        ObjectKey(format!(
+            "{HUB_REPOS}{}/discussions/{num:020}/{version:020}",
+            hex(repo)
+        ))
+    }
+
+    /// The hint of a discussion's version, as for a branch.
+    pub fn hub_discussion_hint(repo: &HubName, num: u64) -> Self {
+        ObjectKey(format!(
+            "{HUB_REPOS}{}/discussion-heads/{num:020}",
+            hex(repo)
+        ))
+    }
+
     /// The verified file of a sha256.
     pub fn hub_sha256(sha256: &[u8; 32]) -> Self {
         ObjectKey(format!("{HUB_SHA256}{}", hex(sha256)))
@@ -166,6 +185,22 @@ impl ObjectKey {
     /// The bucket of a [`hub_bucket`](Self::hub_bucket) key.
     pub fn bucket_repo(&self) -> Option<HubName> {
         unhex(self.0.strip_prefix(HUB_BUCKETS)?)
+    }
+
+    /// The mark that repository `repo` (a model, dataset or space) exists: what listing
+    /// repositories reads.
+    pub fn hub_listed(repo: &HubName) -> Self {
+        ObjectKey(format!("{HUB_LISTED}{}", hex(repo)))
+    }
+
+    /// The prefix of every [`hub_listed`](Self::hub_listed) mark.
+    pub fn hub_listed_prefix() -> &'static str {
+        HUB_LISTED
+    }
+
+    /// The repository of a [`hub_listed`](Self::hub_listed) key.
+    pub fn listed_repo(&self) -> Option<HubName> {
+        unhex(self.0.strip_prefix(HUB_LISTED)?)
     }
 
     /// The prefix of every [`hub_file_reference`](Self::hub_file_reference) of `file`.
@@ -204,6 +239,7 @@ impl ObjectKey {
             || self.0.starts_with(HUB_SHA256)
             || self.0.starts_with(HUB_FILES)
             || self.0.starts_with(HUB_BUCKETS)
+            || self.0.starts_with(HUB_LISTED)
             || (self.0.starts_with(HUB_REPOS)
                 && ["/commits/", "/trees/", "/facts/", "/sha256/"]
                     .iter()
@@ -274,9 +310,12 @@ fn valid_hub_key(rest: &str) -> bool {
         ["repos", rk, "branches", bk, v] => {
             is_hex(rk, 32) && is_hex(bk, 32) && parse_version(v).is_some()
         }
+        ["repos", rk, "discussions", n, v] => {
+            is_hex(rk, 32) && parse_version(n).is_some() && parse_version(v).is_some()
+        }
         ["sha256", h] => is_hex(h, 64),
         ["files", file, rk] => is_hex(file, 64) && is_hex(rk, 32),
-        ["buckets", rk] => is_hex(rk, 32),
+        ["buckets" | "listed", rk] => is_hex(rk, 32),
         _ => false,
     }
 }

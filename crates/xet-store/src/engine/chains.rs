@@ -1,5 +1,5 @@
 //! Versioned chains: how a Hub value that changes (a branch head, a repository record, the
-//! holder of a bucket's storage) is kept in objects that never change.
+//! holder of a bucket's storage, a discussion) is kept in objects that never change.
 //!
 //! A chain is the objects `…/<version>` for versions 1, 2, … without gaps, each written
 //! by put-if-absent and never removed, plus a hint naming the last version its last
@@ -14,13 +14,16 @@ use xet_cas::Result;
 
 use super::backend::{HubName, ObjectBackend, ObjectKey};
 
-/// Which chain: a branch of a repository, a repository's record, or the holder of a
-/// bucket storage (each by the hub names of the repository and branch).
+/// Which chain: a branch of a repository, a repository's record, the holder of a bucket
+/// storage, or a discussion (each by the hub names of the repository and branch, or the
+/// discussion's number).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Chain {
     Branch(HubName, HubName),
     Record(HubName),
     Holder(HubName),
+    /// A discussion (or pull request) of a repository, by its number.
+    Discussion(HubName, u64),
 }
 
 impl Chain {
@@ -30,6 +33,7 @@ impl Chain {
             Chain::Branch(rk, bk) => ObjectKey::hub_branch_version(rk, bk, version),
             Chain::Record(rk) => ObjectKey::hub_record_version(rk, version),
             Chain::Holder(rk) => ObjectKey::hub_holder_version(rk, version),
+            Chain::Discussion(rk, num) => ObjectKey::hub_discussion_version(rk, *num, version),
         }
     }
 
@@ -38,6 +42,7 @@ impl Chain {
             Chain::Branch(rk, bk) => ObjectKey::hub_branch_hint(rk, bk),
             Chain::Record(rk) => ObjectKey::hub_record_hint(rk),
             Chain::Holder(rk) => ObjectKey::hub_holder_hint(rk),
+            Chain::Discussion(rk, num) => ObjectKey::hub_discussion_hint(rk, *num),
         }
     }
 

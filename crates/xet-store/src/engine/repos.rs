@@ -65,24 +65,57 @@ fn truncated_sha256(s: &str) -> HubName {
     out
 }
 
-/// What a branch version object holds. The name is kept because the key holds only its
-/// hash, and `branches` must say which branches exist.
+/// What a ref version object holds. The name is kept because the key holds only its
+/// hash, and `branches` must say which refs exist. A deletion is a version without a
+/// commit (a tombstone), so the chain goes on if the ref is created again.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct BranchObject {
     name: String,
-    commit: CommitId,
+    commit: Option<CommitId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
 }
 
 impl<B: ObjectBackend> StoreCas<B> {
-    /// The commit version `version` of branch `name` of `repo` (whose hub name is `rk`)
-    /// points at, checked to be that branch's.
+    /// The live records of kind `kind` whose creation left a mark (buckets, or the other
+    /// repositories), each read as the Hub reads it. Marks are never removed: a deleted
+    /// or moved-away name is skipped, as is a creation that died before its record.
+    async fn marked(&self, kind: RepoType) -> Result<Vec<RepoRecord>> {
+        let (prefix, of): (_, fn(&ObjectKey) -> Option<HubName>) = match kind {
+            RepoType::Bucket => (ObjectKey::hub_buckets_prefix(), ObjectKey::bucket_repo),
+            _ => (ObjectKey::hub_listed_prefix(), ObjectKey::listed_repo),
+        };
+        let marks = self.backend().list(prefix).await?;
+        let mut out = Vec::with_capacity(marks.len());
+        for rk in marks.iter().filter_map(of) {
+            let Some(record) = self.live_record_at(&rk).await? else {
+                continue;
+            };
+            if record.kind == kind
+                && hub_repo_name(&RepoRef::new(record.kind, record.id.clone())) == rk
+            {
+                out.push(record);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether discussion `num` of the repository named `rk` was created.
+    async fn discussion_exists(&self, rk: &HubName, num: u64) -> Result<bool> {
+        let first = ObjectKey::hub_discussion_version(rk, num, 1);
+        self.backend().exists(&first).await
+    }
+
+    /// What version `version` of ref `name` of `repo` (whose hub name is `rk`) holds,
+    /// checked to be that ref's: `None` if there is no such version, `Some(None)` if it
+    /// is a deletion, else the commit it points at.
     async fn branch_object(
         &self,
         repo: &RepoRef,
         rk: &HubName,
         name: &BranchName,
         version: u64,
-    ) -> Result<Option<CommitId>> {
+    ) -> Result<Option<Option<CommitId>>> {
         let key = ObjectKey::hub_branch_version(rk, &hub_branch_name(name), version);
         let Some(obj) = self.read_branch_object(repo, &key).await? else {
             return Ok(None);
@@ -132,14 +165,15 @@ impl<B: ObjectBackend> StoreCas<B> {
 #[async_trait::async_trait]
 impl<B: ObjectBackend> RepoStore for StoreCas<B> {
     async fn create_repo(&self, repo: &RepoRef, record: &RepoRecord) -> Result<bool> {
-        // A bucket's mark first: a mark without a record is skipped by listings, a
+        // The listing's mark first: a mark without a record is skipped by listings, a
         // record without a mark would be missing from them. Marks are never removed (a
-        // deleted bucket's is skipped), so a deletion racing a creation cannot lose one.
-        if repo.kind == RepoType::Bucket {
-            self.backend()
-                .put_if_absent(&ObjectKey::hub_bucket(&hub_repo_name(repo)), Bytes::new())
-                .await?;
-        }
+        // deleted repository's is skipped), so a deletion racing a creation cannot lose one.
+        let rk = hub_repo_name(repo);
+        let mark = match repo.kind {
+            RepoType::Bucket => ObjectKey::hub_bucket(&rk),
+            _ => ObjectKey::hub_listed(&rk),
+        };
+        self.backend().put_if_absent(&mark, Bytes::new()).await?;
         self.create_record(repo, record).await
     }
 
@@ -161,20 +195,11 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
     }
 
     async fn buckets(&self) -> Result<Vec<RepoRecord>> {
-        let marks = self.backend().list(ObjectKey::hub_buckets_prefix()).await?;
-        let mut out = Vec::with_capacity(marks.len());
-        for rk in marks.iter().filter_map(ObjectKey::bucket_repo) {
-            // None: deleted, moved away, or a creation that died before its record.
-            let Some(record) = self.live_record_at(&rk).await? else {
-                continue;
-            };
-            if record.kind == RepoType::Bucket
-                && hub_repo_name(&RepoRef::new(record.kind, record.id.clone())) == rk
-            {
-                out.push(record);
-            }
-        }
-        Ok(out)
+        self.marked(RepoType::Bucket).await
+    }
+
+    async fn repos(&self, kind: RepoType) -> Result<Vec<RepoRecord>> {
+        self.marked(kind).await
     }
 
     async fn storage_holder(&self, storage: &RepoRef) -> Result<Option<StorageHolder>> {
@@ -270,7 +295,7 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
         let Some(version) = Chain::Branch(rk, bk).head(self.backend()).await? else {
             return Ok(None);
         };
-        // Found present, so stored; objects are never removed by the store.
+        // Found present, so stored; versions are never removed by the store.
         let commit = self
             .branch_object(repo, &rk, name, version)
             .await?
@@ -280,7 +305,7 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
                      cannot be read"
                 ))
             })?;
-        Ok(Some(BranchHead { commit, version }))
+        Ok(commit.map(|commit| BranchHead { commit, version }))
     }
 
     async fn branches(&self, repo: &RepoRef) -> Result<Vec<(BranchName, BranchHead)>> {
@@ -304,57 +329,125 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
                         obj.name
                     ))
                 })?;
-            out.push((
-                name,
-                BranchHead {
-                    commit: obj.commit,
-                    version,
-                },
-            ));
+            if let Some(commit) = obj.commit {
+                out.push((name, BranchHead { commit, version }));
+            }
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }
 
-    async fn update_branch(
+    async fn write_ref(
         &self,
         repo: &RepoRef,
         name: &BranchName,
         from: Option<&BranchHead>,
-        to: &CommitId,
-    ) -> Result<Option<BranchHead>> {
+        to: Option<&CommitId>,
+        message: Option<&str>,
+    ) -> Result<Option<u64>> {
         let rk = hub_repo_name(repo);
-        let version = match from {
-            // Versions start at 1: if it exists, the branch does.
-            None => 1,
+        let chain = Chain::Branch(rk, hub_branch_name(name));
+        let last = match from {
+            // Absent: never created (version 1 comes next) or deleted last (the version
+            // after the deletion comes next); any other head means it exists.
+            None => match chain.head(self.backend()).await? {
+                None => 0,
+                Some(v) => match self.branch_object(repo, &rk, name, v).await? {
+                    Some(None) if to.is_some() => v,
+                    _ => return Ok(None),
+                },
+            },
+            // The ref was at `from` only if version `from.version` names `from.commit`.
+            // Versions are immutable, so this cannot change after the check; whether the
+            // ref is still there is decided by the put below.
             Some(from) => {
-                // The branch was at `from` only if version `from.version` names
-                // `from.commit`. Versions are immutable, so this cannot change after the
-                // check; whether the branch is still there is decided by the put below.
-                if self.branch_object(repo, &rk, name, from.version).await? != Some(from.commit) {
+                if self.branch_object(repo, &rk, name, from.version).await?
+                    != Some(Some(from.commit))
+                {
                     return Ok(None);
                 }
-                from.version.checked_add(1).ok_or_else(|| {
-                    CasError::storage(format!(
-                        "branch {name} of repository {repo} cannot move past version {}",
-                        from.version
-                    ))
-                })?
+                from.version
             }
         };
-        let chain = Chain::Branch(rk, hub_branch_name(name));
+        let version = last.checked_add(1).ok_or_else(|| {
+            CasError::storage(format!(
+                "ref {name} of repository {repo} cannot move past version {last}"
+            ))
+        })?;
         let body = serde_json::to_vec(&BranchObject {
             name: name.as_str().to_string(),
-            commit: *to,
+            commit: to.copied(),
+            message: message.map(str::to_string),
         })
         .map_err(|e| CasError::storage_with(format!("encoding {}", chain.version(version)), e))?;
         let moved = chain
             .put(self.backend(), version, Bytes::from(body))
             .await?;
-        Ok(moved.then_some(BranchHead {
-            commit: *to,
-            version,
-        }))
+        Ok(moved.then_some(version))
+    }
+
+    async fn discussion(&self, repo: &RepoRef, num: u64) -> Result<Option<(u64, Bytes)>> {
+        let chain = Chain::Discussion(hub_repo_name(repo), num);
+        let Some(version) = chain.head(self.backend()).await? else {
+            return Ok(None);
+        };
+        let key = chain.version(version);
+        let body = self.backend().get(&key).await?.ok_or_else(|| {
+            CasError::storage(format!(
+                "{key}, discussion {num} of repository {repo}, was found but cannot be read"
+            ))
+        })?;
+        Ok(Some((version, body)))
+    }
+
+    async fn write_discussion(
+        &self,
+        repo: &RepoRef,
+        num: u64,
+        from: Option<u64>,
+        body: Bytes,
+    ) -> Result<bool> {
+        let rk = hub_repo_name(repo);
+        if num == 0 || (from.is_none() && num > 1 && !self.discussion_exists(&rk, num - 1).await?) {
+            return Ok(false);
+        }
+        let version = match from {
+            None => 1,
+            Some(v) => v.checked_add(1).ok_or_else(|| {
+                CasError::storage(format!(
+                    "discussion {num} of repository {repo} cannot change past version {v}"
+                ))
+            })?,
+        };
+        Chain::Discussion(rk, num)
+            .put(self.backend(), version, body)
+            .await
+    }
+
+    async fn discussion_count(&self, repo: &RepoRef) -> Result<u64> {
+        // Numbers have no gaps: the last present one, by doubling then halving.
+        let rk = hub_repo_name(repo);
+        if !self.discussion_exists(&rk, 1).await? {
+            return Ok(0);
+        }
+        let (mut lo, mut step) = (1u64, 1u64);
+        let mut hi = loop {
+            let probe = lo.saturating_add(step);
+            if probe == lo || !self.discussion_exists(&rk, probe).await? {
+                break probe;
+            }
+            lo = probe;
+            step = step.saturating_mul(2);
+        };
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.discussion_exists(&rk, mid).await? {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
     }
 
     async fn files_claiming_sha256(&self, sha256: &[u8; 32]) -> Result<Vec<MerkleHash>> {
