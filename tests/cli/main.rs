@@ -13,6 +13,7 @@ mod cli_log;
 mod cli_resume;
 mod cli_transfer;
 mod cli_usage;
+mod hub_api;
 mod hub_buckets;
 mod hub_dataframes;
 mod hub_serve;

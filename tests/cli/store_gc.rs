@@ -29,7 +29,7 @@ fn downloaded(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-fn store_json(home: &Path, args: &[&str]) -> serde_json::Value {
+pub(crate) fn store_json(home: &Path, args: &[&str]) -> serde_json::Value {
     let mut all = vec!["--json", "store"];
     all.extend_from_slice(args);
     // The store commands need no server; the URL is not used.

@@ -28,7 +28,16 @@
 //!   `RepoError::ParentMismatch` and changes nothing;
 //! - [`sha256_claims`]: a shard's FileMetadataExt sha256s are claimed through the
 //!   instance that took the shard and, without any explicit refresh, through the other;
-//! - [`verified_sha256`]: the first verified file of a sha256 is kept and shared.
+//! - [`verified_sha256`]: the first verified file of a sha256 is kept and shared;
+//! - [`deleted_refs`]: a ref (branch, tag) is deleted by compare-and-swap (a stale head
+//!   refused; of racing deletions and moves exactly one wins), is then gone from reads and
+//!   listings through both instances, and created again continues its versions, so a head
+//!   read before the deletion never matches again; a tag's message is kept;
+//! - [`discussions`]: numbers are taken from 1 without gaps, [`UPDATERS`] concurrent
+//!   creations across both instances get distinct numbers, a discussion changes by
+//!   compare-and-swap;
+//! - [`listed_repos`]: `repos(kind)` lists the live repositories of that kind, not a
+//!   deleted one, nor another kind.
 
 use std::any::Any;
 use std::collections::BTreeSet;
@@ -107,7 +116,8 @@ macro_rules! repo_store_conformance_tests {
     ($make:expr) => {
         $crate::repo_store_conformance_tests!(@cases $make;
             records, record_updates, storage_holders, commits, branches, concurrent_commits,
-            visible_across_instances, stale_parent, sha256_claims, verified_sha256);
+            visible_across_instances, stale_parent, sha256_claims, verified_sha256,
+            deleted_refs, discussions, listed_repos);
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
         $(
@@ -136,6 +146,9 @@ where
     stale_parent(&make().await).await;
     sha256_claims(&make().await).await;
     verified_sha256(&make().await).await;
+    deleted_refs(&make().await).await;
+    discussions(&make().await).await;
+    listed_repos(&make().await).await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1121,4 +1134,244 @@ pub async fn verified_sha256(t: &Twins) {
         Ok(None),
         "verified_sha256: another sha256"
     );
+}
+
+/// A ref deleted by compare-and-swap, gone everywhere, created again past its old
+/// versions; racing deletions and moves from one head: exactly one wins.
+pub async fn deleted_refs(t: &Twins) {
+    let r = repo(RepoType::Model, "org/deleted-refs");
+    let mut ids = Vec::new();
+    for i in 0..3u8 {
+        let (id, bytes) = commit(None, &format!("d{i}"));
+        t.a.put_object(&r, RepoObject::Commit, &id, bytes)
+            .await
+            .expect("deleted_refs: commit");
+        ids.push(id);
+    }
+    let dev = branch("dev");
+    let h1 =
+        t.a.update_branch(&r, &dev, None, &ids[0])
+            .await
+            .expect("deleted_refs: create")
+            .expect("deleted_refs: created");
+    let h2 =
+        t.b.update_branch(&r, &dev, Some(&h1), &ids[1])
+            .await
+            .expect("deleted_refs: move")
+            .expect("deleted_refs: moved");
+    assert_eq!(
+        text_err(t.a.delete_branch(&r, &dev, &h1).await),
+        Ok(false),
+        "deleted_refs: deleting from a stale head"
+    );
+    assert_eq!(
+        text_err(t.b.delete_branch(&r, &dev, &h2).await),
+        Ok(true),
+        "deleted_refs: deleting from the head"
+    );
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        assert_eq!(
+            text_err(s.branch(&r, &dev).await),
+            Ok(None),
+            "deleted_refs: read through {who}"
+        );
+        assert_eq!(
+            text_err(s.branches(&r).await),
+            Ok(vec![]),
+            "deleted_refs: listed through {who}"
+        );
+        assert_eq!(
+            text_err(s.delete_branch(&r, &dev, &h2).await),
+            Ok(false),
+            "deleted_refs: deleting twice through {who}"
+        );
+        assert_eq!(
+            text_err(s.update_branch(&r, &dev, Some(&h2), &ids[2]).await),
+            Ok(None),
+            "deleted_refs: moving a deleted ref through {who}"
+        );
+    }
+    let h3 =
+        t.a.update_branch(&r, &dev, None, &ids[2])
+            .await
+            .expect("deleted_refs: create again")
+            .expect("deleted_refs: created again");
+    assert!(
+        h3.version > h2.version,
+        "deleted_refs: versions go on: {h2:?} then {h3:?}"
+    );
+    assert_eq!(
+        text_err(t.b.branch(&r, &dev).await),
+        Ok(Some(h3)),
+        "deleted_refs: created again, through b"
+    );
+
+    // Racing deletions and moves from one head, across both instances.
+    let mut tasks = Vec::new();
+    for i in 0..UPDATERS {
+        let s = if i % 2 == 0 { t.a.clone() } else { t.b.clone() };
+        let (r, dev, to) = (r.clone(), dev.clone(), ids[i % 2]);
+        tasks.push(tokio::spawn(async move {
+            if i % 3 == 0 {
+                s.delete_branch(&r, &dev, &h3).await
+            } else {
+                s.update_branch(&r, &dev, Some(&h3), &to)
+                    .await
+                    .map(|h| h.is_some())
+            }
+        }));
+    }
+    let mut won = 0;
+    for task in tasks {
+        if task
+            .await
+            .expect("deleted_refs: task")
+            .expect("deleted_refs: race")
+        {
+            won += 1;
+        }
+    }
+    assert_eq!(won, 1, "deleted_refs: racing from one head, winners");
+
+    // A tag: a ref under refs/tags/ with its message, listed beside the branches.
+    let tag = xet_hub::TagName::parse("v1")
+        .expect("tag name")
+        .as_ref_name();
+    let v =
+        t.b.write_ref(&r, &tag, None, Some(&ids[0]), Some("release one"))
+            .await
+            .expect("deleted_refs: tag");
+    assert_eq!(v, Some(1), "deleted_refs: a new tag's first version");
+    let listed: Vec<String> =
+        t.a.branches(&r)
+            .await
+            .expect("deleted_refs: listing with a tag")
+            .into_iter()
+            .map(|(n, _)| n.to_string())
+            .collect();
+    assert!(
+        listed.contains(&"refs/tags/v1".to_string()),
+        "deleted_refs: the tag listed: {listed:?}"
+    );
+}
+
+/// Discussions: numbers from 1 without gaps, concurrent creations distinct, changes by
+/// compare-and-swap.
+pub async fn discussions(t: &Twins) {
+    let r = repo(RepoType::Model, "org/discussions");
+    assert_eq!(
+        text_err(t.a.discussion_count(&r).await),
+        Ok(0),
+        "discussions: none yet"
+    );
+    assert_eq!(
+        text_err(t.a.write_discussion(&r, 2, None, Bytes::from("x")).await),
+        Ok(false),
+        "discussions: number 2 before number 1"
+    );
+    let mut tasks = Vec::new();
+    for i in 0..UPDATERS {
+        let s = if i % 2 == 0 { t.a.clone() } else { t.b.clone() };
+        let r = r.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let n = s.discussion_count(&r).await? + 1;
+                let body = Bytes::from(format!("creator {i}"));
+                if s.write_discussion(&r, n, None, body).await? {
+                    return Ok::<u64, xet_cas::CasError>(n);
+                }
+            }
+        }));
+    }
+    let mut nums = BTreeSet::new();
+    for task in tasks {
+        let n = task
+            .await
+            .expect("discussions: task")
+            .expect("discussions: create");
+        assert!(nums.insert(n), "discussions: number {n} taken twice");
+    }
+    let want: BTreeSet<u64> = (1..=UPDATERS as u64).collect();
+    assert_eq!(nums, want, "discussions: numbers");
+    assert_eq!(
+        text_err(t.b.discussion_count(&r).await),
+        Ok(UPDATERS as u64),
+        "discussions: count through b"
+    );
+    let (v, _) =
+        t.a.discussion(&r, 1)
+            .await
+            .expect("discussions: read")
+            .expect("discussions: number 1 exists");
+    assert_eq!(
+        text_err(
+            t.b.write_discussion(&r, 1, Some(v), Bytes::from("closed"))
+                .await
+        ),
+        Ok(true),
+        "discussions: change from the current version"
+    );
+    assert_eq!(
+        text_err(
+            t.a.write_discussion(&r, 1, Some(v), Bytes::from("stale"))
+                .await
+        ),
+        Ok(false),
+        "discussions: change from a stale version"
+    );
+    let (_, body) =
+        t.a.discussion(&r, 1)
+            .await
+            .expect("discussions: read again")
+            .expect("discussions: still there");
+    assert_eq!(&body[..], b"closed", "discussions: the winning change");
+    let other = repo(RepoType::Dataset, "org/discussions");
+    assert_eq!(
+        text_err(t.a.discussion(&other, 1).await.map(|d| d.is_some())),
+        Ok(false),
+        "discussions: another repository's"
+    );
+}
+
+/// `repos(kind)`: live repositories of that kind only.
+pub async fn listed_repos(t: &Twins) {
+    let models = [
+        repo(RepoType::Model, "org/m1"),
+        repo(RepoType::Model, "org/m2"),
+    ];
+    let dataset = repo(RepoType::Dataset, "org/m1");
+    for r in models.iter().chain([&dataset]) {
+        assert_eq!(
+            text_err(t.a.create_repo(r, &record(r, "u", false)).await),
+            Ok(true),
+            "listed_repos: create {r}"
+        );
+    }
+    assert_eq!(
+        text_err(t.b.delete_repo(&models[1]).await),
+        Ok(true),
+        "listed_repos: delete"
+    );
+    let ids = |v: Vec<RepoRecord>| {
+        let mut ids: Vec<String> = v.into_iter().map(|r| r.id.to_string()).collect();
+        ids.sort();
+        ids
+    };
+    for (who, s) in [("a", &t.a), ("b", &t.b)] {
+        assert_eq!(
+            text_err(s.repos(RepoType::Model).await.map(ids)),
+            Ok(vec!["org/m1".to_string()]),
+            "listed_repos: models through {who}"
+        );
+        assert_eq!(
+            text_err(s.repos(RepoType::Dataset).await.map(ids)),
+            Ok(vec!["org/m1".to_string()]),
+            "listed_repos: datasets through {who}"
+        );
+        assert_eq!(
+            text_err(s.repos(RepoType::Space).await.map(ids)),
+            Ok(vec![]),
+            "listed_repos: spaces through {who}"
+        );
+    }
 }

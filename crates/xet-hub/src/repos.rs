@@ -45,7 +45,7 @@ pub enum RepoError {
         head: CommitId,
     },
     #[error("tag {tag} already exists in repository {repo}")]
-    TagExists { repo: RepoRef, tag: TagName },
+    TagExists { repo: RepoRef, tag: String },
     #[error(
         "{name} of repository {repo} is a tag, and tags do not move: commit to a branch, \
          or delete the tag and create it again"
@@ -800,7 +800,7 @@ impl Repos {
         let (id, _) = self.resolve(repo, from).await?;
         let exists = || RepoError::TagExists {
             repo: repo.clone(),
-            tag: tag.clone(),
+            tag: tag.to_string(),
         };
         let as_branch = tag.as_branch_name();
         if self.store.branch(repo, &as_branch).await?.is_some() {
@@ -992,7 +992,16 @@ impl Repos {
         from: &Revision,
     ) -> Result<BranchHead, RepoError> {
         let (id, _) = self.resolve(repo, from).await?;
-        self.refuse_tag(repo, branch).await?;
+        match self.refuse_tag(repo, branch).await {
+            // A branch may not take a tag's name.
+            Err(RepoError::IsTag { name, .. }) => {
+                return Err(RepoError::TagExists {
+                    repo: repo.clone(),
+                    tag: name.tag().unwrap_or(name.as_str()).to_string(),
+                });
+            }
+            other => other?,
+        }
         self.store
             .update_branch(repo, branch, None, &id)
             .await?
