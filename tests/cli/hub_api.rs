@@ -397,3 +397,95 @@ fn hostile_ref_names_and_ten_thousand_tags() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The client where users expect it: `xet upload --create-pr` prints the pull request,
+/// `xet ls` and `xet download` at a tag and at `refs/pr/N`; `huggingface_hub` sees and
+/// merges what `xet` opened.
+#[test]
+fn xet_uploads_pull_requests_and_reads_tags() {
+    use crate::hub_buckets::xet_ok;
+    let store = tempfile::tempdir().unwrap();
+    let server = serve(store.path());
+    let url = server.url.as_str();
+    let py = Py::new();
+    let home = tempfile::tempdir().unwrap();
+    let src = tempfile::tempdir().unwrap();
+    let weights = crate::hub_serve::pseudo_random(400_000, 39);
+    std::fs::write(src.path().join("w.bin"), &weights).unwrap();
+    std::fs::write(src.path().join("a.txt"), "one").unwrap();
+    let src_s = src.path().to_str().unwrap();
+    xet_ok(url, home.path(), &["upload", src_s, "hf://org/cli"]);
+    python_ok(
+        &py,
+        url,
+        "from huggingface_hub import HfApi\nHfApi().create_tag('org/cli', tag='v1')\n",
+        &[],
+    );
+    std::fs::write(src.path().join("a.txt"), "two").unwrap();
+    let o = xet_ok(
+        url,
+        home.path(),
+        &[
+            "--json",
+            "upload",
+            src_s,
+            "hf://org/cli",
+            "--create-pr",
+            "-m",
+            "two",
+        ],
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["pull_request"]["num"], 1, "{doc}");
+    assert_eq!(doc["pull_request"]["revision"], "refs/pr/1", "{doc}");
+    let o = xet_ok(
+        url,
+        home.path(),
+        &["upload", src_s, "hf://org/cli", "--create-pr"],
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("pull request #2 (refs/pr/2)") && text.contains("/discussions/2"),
+        "{text}"
+    );
+
+    let cat = |rev: &str| {
+        let o = xet_ok(
+            url,
+            home.path(),
+            &["download", &format!("hf://org/cli@{rev}/a.txt"), "-o", "-"],
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert_eq!(cat("v1"), "one");
+    assert_eq!(cat("main"), "one", "a pull request changed main");
+    assert_eq!(cat("refs/pr/1"), "two");
+    let listed = xet_ok(url, home.path(), &["ls", "hf://org/cli@refs/pr/1"]);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("a.txt") && listed.contains("w.bin"),
+        "{listed}"
+    );
+    let out = tempfile::tempdir().unwrap();
+    xet_ok(
+        url,
+        home.path(),
+        &[
+            "download",
+            "hf://org/cli@v1",
+            "-o",
+            out.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(std::fs::read(out.path().join("w.bin")).unwrap(), weights);
+
+    let merge = r#"
+from huggingface_hub import HfApi, hf_hub_download
+api = HfApi()
+assert [d.num for d in api.get_repo_discussions("org/cli", discussion_type="pull_request")] == [2, 1]
+api.merge_pull_request("org/cli", 1)
+assert open(hf_hub_download("org/cli", "a.txt")).read() == "two"
+print("ok")
+"#;
+    assert!(python_ok(&py, url, merge, &[]).contains("ok"));
+}

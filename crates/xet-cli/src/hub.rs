@@ -48,6 +48,10 @@ pub struct HubUploadArgs {
     /// With an hf:// destination: the commit's description.
     #[arg(long, value_name = "TEXT")]
     pub description: Option<String>,
+    /// With an hf:// destination: open a pull request onto the revision with the
+    /// changes instead of committing to it; prints the pull request.
+    #[arg(long)]
+    pub create_pr: bool,
 }
 
 /// `xet ls hf://...`.
@@ -276,6 +280,7 @@ pub async fn upload(out: &Out, i: UploadInput<'_>) -> CliResult {
         private: i.hub.private,
         message: i.hub.message.clone(),
         description: i.hub.description.clone().unwrap_or_default(),
+        create_pr: i.hub.create_pr,
     };
     let (pb, progress) = bar(out, true, "upload");
     let res = upload::upload(&client, spec, opts, progress).await;
@@ -297,6 +302,14 @@ fn print_upload(out: &Out, o: &upload::UploadOutcome) {
         ));
     }
     match (o.commits.last(), &o.commit) {
+        (Some(_), _) if o.pull_request.is_some() => {
+            if let Some(pr) = &o.pull_request {
+                out.line(format!(
+                    "pull request #{} ({}): {}",
+                    pr.num, pr.revision, pr.url
+                ));
+            }
+        }
         (Some(c), _) => out.line(c.url.clone()),
         (None, Some(head)) if !out.quiet => out.line(format!(
             "no changes: nothing committed ({} at revision {} is commit {head})",
@@ -315,7 +328,7 @@ fn print_upload(out: &Out, o: &upload::UploadOutcome) {
     out.doc(&json!({
         "ok": true, "repo": o.repo, "revision": o.revision, "created_repo": o.created_repo,
         "commit": o.commit, "commit_url": o.commits.last().map(|c| &c.url), "commits": o.commits,
-        "files": files,
+        "files": files, "pull_request": o.pull_request,
         "totals": { "files": o.files.len(), "new": o.files.iter().filter(|f| f.new).count(),
                     "bytes": o.files.iter().map(|f| f.size).sum::<u64>(), "elapsed": o.elapsed }
     }));

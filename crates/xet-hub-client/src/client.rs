@@ -282,14 +282,19 @@ impl HubClient {
         Ok(out)
     }
 
-    /// `POST .../commit/{rev}` of these NDJSON lines (the header first).
+    /// `POST .../commit/{rev}` of these NDJSON lines (the header first); with
+    /// `create_pr`, a pull request onto `rev` (`pullRequestUrl` in the answer).
     pub async fn commit(
         &self,
         repo: &RepoRef,
         rev: &str,
         lines: &[api::CommitLine],
+        create_pr: bool,
     ) -> Result<(CommitId, api::CommitResponse)> {
-        let u = url::api_repo_rev(&self.endpoint, repo, "commit", rev);
+        let mut u = url::api_repo_rev(&self.endpoint, repo, "commit", rev);
+        if create_pr {
+            u.push_str("?create_pr=1");
+        }
         let call = self.call(
             Method::POST,
             u,

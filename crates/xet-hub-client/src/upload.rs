@@ -45,6 +45,9 @@ pub struct UploadSpec {
     pub private: bool,
     pub message: Option<String>,
     pub description: String,
+    /// Open a pull request onto the revision with the changes instead of committing to
+    /// it (its first commit creates it; later ones, for very large trees, go to it).
+    pub create_pr: bool,
 }
 
 /// A file or folder to upload, and where it goes below the address's path.
@@ -133,8 +136,19 @@ pub struct UploadOutcome {
     /// The commits made, in order (none when nothing changed).
     pub commits: Vec<MadeCommit>,
     pub files: Vec<UploadedFile>,
+    /// The pull request opened (`create_pr`), if anything changed.
+    pub pull_request: Option<PullRequest>,
     /// Seconds.
     pub elapsed: f64,
+}
+
+/// A pull request an upload opened.
+#[derive(Debug, Clone, Serialize)]
+pub struct PullRequest {
+    pub num: u64,
+    /// `refs/pr/N`: the revision to download it at.
+    pub revision: String,
+    pub url: String,
 }
 
 /// A local file and where it goes.
@@ -210,7 +224,8 @@ pub async fn upload(
             new,
         });
     }
-    let commits = commit_all(client, &subject, &spec, &files, &changed, parent).await?;
+    let (commits, pull_request) =
+        commit_all(client, &subject, &spec, &files, &changed, parent).await?;
     let head = commits
         .last()
         .map(|c| c.commit.clone())
@@ -220,6 +235,7 @@ pub async fn upload(
         revision: rev,
         created_repo,
         commit: head,
+        pull_request,
         commits,
         files: report,
         elapsed: started.elapsed().as_secs_f64(),
@@ -497,7 +513,8 @@ fn sha256_hex(bytes: &[u8]) -> String {
     xet_hub::id::hex(&sha2::Sha256::digest(bytes))
 }
 
-/// Commit the changed files in as few commits as the limits allow.
+/// Commit the changed files in as few commits as the limits allow; with `create_pr`,
+/// the first opens the pull request and the others go to it.
 async fn commit_all(
     client: &HubClient,
     subject: &RepoTarget,
@@ -505,14 +522,15 @@ async fn commit_all(
     files: &[LocalFile],
     changed: &[(usize, bool, String)],
     mut parent: Option<CommitId>,
-) -> Result<Vec<MadeCommit>> {
+) -> Result<(Vec<MadeCommit>, Option<PullRequest>)> {
     let batches = batch(changed, files);
     let summary = spec
         .message
         .clone()
         .unwrap_or_else(|| format!("Upload {} files with xet", changed.len()));
-    let rev = subject.revision().unwrap_or(DEFAULT_REVISION);
+    let mut rev = subject.revision().unwrap_or(DEFAULT_REVISION).to_string();
     let mut made = Vec::new();
+    let mut pr: Option<PullRequest> = None;
     for (n, batch) in batches.iter().enumerate() {
         let header = api::CommitHeader {
             summary: if n == 0 {
@@ -527,14 +545,42 @@ async fn commit_all(
         for (i, is_lfs, sha256) in batch.iter().copied() {
             lines.push(commit_line(&files[*i], *is_lfs, sha256)?);
         }
-        let (id, answer) = client.commit(subject.repo_ref(), rev, &lines).await?;
+        let open_pr = spec.create_pr && pr.is_none();
+        let (id, answer) = client
+            .commit(subject.repo_ref(), &rev, &lines, open_pr)
+            .await?;
+        if open_pr {
+            let opened = pull_request_of(subject, &answer)?;
+            rev = opened.revision.clone();
+            pr = Some(opened);
+        }
         parent = Some(id);
         made.push(MadeCommit {
             commit: id.to_string(),
             url: answer.commit_url,
         });
     }
-    Ok(made)
+    Ok((made, pr))
+}
+
+/// The pull request a `create_pr` commit opened, from its `pullRequestUrl`
+/// (`.../discussions/N`).
+fn pull_request_of(subject: &RepoTarget, answer: &api::CommitResponse) -> Result<PullRequest> {
+    let url = answer.pull_request_url.clone().unwrap_or_default();
+    let num = url
+        .rsplit_once("/discussions/")
+        .and_then(|(_, n)| n.parse::<u64>().ok())
+        .ok_or_else(|| HubError::BadAnswer {
+            action: "opening a pull request on",
+            subject: subject.clone(),
+            url: answer.commit_url.clone(),
+            why: format!("pullRequestUrl {url:?} names no pull request"),
+        })?;
+    Ok(PullRequest {
+        num,
+        revision: format!("refs/pr/{num}"),
+        url,
+    })
 }
 
 /// Split into commits of at most [`MAX_FILES_PER_COMMIT`] files and
