@@ -489,3 +489,58 @@ print("ok")
 "#;
     assert!(python_ok(&py, url, merge, &[]).contains("ok"));
 }
+
+/// `move_repo` writes records only: the new name has the files, history, tags and pull
+/// requests and takes commits; the old name is free, and created again (like a deleted
+/// one) starts empty; moving onto an existing name is refused with nothing changed.
+const MOVE_PY: &str = r#"
+import random
+from huggingface_hub import HfApi, hf_hub_download
+api = HfApi()
+blob = random.Random(5).randbytes(500_000)
+api.create_repo("org/a", repo_type="dataset")
+api.upload_file(path_or_fileobj=blob, path_in_repo="w.bin", repo_id="org/a", repo_type="dataset")
+api.create_tag("org/a", tag="v1", repo_type="dataset")
+api.create_pull_request("org/a", title="pending", repo_type="dataset")
+api.create_repo("org/taken", repo_type="dataset")
+try:
+    api.move_repo("org/a", "org/taken", repo_type="dataset")
+    raise SystemExit("moved onto an existing name")
+except Exception as e:
+    assert e.response.status_code == 409, e
+assert api.list_repo_files("org/taken", repo_type="dataset") == []
+api.move_repo("org/a", "org/b", repo_type="dataset")
+assert open(hf_hub_download("org/b", "w.bin", repo_type="dataset", revision="v1"), "rb").read() == blob
+assert [d.title for d in api.get_repo_discussions("org/b", repo_type="dataset")] == ["pending"]
+api.upload_file(path_or_fileobj=b"after", path_in_repo="after.txt", repo_id="org/b", repo_type="dataset")
+assert sorted(api.list_repo_files("org/b", repo_type="dataset")) == ["after.txt", "w.bin"]
+assert not api.repo_exists("org/a", repo_type="dataset")
+api.create_repo("org/a", repo_type="dataset")
+assert api.list_repo_files("org/a", repo_type="dataset") == []
+assert api.list_repo_refs("org/a", repo_type="dataset").tags == []
+assert [c.title for c in api.list_repo_commits("org/a", repo_type="dataset")] == ["initial commit"]
+# A deleted repository created again is empty too.
+api.delete_repo("org/b", repo_type="dataset")
+api.create_repo("org/b", repo_type="dataset")
+assert api.list_repo_files("org/b", repo_type="dataset") == []
+assert sorted(d.id for d in api.list_datasets()) == ["org/a", "org/b", "org/taken"]
+print("ok")
+"#;
+
+#[test]
+fn move_repo_keeps_everything_and_frees_the_old_name() {
+    let store = tempfile::tempdir().unwrap();
+    let a = serve(store.path());
+    let b = serve(store.path());
+    let py = Py::new();
+    assert!(python_ok(&py, &a.url, MOVE_PY, &[]).contains("ok"));
+    // The other server sees the same names.
+    let check = r#"
+from huggingface_hub import HfApi
+api = HfApi()
+assert sorted(d.id for d in api.list_datasets()) == ["org/a", "org/b", "org/taken"]
+assert api.list_repo_files("org/b", repo_type="dataset") == []
+print("ok")
+"#;
+    assert!(python_ok(&py, &b.url, check, &[]).contains("ok"));
+}

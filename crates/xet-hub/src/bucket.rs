@@ -18,7 +18,7 @@
 //!   milliseconds, strictly increasing, so they are exact without walking the tree.
 //!
 //! # Moves
-//! [`Repos::move_bucket`] changes three records, each by compare-and-swap, in this order:
+//! [`Repos::move_repo`] changes three records, each by compare-and-swap, in this order:
 //! 1. the source's record is marked `moving_to` the target: from here on the source
 //!    takes no writes (batches, settings, deletion answer [`RepoError::Moving`]);
 //! 2. the target's record is created: the source's, with the same home and incarnation,
@@ -101,7 +101,7 @@ pub fn incarnation_branch(nonce: u64) -> BranchName {
     BranchName::parse(&format!("bucket-{nonce:016x}")).expect("a valid branch name")
 }
 
-fn nonce(now_ms: u64) -> u64 {
+pub(crate) fn nonce(now_ms: u64) -> u64 {
     // Random enough to tell two incarnations of one name apart; not a secret.
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(now_ms);
@@ -201,7 +201,7 @@ impl Repos {
     /// Move bucket `from` to the free name `to`, with its files, totals and creation time;
     /// nothing but records is written (see the module docs for the order and why).
     /// Asked again after a crash, finishes the same move.
-    pub async fn move_bucket(&self, from: &RepoRef, to: &RepoRef) -> Result<RepoRecord, RepoError> {
+    pub async fn move_repo(&self, from: &RepoRef, to: &RepoRef) -> Result<RepoRecord, RepoError> {
         let source = self
             .update_record(from, |r| match &r.moving_to {
                 None => Ok(Some(RepoRecord {

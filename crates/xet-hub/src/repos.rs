@@ -72,6 +72,72 @@ pub enum RepoError {
     Store(#[from] CasError),
 }
 
+impl RepoError {
+    /// This error with `to` for every mention of repository `from` (a storage named as
+    /// the repository that keeps its objects there).
+    pub fn renamed(self, from: &RepoRef, to: &RepoRef) -> RepoError {
+        let fix = |r: RepoRef| if r == *from { to.clone() } else { r };
+        match self {
+            RepoError::RepoNotFound(r) => RepoError::RepoNotFound(fix(r)),
+            RepoError::RevisionNotFound { repo, rev } => RepoError::RevisionNotFound {
+                repo: fix(repo),
+                rev,
+            },
+            RepoError::EntryNotFound { repo, rev, path } => RepoError::EntryNotFound {
+                repo: fix(repo),
+                rev,
+                path,
+            },
+            RepoError::RepoExists(r) => RepoError::RepoExists(fix(r)),
+            RepoError::BranchExists { repo, branch } => RepoError::BranchExists {
+                repo: fix(repo),
+                branch,
+            },
+            RepoError::TagExists { repo, tag } => RepoError::TagExists {
+                repo: fix(repo),
+                tag,
+            },
+            RepoError::IsTag { repo, name } => RepoError::IsTag {
+                repo: fix(repo),
+                name,
+            },
+            RepoError::DefaultBranch { repo, name } => RepoError::DefaultBranch {
+                repo: fix(repo),
+                name,
+            },
+            RepoError::ParentMismatch {
+                repo,
+                branch,
+                parent,
+                head,
+            } => RepoError::ParentMismatch {
+                repo: fix(repo),
+                branch,
+                parent,
+                head,
+            },
+            RepoError::Contention {
+                repo,
+                branch,
+                attempts,
+            } => RepoError::Contention {
+                repo: fix(repo),
+                branch,
+                attempts,
+            },
+            RepoError::RecordContention { repo, attempts } => RepoError::RecordContention {
+                repo: fix(repo),
+                attempts,
+            },
+            RepoError::Moving { repo, to: t } => RepoError::Moving {
+                repo: fix(repo),
+                to: t,
+            },
+            other @ (RepoError::Apply(_) | RepoError::Store(_)) => other,
+        }
+    }
+}
+
 /// What to record with a commit.
 #[derive(Debug, Clone, Default)]
 pub struct CommitMeta {
@@ -198,6 +264,12 @@ impl Repos {
         private: bool,
         now: u64,
     ) -> Result<RepoRecord, RepoError> {
+        // Clients ask to create the repository before every upload: answer an existing
+        // one before storing anything (a race past this check stores at most one
+        // unreferenced initial commit).
+        if self.store.repo(repo).await?.is_some() {
+            return Err(RepoError::RepoExists(repo.clone()));
+        }
         let record = RepoRecord {
             kind: repo.kind,
             id: repo.id.clone(),
@@ -206,15 +278,11 @@ impl Repos {
             created_at: now,
             created_ms: None,
             incarnation: None,
-            home: None,
+            home: self.fresh_home(repo, now).await?,
             moving_to: None,
         };
-        // Clients ask to create the repository before every upload: answer an existing
-        // one before storing anything (a race past this check stores at most one
-        // unreferenced initial commit).
-        if self.store.repo(repo).await?.is_some() {
-            return Err(RepoError::RepoExists(repo.clone()));
-        }
+        let storage = record.storage();
+        let repo = &storage;
         let (tree, folders) = Dir::default().build();
         self.write_folders(repo, folders).await?;
         let initial = Commit {
@@ -232,13 +300,43 @@ impl Repos {
         self.store
             .put_object(repo, RepoObject::Commit, &id, bytes.into())
             .await?;
-        if !self.store.create_repo(repo, &record).await? {
-            return Err(RepoError::RepoExists(repo.clone()));
+        let name = RepoRef::new(record.kind, record.id.clone());
+        if !self.store.create_repo(&name, &record).await? {
+            return Err(RepoError::RepoExists(name));
         }
         self.store
             .update_branch(repo, &BranchName::main(), None, &id)
             .await?;
         Ok(record)
+    }
+
+    /// Where a new repository named `repo` keeps its objects: under its name if nothing
+    /// was ever kept there, else (the name of a repository deleted, or moved away) a
+    /// storage of its own, held by the name, so it starts with nothing of the old one.
+    async fn fresh_home(
+        &self,
+        repo: &RepoRef,
+        now: u64,
+    ) -> Result<Option<crate::store::Home>, RepoError> {
+        let used = self.store.storage_holder(repo).await?.is_some()
+            || !self.store.branches(repo).await?.is_empty();
+        if !used {
+            return Ok(None);
+        }
+        let nonce = crate::bucket::nonce(now);
+        let storage = RepoRef::new(repo.kind, RepoId::storage(nonce));
+        if !self
+            .store
+            .set_storage_holder(&storage, None, &repo.id)
+            .await?
+        {
+            return Err(CasError::storage(format!(
+                "the new storage {} of {repo} is held already: its nonce repeats one",
+                storage.id
+            ))
+            .into());
+        }
+        Ok(Some(crate::store::Home::Own(nonce)))
     }
 
     /// The record of `repo`.

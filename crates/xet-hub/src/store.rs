@@ -63,9 +63,10 @@ pub struct RepoRecord {
     /// created again starts empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incarnation: Option<u64>,
-    /// Buckets: where the bucket's objects, branch and file references are kept, when not
-    /// under its own name ([`RepoRecord::storage`]). A move writes a record with the same
-    /// home under the new name, so nothing is copied.
+    /// Where the repository's objects, refs and file references are kept, when not under
+    /// its own name ([`RepoRecord::storage`]): every bucket; a repository moved, or
+    /// created under a name whose storage another repository had. A move writes a record
+    /// with the same home under the new name, so nothing is copied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub home: Option<Home>,
     /// Buckets: set while the bucket is being moved to this name, which then holds (or
@@ -75,7 +76,7 @@ pub struct RepoRecord {
     pub moving_to: Option<RepoId>,
 }
 
-/// Where a bucket keeps its objects, branch and file references.
+/// Where a bucket or repository keeps its objects, refs and file references.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Home {
@@ -94,8 +95,8 @@ impl RepoRecord {
     pub fn storage(&self) -> RepoRef {
         match &self.home {
             None => RepoRef::new(self.kind, self.id.clone()),
-            Some(Home::Name(id)) => RepoRef::new(RepoType::Bucket, id.clone()),
-            Some(Home::Own(nonce)) => RepoRef::new(RepoType::Bucket, RepoId::storage(*nonce)),
+            Some(Home::Name(id)) => RepoRef::new(self.kind, id.clone()),
+            Some(Home::Own(nonce)) => RepoRef::new(self.kind, RepoId::storage(*nonce)),
         }
     }
 

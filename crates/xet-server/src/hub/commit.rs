@@ -26,7 +26,7 @@ use xet_hub::{
 };
 
 use super::body::{Inline, Received};
-use super::ctx::Ctx;
+use super::ctx::{Ctx, Opened};
 use super::reply::{HubReply, HubResult};
 use crate::auth::Caller;
 use crate::config::Access;
@@ -41,7 +41,7 @@ pub(super) async fn commit(
     body: Body,
 ) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let create_pr = ctx
         .query_param("create_pr")
         .is_some_and(|v| v == "1" || v == "true");
@@ -74,15 +74,16 @@ pub(super) async fn commit(
     let (branch, pr) = pull_request_target(ctx, repo, branch, create_pr, &meta).await?;
     let done = ctx
         .repos()
-        .commit_to_branch(repo, &branch, req.parent, &ops, &meta)
-        .await?;
+        .commit_to_branch(&repo.at, &branch, req.parent, &ops, &meta)
+        .await
+        .map_err(|e| repo.named(e))?;
     if let Some(num) = pr {
         ctx.repos()
-            .note_pr_commit(repo, num, &done, meta.created_at)
+            .note_pr_commit(&repo.at, num, &done, meta.created_at)
             .await?;
     }
-    tracing::info!(repo = %repo, branch = %branch, commit = %done.id, files = ops.len(), "commit");
-    Ok(answer(ctx, repo, &done.id, pr))
+    tracing::info!(repo = %repo.name, branch = %branch, commit = %done.id, files = ops.len(), "commit");
+    Ok(answer(ctx, &repo.name, &done.id, pr))
 }
 
 /// Where a commit goes: with `create_pr`, a new pull request onto `branch` (titled by
@@ -90,7 +91,7 @@ pub(super) async fn commit(
 /// The pull request's number, if it goes to one.
 async fn pull_request_target(
     ctx: &Ctx,
-    repo: &RepoRef,
+    repo: &Opened,
     branch: BranchName,
     create_pr: bool,
     meta: &CommitMeta,
@@ -109,12 +110,15 @@ async fn pull_request_target(
             created_at: meta.created_at,
             pull_request: true,
         };
-        let d = ctx.repos().create_discussion(repo, &new).await?;
-        tracing::info!(repo = %repo, num = d.num, "pull request created");
+        let d = ctx.repos().create_discussion(&repo.at, &new).await?;
+        tracing::info!(repo = %repo.name, num = d.num, "pull request created");
         return Ok((d.pr_ref(), Some(d.num)));
     }
     match branch.pull_request() {
-        Some(num) => Ok((ctx.repos().pr_ref_for_commit(repo, num).await?, Some(num))),
+        Some(num) => Ok((
+            ctx.repos().pr_ref_for_commit(&repo.at, num).await?,
+            Some(num),
+        )),
         None => Ok((branch, None)),
     }
 }
@@ -198,7 +202,7 @@ const LFS_RESOLVES_AT_ONCE: usize = 16;
 /// the first that fails fails the commit.
 async fn resolve_all_lfs(
     ctx: &Ctx,
-    repo: &RepoRef,
+    repo: &Opened,
     caller: &Caller,
     lfs: Vec<(RepoPath, Sha256, Option<u64>)>,
 ) -> HubResult<Vec<Operation>> {
@@ -219,7 +223,7 @@ async fn resolve_all_lfs(
 
 async fn resolve_lfs(
     ctx: &Ctx,
-    repo: &RepoRef,
+    repo: &Opened,
     caller: &Caller,
     path: &RepoPath,
     sha: &Sha256,
@@ -228,8 +232,9 @@ async fn resolve_lfs(
     let unprocessable = |msg: String| HubReply::new(StatusCode::UNPROCESSABLE_ENTITY, msg);
     let missing = || {
         unprocessable(format!(
-            "{path}: no file with sha256 {sha} was uploaded to {repo}; upload it through Xet \
-             (hf_xet) with this repository's write token before committing it"
+            "{path}: no file with sha256 {sha} was uploaded to {}; upload it through Xet \
+             (hf_xet) with this repository's write token before committing it",
+            repo.name
         ))
     };
     let Some((file, actual)) = known_sha256(ctx, sha.as_bytes()).await? else {
@@ -239,7 +244,7 @@ async fn resolve_lfs(
     // it before), or readable by the committer in a repository holding them. Anything
     // else is answered as if the file did not exist.
     let store = ctx.repos().store();
-    if !store.references_file(repo, &file).await?
+    if !store.references_file(&repo.at, &file).await?
         && !can_read_file(&ctx.state, caller, &file).await?
     {
         return Err(missing());

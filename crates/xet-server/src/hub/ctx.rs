@@ -92,6 +92,17 @@ impl Ctx {
         }
     }
 
+    /// [`open_repo`](Ctx::open_repo), with where the repository keeps its objects and
+    /// refs (its name, or the storage it was created with or moved from).
+    pub(crate) async fn open(&self, repo: &RepoRef, caller: &Caller) -> HubResult<Opened> {
+        let record = self.open_repo(repo, caller).await?;
+        Ok(Opened {
+            at: record.storage(),
+            name: repo.clone(),
+            record,
+        })
+    }
+
     /// The value of query parameter `key` (first occurrence, decoded).
     pub(crate) fn query_param(&self, key: &str) -> Option<String> {
         form_pairs(self.query.as_deref()?)
@@ -136,5 +147,20 @@ mod tests {
                 ("expand".into(), "true".into())
             ]
         );
+    }
+}
+
+/// A repository the caller may see: its record, its name, and its storage (`at`), which
+/// every object, ref and file reference of it is read from and written to.
+pub(crate) struct Opened {
+    pub record: RepoRecord,
+    pub name: RepoRef,
+    pub at: RepoRef,
+}
+
+impl Opened {
+    /// `e` as the caller should read it: naming the repository, not its storage.
+    pub(crate) fn named(&self, e: RepoError) -> RepoError {
+        e.renamed(&self.at, &self.name)
     }
 }

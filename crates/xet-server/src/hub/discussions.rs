@@ -59,7 +59,7 @@ struct CommentRequest {
 /// `GET .../discussions?p=&type=&status=&author=`: newest first, 50 a page.
 pub(super) async fn list(ctx: &Ctx, repo: &RepoRef) -> HubResult<Response> {
     let caller = ctx.caller(Access::Read)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let kind = ctx.query_param("type").unwrap_or_else(|| "all".into());
     let status = ctx.query_param("status").unwrap_or_else(|| "all".into());
     let author = ctx.query_param("author");
@@ -69,7 +69,7 @@ pub(super) async fn list(ctx: &Ctx, repo: &RepoRef) -> HubResult<Response> {
         .unwrap_or(0);
     let all: Vec<Discussion> = ctx
         .repos()
-        .discussions(repo)
+        .discussions(&repo.at)
         .await?
         .into_iter()
         .filter(|d| match kind.as_str() {
@@ -88,7 +88,7 @@ pub(super) async fn list(ctx: &Ctx, repo: &RepoRef) -> HubResult<Response> {
     let shown: Vec<serde_json::Value> = all[start..]
         .iter()
         .take(PAGE)
-        .map(|d| summary(repo, d))
+        .map(|d| summary(&repo.name, d))
         .collect();
     Ok(json(
         StatusCode::OK,
@@ -104,7 +104,7 @@ pub(super) async fn list(ctx: &Ctx, repo: &RepoRef) -> HubResult<Response> {
 /// `POST .../discussions` `{"title","description","pullRequest"}` → `{"num",...}`.
 pub(super) async fn create(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let req: CreateRequest = json_body(ctx, body, "create-discussion").await?;
     let title = req.title.trim();
     if title.is_empty() || title.len() > 200 {
@@ -115,7 +115,7 @@ pub(super) async fn create(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<R
     let d = ctx
         .repos()
         .create_discussion(
-            repo,
+            &repo.at,
             &NewDiscussion {
                 base: &BranchName::main(),
                 title,
@@ -126,16 +126,16 @@ pub(super) async fn create(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<R
             },
         )
         .await?;
-    tracing::info!(repo = %repo, num = d.num, pull_request = d.is_pull_request, "discussion created");
-    Ok(json(StatusCode::OK, &details(ctx, repo, &d)))
+    tracing::info!(repo = %repo.name, num = d.num, pull_request = d.is_pull_request, "discussion created");
+    Ok(json(StatusCode::OK, &details(ctx, &repo.name, &d)))
 }
 
 /// `GET .../discussions/{num}`.
 pub(super) async fn get(ctx: &Ctx, repo: &RepoRef, num: &str) -> HubResult<Response> {
     let caller = ctx.caller(Access::Read)?;
-    ctx.open_repo(repo, &caller).await?;
-    let (_, d) = ctx.repos().discussion(repo, number(num)?).await?;
-    Ok(json(StatusCode::OK, &details(ctx, repo, &d)))
+    let repo = &ctx.open(repo, &caller).await?;
+    let (_, d) = ctx.repos().discussion(&repo.at, number(num)?).await?;
+    Ok(json(StatusCode::OK, &details(ctx, &repo.name, &d)))
 }
 
 /// `POST .../discussions/{num}/status` `{"status": "open"|"closed", "comment"}`.
@@ -146,7 +146,7 @@ pub(super) async fn status(
     body: Body,
 ) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let req: StatusRequest = json_body(ctx, body, "discussion status").await?;
     let status = match req.status.as_str() {
         "open" => Status::Open,
@@ -160,11 +160,11 @@ pub(super) async fn status(
     let num = number(num)?;
     let user = &ctx.state.config.hub_user;
     if let Some(text) = req.comment.filter(|c| !c.trim().is_empty()) {
-        comment_on(ctx, repo, num, text).await?;
+        comment_on(ctx, &repo.at, num, text).await?;
     }
     let d = ctx
         .repos()
-        .set_discussion_status(repo, num, status, user, unix_now())
+        .set_discussion_status(&repo.at, num, status, user, unix_now())
         .await?;
     let last = d.events.last().map(event);
     Ok(json(
@@ -181,13 +181,13 @@ pub(super) async fn comment(
     body: Body,
 ) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let req: CommentRequest = json_body(ctx, body, "comment").await?;
     let text = req
         .comment
         .filter(|c| !c.trim().is_empty())
         .ok_or_else(|| HubReply::bad_request("a comment needs a non-empty \"comment\""))?;
-    let d = comment_on(ctx, repo, number(num)?, text).await?;
+    let d = comment_on(ctx, &repo.at, number(num)?, text).await?;
     let last = d.events.last().map(event);
     Ok(json(
         StatusCode::OK,
@@ -195,12 +195,12 @@ pub(super) async fn comment(
     ))
 }
 
-async fn comment_on(ctx: &Ctx, repo: &RepoRef, num: u64, text: String) -> HubResult<Discussion> {
+async fn comment_on(ctx: &Ctx, storage: &RepoRef, num: u64, text: String) -> HubResult<Discussion> {
     let user = ctx.state.config.hub_user.clone();
     let at = unix_now();
     Ok(ctx
         .repos()
-        .update_discussion(repo, num, |d| {
+        .update_discussion(storage, num, |d| {
             d.push(&user, at, EventKind::Comment { text: text.clone() });
             Ok(())
         })
@@ -210,18 +210,18 @@ async fn comment_on(ctx: &Ctx, repo: &RepoRef, num: u64, text: String) -> HubRes
 /// `POST .../discussions/{num}/merge` `{"comment"}`.
 pub(super) async fn merge(ctx: &Ctx, repo: &RepoRef, num: &str, body: Body) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let req: CommentRequest = json_body(ctx, body, "merge").await?;
     let num = number(num)?;
-    let (_, d) = ctx.repos().discussion(repo, num).await?;
+    let (_, d) = ctx.repos().discussion(&repo.at, num).await?;
     let meta = CommitMeta {
         summary: format!("Merge pull request #{num}: {}", d.title),
         description: req.comment.unwrap_or_default(),
         author: ctx.state.config.hub_user.clone(),
         created_at: unix_now(),
     };
-    let done = ctx.repos().merge_pull_request(repo, num, &meta).await?;
-    tracing::info!(repo = %repo, num, commit = %done.id, "pull request merged");
+    let done = ctx.repos().merge_pull_request(&repo.at, num, &meta).await?;
+    tracing::info!(repo = %repo.name, num, commit = %done.id, "pull request merged");
     Ok(json(StatusCode::OK, &serde_json::json!({})))
 }
 

@@ -70,15 +70,15 @@ async fn resolve(
     path: &str,
 ) -> HubResult<Response> {
     let caller = ctx.caller(Access::Read)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let (id, commit) = super::repo::resolve(ctx, repo, rev).await?;
     let item = match RepoPath::parse(path) {
-        Ok(p) => ctx.repos().entry(repo, &commit.tree, &p).await?,
+        Ok(p) => ctx.repos().entry(&repo.at, &commit.tree, &p).await?,
         Err(_) => None,
     };
     let Some(Item::File(entry)) = item else {
         return Err(HubReply::from(RepoError::EntryNotFound {
-            repo: repo.clone(),
+            repo: repo.name.clone(),
             rev: rev.to_string(),
             path: path.to_string(),
         })
@@ -94,7 +94,7 @@ async fn resolve(
             StatusCode::OK,
             &serde_json::json!({"hash": entry.xet_hash.to_string(), "size": entry.size}),
         );
-        file_headers(ctx, &mut r, repo, &id, &entry);
+        file_headers(ctx, &mut r, &repo.name, &id, &entry);
         content_type(&mut r, hh::XET_FILEINFO_MEDIA_TYPE);
         return Ok(r);
     }
@@ -109,7 +109,7 @@ async fn resolve(
         file_body(ctx, &entry, range)
     };
     let mut r = (status, body).into_response();
-    file_headers(ctx, &mut r, repo, &id, &entry);
+    file_headers(ctx, &mut r, &repo.name, &id, &entry);
     r.headers_mut()
         .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     if let Some(range) = range {
@@ -218,7 +218,7 @@ async fn lfs_batch(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<Response>
     // caller without it sends is never buffered. An upload needs write access, known
     // once the body says so.
     let caller = ctx.caller(Access::Read)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let req: LfsBatchRequest = super::repo::json_body(ctx, body, "LFS batch").await?;
     let upload = req.operation == "upload";
     if upload {
@@ -228,13 +228,13 @@ async fn lfs_batch(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<Response>
     let rev = req.reference.as_ref().map_or("main", |r| r.name.as_str());
     let rev = rev.strip_prefix("refs/heads/").unwrap_or(rev);
     let token = if upload && xet {
-        Some(super::upload::mint(ctx, repo, Access::Write)?)
+        Some(super::upload::mint(ctx, &repo.at, Access::Write)?)
     } else {
         None
     };
     let mut objects = Vec::with_capacity(req.objects.len());
     for o in req.objects {
-        let known = token.is_some() && lfs_held(ctx, repo, &o.oid).await?;
+        let known = token.is_some() && lfs_held(ctx, &repo.at, &o.oid).await?;
         let (actions, error) = match &token {
             _ if !upload || !xet => (
                 None,
@@ -252,7 +252,7 @@ async fn lfs_batch(ctx: &Ctx, repo: &RepoRef, body: Body) -> HubResult<Response>
                 header.insert("X-Xet-Access-Token".into(), t.access_token.clone());
                 header.insert("X-Xet-Token-Expiration".into(), t.exp.to_string());
                 header.insert("X-Xet-Session-Id".into(), uuid::Uuid::now_v7().to_string());
-                let href = url::api_repo_rev(&ctx.base, repo, "xet-write-token", rev);
+                let href = url::api_repo_rev(&ctx.base, &repo.name, "xet-write-token", rev);
                 (
                     Some(LfsActions {
                         upload: Some(LfsAction { href, header }),

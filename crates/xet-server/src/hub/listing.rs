@@ -124,10 +124,9 @@ pub(super) async fn list(ctx: &Ctx, kind: RepoType) -> HubResult<Response> {
 /// The commit `main` of `record`'s repository points at and its time (seconds); `None`
 /// if it has no `main` (deleted meanwhile, or never committed).
 async fn head_of(ctx: &Ctx, record: &RepoRecord) -> HubResult<Option<(String, u64)>> {
-    let repo = RepoRef::new(record.kind, record.id.clone());
     match ctx
         .repos()
-        .resolve(&repo, &Revision::Branch(BranchName::main()))
+        .resolve(&record.storage(), &Revision::Branch(BranchName::main()))
         .await
     {
         Ok((id, commit)) => Ok(Some((id.to_string(), commit.created_at))),

@@ -9,7 +9,7 @@
 //! | `GET /api/{T}` | read | the repositories the caller may see, `author`, `search`, `sort`, `limit`, `Link: rel="next"` |
 //! | `POST /api/repos/create` | write | `200 {"url"}`, `409` if it exists |
 //! | `DELETE /api/repos/delete` | write | `{"name","organization","type"}` → `200`; gone at once (`xet store gc` reclaims its bytes) |
-//! | `POST /api/repos/move` | write on both names | buckets only (`"type":"bucket"`, see `buckets`); repositories `501` |
+//! | `POST /api/repos/move` | write on both names | `{"fromRepo","toRepo","type"}`: records only, the new name keeps the storage; `409` onto an existing name |
 //! | `PUT /api/{T}/{ns}/{name}/settings` | write | `private` / `visibility` (`private`, `public`); `gated` is `501` |
 //! | `GET /api/{T}/{ns}/{name}[/revision/{rev}]` | read | `{"id","sha","private","siblings",...}` |
 //! | `GET /api/{T}/{ns}/{name}/tree/{rev}[/{path}]` | read | entries, `?recursive=true`, paged by `Link: rel="next"` |

@@ -27,7 +27,7 @@ const MAX_COMMITS_PAGE: usize = 1000;
 /// the commit it points at, sorted by name.
 pub(super) async fn refs(ctx: &Ctx, repo: &RepoRef) -> HubResult<Response> {
     let caller = ctx.caller(Access::Read)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let with_prs = ctx
         .query_param("include_prs")
         .is_some_and(|v| v == "1" || v == "true");
@@ -35,7 +35,7 @@ pub(super) async fn refs(ctx: &Ctx, repo: &RepoRef) -> HubResult<Response> {
         pull_requests: with_prs.then(Vec::new),
         ..GitRefs::default()
     };
-    for (name, head) in ctx.repos().store().branches(repo).await? {
+    for (name, head) in ctx.repos().store().branches(&repo.at).await? {
         let target_commit = head.commit.to_string();
         let one = |name: &str, full: String| GitRef {
             name: name.to_string(),
@@ -60,7 +60,7 @@ pub(super) async fn refs(ctx: &Ctx, repo: &RepoRef) -> HubResult<Response> {
 /// paged by `p` (from 0) and `limit`, the next page named by a `Link` header.
 pub(super) async fn commits(ctx: &Ctx, repo: &RepoRef, rev: &str) -> HubResult<Response> {
     let caller = ctx.caller(Access::Read)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let (head, _) = resolve(ctx, repo, rev).await?;
     let number = |key: &str| ctx.query_param(key).and_then(|v| v.parse::<usize>().ok());
     let page = number("p").unwrap_or(0);
@@ -71,7 +71,7 @@ pub(super) async fn commits(ctx: &Ctx, repo: &RepoRef, rev: &str) -> HubResult<R
     let skip = page.checked_mul(limit).ok_or_else(|| {
         HubReply::bad_request(format!("page {page} of {limit} commits is out of range"))
     })?;
-    let (commits, more) = ctx.repos().history(repo, head, skip, limit).await?;
+    let (commits, more) = ctx.repos().history(&repo.at, head, skip, limit).await?;
     let body: Vec<CommitInfo> = commits
         .into_iter()
         .map(|(id, c)| CommitInfo {
@@ -101,35 +101,42 @@ pub(super) async fn create_tag(
     body: Body,
 ) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let req: CreateTagRequest = json_body(ctx, body, "create-tag").await?;
     let tag = TagName::parse(&req.tag)?;
-    let from = parse_revision(repo, rev)?;
+    let from = parse_revision(&repo.name, rev)?;
     let at = ctx
         .repos()
-        .create_tag(repo, &tag, &from, req.message.as_deref())
-        .await?;
-    tracing::info!(repo = %repo, tag = %tag, commit = %at, "tag created");
+        .create_tag(&repo.at, &tag, &from, req.message.as_deref())
+        .await
+        .map_err(|e| repo.named(e))?;
+    tracing::info!(repo = %repo.name, tag = %tag, commit = %at, "tag created");
     Ok(json(StatusCode::OK, &serde_json::json!({})))
 }
 
 /// `DELETE .../tag/{tag}`.
 pub(super) async fn delete_tag(ctx: &Ctx, repo: &RepoRef, tag: &str) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let tag = TagName::parse(tag)?;
-    ctx.repos().delete_ref(repo, &tag.as_ref_name()).await?;
-    tracing::info!(repo = %repo, tag = %tag, "tag deleted");
+    ctx.repos()
+        .delete_ref(&repo.at, &tag.as_ref_name())
+        .await
+        .map_err(|e| repo.named(e))?;
+    tracing::info!(repo = %repo.name, tag = %tag, "tag deleted");
     Ok(json(StatusCode::OK, &serde_json::json!({})))
 }
 
 /// `DELETE .../branch/{branch}`: any branch but the default one.
 pub(super) async fn delete_branch(ctx: &Ctx, repo: &RepoRef, name: &str) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let branch = plain_branch(name)?;
-    ctx.repos().delete_ref(repo, &branch).await?;
-    tracing::info!(repo = %repo, branch = %branch, "branch deleted");
+    ctx.repos()
+        .delete_ref(&repo.at, &branch)
+        .await
+        .map_err(|e| repo.named(e))?;
+    tracing::info!(repo = %repo.name, branch = %branch, "branch deleted");
     Ok(json(StatusCode::OK, &serde_json::json!({})))
 }
 
@@ -142,20 +149,22 @@ pub(super) async fn super_squash(
     body: Body,
 ) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let req: SuperSquashRequest = json_body(ctx, body, "super-squash").await?;
     let branch = BranchName::parse(name)?;
-    if branch.tag().is_some() || ctx.repos().store().branch(repo, &branch).await?.is_none() {
+    let store = ctx.repos().store();
+    if branch.tag().is_some() || store.branch(&repo.at, &branch).await?.is_none() {
         // Tags (by either name) are refused as the Hub does: only branches squash.
         let is_tag = branch.tag().is_some()
-            || matches!(ctx.repos().ref_head(repo, &branch).await, Ok(Some(_)));
+            || matches!(ctx.repos().ref_head(&repo.at, &branch).await, Ok(Some(_)));
         return Err(if is_tag {
             HubReply::bad_request(format!(
-                "{name} is a tag of {repo}: only a branch's history can be squashed"
+                "{name} is a tag of {}: only a branch's history can be squashed",
+                repo.name
             ))
         } else {
             RepoError::RevisionNotFound {
-                repo: repo.clone(),
+                repo: repo.name.clone(),
                 rev: name.to_string(),
             }
             .into()
@@ -169,8 +178,12 @@ pub(super) async fn super_squash(
         author: ctx.state.config.hub_user.clone(),
         created_at: unix_now(),
     };
-    let done = ctx.repos().super_squash(repo, &branch, &meta).await?;
-    tracing::info!(repo = %repo, branch = %branch, commit = %done.id, "history squashed");
+    let done = ctx
+        .repos()
+        .super_squash(&repo.at, &branch, &meta)
+        .await
+        .map_err(|e| repo.named(e))?;
+    tracing::info!(repo = %repo.name, branch = %branch, commit = %done.id, "history squashed");
     Ok(json(
         StatusCode::OK,
         &serde_json::json!({ "commitId": done.id.to_string() }),

@@ -13,7 +13,7 @@ use xet_hub::{
     RepoRef, RepoType, Revision, Storage,
 };
 
-use super::ctx::{Ctx, form_pairs};
+use super::ctx::{Ctx, Opened, form_pairs};
 use super::reply::{HubReply, HubResult, header_value};
 use crate::config::Access;
 use crate::routes::json;
@@ -159,21 +159,24 @@ pub(super) async fn delete(ctx: &Ctx, body: Body) -> HubResult<Response> {
 }
 
 /// Resolve `rev` (percent-decoded) in `repo`.
-pub(super) async fn resolve(ctx: &Ctx, repo: &RepoRef, rev: &str) -> HubResult<(CommitId, Commit)> {
+pub(super) async fn resolve(ctx: &Ctx, repo: &Opened, rev: &str) -> HubResult<(CommitId, Commit)> {
     let parsed = Revision::parse(rev).map_err(|_| {
         HubReply::from(RepoError::RevisionNotFound {
-            repo: repo.clone(),
+            repo: repo.name.clone(),
             rev: rev.to_string(),
         })
     })?;
-    Ok(ctx.repos().resolve(repo, &parsed).await?)
+    ctx.repos()
+        .resolve(&repo.at, &parsed)
+        .await
+        .map_err(|e| repo.named(e).into())
 }
 
 pub(super) async fn info(ctx: &Ctx, repo: &RepoRef, rev: &str) -> HubResult<Response> {
     let caller = ctx.caller(Access::Read)?;
-    let record = ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let (id, commit) = resolve(ctx, repo, rev).await?;
-    let files = ctx.repos().files(repo, &commit.tree).await?;
+    let files = ctx.repos().files(&repo.at, &commit.tree).await?;
     let siblings = files
         .into_iter()
         .map(|(p, e)| Sibling {
@@ -188,13 +191,13 @@ pub(super) async fn info(ctx: &Ctx, repo: &RepoRef, rev: &str) -> HubResult<Resp
         })
         .collect();
     let info = RepoInfo {
-        id: repo.id.to_string(),
+        id: repo.name.id.to_string(),
         sha: id.to_string(),
-        private: record.private,
+        private: repo.record.private,
         siblings,
         last_modified: Some(rfc3339(commit.created_at)),
-        created_at: Some(rfc3339(record.created_at)),
-        author: Some(repo.id.namespace().to_string()),
+        created_at: Some(rfc3339(repo.record.created_at)),
+        author: Some(repo.name.id.namespace().to_string()),
         tags: Vec::new(),
         gated: false,
         disabled: false,
@@ -204,8 +207,8 @@ pub(super) async fn info(ctx: &Ctx, repo: &RepoRef, rev: &str) -> HubResult<Resp
     // Fields some clients expect by type: `modelId` for models, `_id` everywhere.
     if let Some(o) = v.as_object_mut() {
         o.insert("_id".into(), id.to_string().into());
-        if repo.kind == RepoType::Model {
-            o.insert("modelId".into(), repo.id.to_string().into());
+        if repo.name.kind == RepoType::Model {
+            o.insert("modelId".into(), repo.name.id.to_string().into());
         }
     }
     Ok(json(StatusCode::OK, &v))
@@ -253,7 +256,7 @@ const LAST_COMMIT_WALK: usize = 10_000;
 
 pub(super) async fn tree(ctx: &Ctx, repo: &RepoRef, rev: &str, path: &str) -> HubResult<Response> {
     let caller = ctx.caller(Access::Read)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let (id, commit) = resolve(ctx, repo, rev).await?;
     let folder = if path.is_empty() {
         None
@@ -292,7 +295,7 @@ pub(super) async fn tree(ctx: &Ctx, repo: &RepoRef, rev: &str, path: &str) -> Hu
     let page = ctx
         .repos()
         .list(
-            repo,
+            &repo.at,
             &commit.tree,
             folder.as_ref(),
             recursive,
@@ -302,7 +305,7 @@ pub(super) async fn tree(ctx: &Ctx, repo: &RepoRef, rev: &str, path: &str) -> Hu
         .await?
         .ok_or_else(|| {
             HubReply::from(RepoError::EntryNotFound {
-                repo: repo.clone(),
+                repo: repo.name.clone(),
                 rev: rev.to_string(),
                 path: path.to_string(),
             })
@@ -314,7 +317,7 @@ pub(super) async fn tree(ctx: &Ctx, repo: &RepoRef, rev: &str, path: &str) -> Hu
         .map(|Listed { path, item }| tree_entry(path, item))
         .collect();
     let mut r = if expand {
-        let lasts = last_commits(ctx, repo, id, folder.as_ref(), &page.entries).await?;
+        let lasts = last_commits(ctx, &repo.at, id, folder.as_ref(), &page.entries).await?;
         json(StatusCode::OK, &with_last_commits(entries, lasts)?)
     } else {
         json(StatusCode::OK, &entries)
@@ -403,7 +406,7 @@ pub(super) async fn paths_info(
     body: Body,
 ) -> HubResult<Response> {
     let caller = ctx.caller(Access::Read)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let (_, commit) = resolve(ctx, repo, rev).await?;
     let is_form = ctx
         .headers
@@ -427,7 +430,7 @@ pub(super) async fn paths_info(
     let mut out = Vec::new();
     for p in &req.paths {
         let path = RepoPath::parse_folder(p)?;
-        if let Some(item) = ctx.repos().entry(repo, &commit.tree, &path).await? {
+        if let Some(item) = ctx.repos().entry(&repo.at, &commit.tree, &path).await? {
             out.push(tree_entry(path.as_str(), &item));
         }
     }
@@ -441,17 +444,20 @@ pub(super) async fn create_branch(
     body: Body,
 ) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let branch = super::refs::plain_branch(name)?;
     let req: CreateBranchRequest = json_body(ctx, body, "create-branch").await?;
     let from = req.starting_point.as_deref().unwrap_or(BranchName::MAIN);
     let from = Revision::parse(from).map_err(|_| {
         HubReply::from(RepoError::RevisionNotFound {
-            repo: repo.clone(),
+            repo: repo.name.clone(),
             rev: from.to_string(),
         })
     })?;
-    ctx.repos().create_branch(repo, &branch, &from).await?;
+    ctx.repos()
+        .create_branch(&repo.at, &branch, &from)
+        .await
+        .map_err(|e| repo.named(e))?;
     Ok(json(StatusCode::OK, &serde_json::json!({})))
 }
 

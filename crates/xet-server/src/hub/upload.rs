@@ -27,7 +27,7 @@ pub(super) async fn preupload(
     body: Body,
 ) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
-    ctx.open_repo(repo, &caller).await?;
+    let repo = &ctx.open(repo, &caller).await?;
     let req: PreuploadRequest = super::repo::json_body(ctx, body, "preupload").await?;
     if req.files.len() > MAX_PREUPLOAD_FILES {
         return Err(HubReply::bad_request(format!(
@@ -37,7 +37,9 @@ pub(super) async fn preupload(
     }
     // A branch that does not exist yet has no files; the commit will create it.
     let head = match Revision::parse(rev) {
-        Ok(Revision::Branch(b)) if ctx.repos().store().branch(repo, &b).await?.is_none() => None,
+        Ok(Revision::Branch(b)) if ctx.repos().store().branch(&repo.at, &b).await?.is_none() => {
+            None
+        }
         _ => Some(super::repo::resolve(ctx, repo, rev).await?),
     };
     let mut files = Vec::with_capacity(req.files.len());
@@ -48,7 +50,7 @@ pub(super) async fn preupload(
             .unwrap_or_default();
         let mode = upload_mode(path.as_str(), f.size, &sample);
         let remote = match &head {
-            Some((_, c)) => match ctx.repos().entry(repo, &c.tree, &path).await? {
+            Some((_, c)) => match ctx.repos().entry(&repo.at, &c.tree, &path).await? {
                 Some(Item::File(e)) => Some(e),
                 _ => None,
             },
@@ -80,8 +82,10 @@ pub(super) async fn preupload(
 /// (hf_xet and huggingface.js read that). `need` is the route's scope.
 pub(super) async fn xet_token(ctx: &Ctx, repo: &RepoRef, need: Access) -> HubResult<Response> {
     let caller = ctx.caller(need)?;
-    ctx.open_repo(repo, &caller).await?;
-    token_answer(ctx, repo, need)
+    // Bound to where the repository keeps its files, not its name: the files its
+    // uploads register, and those it reads, follow it through a move.
+    let repo = &ctx.open(repo, &caller).await?;
+    token_answer(ctx, &repo.at, need)
 }
 
 /// The answer of a xet token route for `repo` (a repository or a bucket), whose access

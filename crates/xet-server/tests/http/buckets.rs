@@ -554,7 +554,7 @@ impl Setup {
             .unwrap()
     }
 
-    async fn move_bucket(&self, from: &str, to: &str, token: &str) -> reqwest::Response {
+    async fn move_repo(&self, from: &str, to: &str, token: &str) -> reqwest::Response {
         self.http
             .post(self.url("/api/repos/move"))
             .bearer_auth(token)
@@ -723,7 +723,8 @@ async fn a_moved_bucket_keeps_everything_and_frees_its_name() {
         .json("/api/buckets/orgb/src/tree?recursive=true", OTHER)
         .await;
 
-    // Refusals first: another kind, a read token, a source out of scope.
+    // Refusals first: another kind (no model has that name), a read token, a source out
+    // of scope.
     let r = s
         .http
         .post(s.url("/api/repos/move"))
@@ -732,13 +733,13 @@ async fn a_moved_bucket_keeps_everything_and_frees_its_name() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), StatusCode::NOT_IMPLEMENTED);
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
     assert_eq!(
-        s.move_bucket("orgb/src", "orgb/x", R).await.status(),
+        s.move_repo("orgb/src", "orgb/x", R).await.status(),
         StatusCode::FORBIDDEN
     );
     assert_eq!(
-        s.move_bucket("orgb/src", "orga/x", OTHER).await.status(),
+        s.move_repo("orgb/src", "orga/x", OTHER).await.status(),
         StatusCode::FORBIDDEN,
         "the target's namespace is out of the token's scope"
     );
@@ -746,7 +747,7 @@ async fn a_moved_bucket_keeps_everything_and_frees_its_name() {
         s.create("orgb/taken", json!({}), OTHER).await.status(),
         StatusCode::OK
     );
-    let r = s.move_bucket("orgb/src", "orgb/taken", OTHER).await;
+    let r = s.move_repo("orgb/src", "orgb/taken", OTHER).await;
     assert_eq!(r.status(), StatusCode::CONFLICT);
     assert_eq!(s.json("/api/buckets/orgb/src", OTHER).await, before);
     assert_eq!(
@@ -764,7 +765,7 @@ async fn a_moved_bucket_keeps_everything_and_frees_its_name() {
     assert_eq!(status, StatusCode::OK);
     let before = s.json("/api/buckets/orgb/src", OTHER).await;
 
-    let r = s.move_bucket("orgb/src", "orgb/dst", OTHER).await;
+    let r = s.move_repo("orgb/src", "orgb/dst", OTHER).await;
     assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
     let after = s.json("/api/buckets/orgb/dst", OTHER).await;
     for key in [
@@ -803,9 +804,7 @@ async fn a_moved_bucket_keeps_everything_and_frees_its_name() {
     assert_eq!(gone.status(), StatusCode::NOT_FOUND);
     assert_eq!(gone.headers()["x-error-code"], "RepoNotFound");
     assert_eq!(
-        s.move_bucket("orgb/src", "orgb/other", OTHER)
-            .await
-            .status(),
+        s.move_repo("orgb/src", "orgb/other", OTHER).await.status(),
         StatusCode::NOT_FOUND
     );
     let listed: Vec<Value> = s
@@ -852,7 +851,7 @@ async fn a_moved_bucket_keeps_everything_and_frees_its_name() {
         tree
     );
     // And the moved one moves again, its files with it.
-    let r = s.move_bucket("orgb/dst", "orgb/again", OTHER).await;
+    let r = s.move_repo("orgb/dst", "orgb/again", OTHER).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(
         s.json("/api/buckets/orgb/again/tree?recursive=true", OTHER)

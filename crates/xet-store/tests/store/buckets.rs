@@ -244,10 +244,7 @@ async fn a_move_stopped_half_way_takes_no_writes_and_finishes_when_asked_again()
     assert!(moving(repos.set_private(&b, true).await.map(drop)));
     assert!(moving(repos.delete_bucket(&b).await));
     assert!(moving(
-        repos
-            .move_bucket(&b, &named("org/elsewhere"))
-            .await
-            .map(drop)
+        repos.move_repo(&b, &named("org/elsewhere")).await.map(drop)
     ));
     assert_eq!(
         repos.bucket(&b).await.unwrap().totals.files,
@@ -255,7 +252,7 @@ async fn a_move_stopped_half_way_takes_no_writes_and_finishes_when_asked_again()
         "still readable"
     );
 
-    repos.move_bucket(&b, &to).await.unwrap();
+    repos.move_repo(&b, &to).await.unwrap();
     let s = repos.bucket(&to).await.unwrap();
     assert_eq!((s.totals.files, s.totals.bytes), (1, 5));
     assert!(matches!(
@@ -290,7 +287,7 @@ async fn a_move_stopped_half_way_takes_no_writes_and_finishes_when_asked_again()
         ),
         "only the target is writable"
     );
-    repos.move_bucket(&to, &next).await.unwrap();
+    repos.move_repo(&to, &next).await.unwrap();
     assert_eq!(repos.bucket(&next).await.unwrap().totals.files, 1);
     assert!(repos.bucket(&to).await.is_err());
 }
@@ -340,7 +337,7 @@ async fn a_bucket_kept_under_its_name_moves_and_its_old_name_starts_empty() {
     };
     assert_eq!(holders().await, ["org/ckpt"]);
 
-    repos.move_bucket(&b, &to).await.unwrap();
+    repos.move_repo(&b, &to).await.unwrap();
     let s = repos.bucket(&to).await.unwrap();
     assert_eq!((s.storage.clone(), s.totals.files), (b.clone(), 1));
     assert_eq!(s.record.created_ms, Some(1_000));

@@ -142,7 +142,7 @@ async fn gc_reclaims_what_nothing_names_and_keeps_every_live_byte() {
         .unwrap();
     // The bucket moves: its files stay live under the new name.
     let moved = repo(RepoType::Bucket, "team/ckpt");
-    repos.move_bucket(&bucket, &moved).await.unwrap();
+    repos.move_repo(&bucket, &moved).await.unwrap();
     let gone = repo(RepoType::Model, "org/gone");
     repos.create(&gone, "alice", false, 1).await.unwrap();
     commit(&repos, &gone, "d.bin", ud.files[0], d.len()).await;

@@ -1,5 +1,6 @@
 //! Changing a bucket without touching its files: its settings (`private`) and its name
-//! (`POST /api/repos/move`). Both write records only ([`xet_hub::bucket`]).
+//! (`POST /api/repos/move`, which moves repositories the same way). Both write records
+//! only ([`xet_hub::bucket`]).
 
 use axum::body::Body;
 use axum::http::StatusCode;
@@ -36,48 +37,57 @@ pub(super) async fn settings(ctx: &Ctx, bucket: &RepoRef, body: Body) -> HubResu
     ))
 }
 
-/// `POST /api/repos/move` with `type` `bucket`: the bucket answers at its new name with
-/// its files, totals and creation time, and the old name is free (`404` until created
-/// again, then empty). Needs write access reaching both names. Repositories cannot be
-/// moved yet (`501`).
+/// `POST /api/repos/move`: the bucket or repository answers at its new name with its
+/// files, history, refs, pull requests and creation time, and the old name is free
+/// (`404` until created again, then empty). Records are written, nothing is copied: the
+/// new name keeps its objects where the old one did. Needs write access reaching both
+/// names; an existing target is `409`.
 pub(crate) async fn move_repo(ctx: &Ctx, body: Body) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
     let req: MoveRepoRequest = super::super::repo::json_body(ctx, body, "move").await?;
-    match req.repo_type.as_deref() {
-        Some("bucket") => {}
-        Some("model" | "dataset" | "space") | None => {
-            return Err(HubReply::new(
-                StatusCode::NOT_IMPLEMENTED,
-                "moving a model, dataset or space is not supported by this server yet; \
-                 only buckets move (\"type\": \"bucket\")",
-            ));
-        }
+    let kind = match req.repo_type.as_deref() {
+        Some("bucket") => RepoType::Bucket,
+        None => RepoType::Model,
+        Some(t @ ("model" | "dataset" | "space")) => RepoType::parse(Some(t))?,
         Some(other) => {
             return Err(HubReply::bad_request(format!(
                 "unknown type {other:?}: expected model, dataset, space or bucket"
             )));
         }
-    }
-    let from = named_bucket(ctx, &req.from_repo)?;
-    let to = named_bucket(ctx, &req.to_repo)?;
+    };
+    let (from, to) = if kind == RepoType::Bucket {
+        (
+            named_bucket(ctx, &req.from_repo)?,
+            named_bucket(ctx, &req.to_repo)?,
+        )
+    } else {
+        (
+            RepoRef::new(kind, RepoId::parse(&req.from_repo)?),
+            RepoRef::new(kind, RepoId::parse(&req.to_repo)?),
+        )
+    };
     if from == to {
         return Err(HubReply::bad_request(format!(
-            "bucket {} is already named {}",
+            "{kind} {} is already named {}",
             from.id, to.id
         )));
     }
     check_move_access(&caller, &from, &to)?;
-    open(ctx, &from, &caller).await?;
-    match ctx.repos().move_bucket(&from, &to).await {
+    if kind == RepoType::Bucket {
+        open(ctx, &from, &caller).await?;
+    } else {
+        ctx.open_repo(&from, &caller).await?;
+    }
+    match ctx.repos().move_repo(&from, &to).await {
         Ok(_) => {
-            tracing::info!(from = %from.id, to = %to.id, "bucket moved");
+            tracing::info!(kind = %kind, from = %from.id, to = %to.id, "moved");
             Ok(json(StatusCode::OK, &serde_json::json!({})))
         }
         Err(RepoError::RepoExists(_)) => Err(HubReply::new(
             StatusCode::CONFLICT,
-            format!("bucket {} already exists: choose another name", to.id),
+            format!("{kind} {} already exists: choose another name", to.id),
         )),
-        Err(RepoError::RepoNotFound(_)) => Err(not_found(&from)),
+        Err(RepoError::RepoNotFound(_)) if kind == RepoType::Bucket => Err(not_found(&from)),
         Err(e) => Err(e.into()),
     }
 }
