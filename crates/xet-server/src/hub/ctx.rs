@@ -135,21 +135,6 @@ pub(crate) fn segments(path: &str) -> HubResult<Vec<String>> {
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn forms() {
-        assert_eq!(
-            super::form_pairs("paths=a+b&paths=c%2Fd&expand=true"),
-            [
-                ("paths".to_string(), "a b".to_string()),
-                ("paths".into(), "c/d".into()),
-                ("expand".into(), "true".into())
-            ]
-        );
-    }
-}
-
 /// A repository the caller may see: its record, its name, and its storage (`at`), which
 /// every object, ref and file reference of it is read from and written to.
 pub(crate) struct Opened {
@@ -162,5 +147,20 @@ impl Opened {
     /// `e` as the caller should read it: naming the repository, not its storage.
     pub(crate) fn named(&self, e: RepoError) -> RepoError {
         e.renamed(&self.at, &self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn forms() {
+        assert_eq!(
+            super::form_pairs("paths=a+b&paths=c%2Fd&expand=true"),
+            [
+                ("paths".to_string(), "a b".to_string()),
+                ("paths".into(), "c/d".into()),
+                ("expand".into(), "true".into())
+            ]
+        );
     }
 }
