@@ -15,6 +15,7 @@
 
 mod buckets;
 mod bundle;
+mod gc;
 mod hub;
 mod inputs;
 mod load;
@@ -61,6 +62,10 @@ pub fn run(args: &[String]) -> Result<()> {
     if o.only.as_deref() == Some("scale") {
         // Its own table: goals, not a reference to compare with.
         return scale::run(&inputs::build_release(&root)?, o.write);
+    }
+    if o.only.as_deref() == Some("gc") {
+        // Its own table (the store's lifecycle commands); no input file.
+        return gc::run(&inputs::build_release(&root)?, o.write);
     }
     if o.only.as_deref() == Some("buckets") {
         // Its own table (times, requests, goals) and section; no big input file.
