@@ -3,11 +3,8 @@
 //! pull requests, settings, listings, super-squash; on two servers sharing a store; and
 //! hostile names and races.
 
-use std::process::{Command, Stdio};
-
-use crate::common::Served;
 use crate::hub_buckets::python_ok;
-use crate::hub_serve::{Py, WRITE, serve};
+use crate::hub_serve::{Py, WRITE, serve, serve_tokens};
 use crate::store_gc::store_json;
 
 /// Commits, refs, tags and branches, and `list_repo_tree(expand=True)`.
@@ -185,17 +182,9 @@ print("ok")
 fn listings_settings_and_privacy() {
     const SCOPED: &str = "hub-other-token";
     let store = tempfile::tempdir().unwrap();
-    let server = Served::spawn(
-        Command::new(env!("CARGO_BIN_EXE_xet"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
-            .arg(store.path())
-            .args([
-                "--token",
-                &format!("write:{WRITE}"),
-                "--token",
-                &format!("read:{SCOPED}:other/*"),
-            ])
-            .stderr(Stdio::null()),
+    let server = serve_tokens(
+        store.path(),
+        &[&format!("write:{WRITE}"), &format!("read:{SCOPED}:other/*")],
     );
     let py = Py::new();
     let code = format!("import os\nos.environ['SCOPED'] = {SCOPED:?}\n{LISTING_PY}");

@@ -12,18 +12,19 @@ pub(crate) const WRITE: &str = "hub-write-token";
 pub(crate) const READ: &str = "hub-read-token";
 
 pub(crate) fn serve(store: &Path) -> Served {
-    Served::spawn(
-        Command::new(env!("CARGO_BIN_EXE_xet"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
-            .arg(store)
-            .args([
-                "--token",
-                &format!("write:{WRITE}"),
-                "--token",
-                &format!("read:{READ}"),
-            ])
-            .stderr(Stdio::null()),
-    )
+    serve_tokens(store, &[&format!("write:{WRITE}"), &format!("read:{READ}")])
+}
+
+/// A server on `store` taking these `--token` values.
+pub(crate) fn serve_tokens(store: &Path, tokens: &[&str]) -> Served {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xet"));
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--store"])
+        .arg(store)
+        .stderr(Stdio::null());
+    for t in tokens {
+        cmd.args(["--token", t]);
+    }
+    Served::spawn(&mut cmd)
 }
 
 /// The Python side: `hf` and the interpreter of the pinned virtualenv, each run with an
@@ -866,17 +867,9 @@ fn two_servers_on_one_s3_bucket() {
 fn scoped_tokens_and_an_open_server_beside_a_token_server() {
     const SCOPED: &str = "hub-team-token";
     let store = tempfile::tempdir().unwrap();
-    let scoped = Served::spawn(
-        Command::new(env!("CARGO_BIN_EXE_xet"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
-            .arg(store.path())
-            .args([
-                "--token",
-                &format!("write:{WRITE}"),
-                "--token",
-                &format!("write:{SCOPED}:team/*"),
-            ])
-            .stderr(Stdio::null()),
+    let scoped = serve_tokens(
+        store.path(),
+        &[&format!("write:{WRITE}"), &format!("write:{SCOPED}:team/*")],
     );
     let py = Py::new();
     let src = tempfile::tempdir().unwrap();

@@ -261,14 +261,12 @@ impl Repos {
         .into())
     }
 
-    /// The ref of pull request `num`, ready for a commit: the pull request must exist and
-    /// be neither merged nor closed; a ref its creation did not get to write is written
-    /// at the base commit.
-    pub async fn pr_ref_for_commit(
+    /// Pull request `num`, which must be one and be open (or a draft).
+    async fn open_pull_request(
         &self,
         repo: &RepoRef,
         num: u64,
-    ) -> Result<BranchName, DiscussionError> {
+    ) -> Result<Discussion, DiscussionError> {
         let (_, d) = self.discussion(repo, num).await?;
         if !d.is_pull_request {
             return Err(DiscussionError::NotAPullRequest {
@@ -283,6 +281,18 @@ impl Repos {
                 status: d.status.as_str(),
             });
         }
+        Ok(d)
+    }
+
+    /// The ref of pull request `num`, ready for a commit: the pull request must exist and
+    /// be neither merged nor closed; a ref its creation did not get to write is written
+    /// at the base commit.
+    pub async fn pr_ref_for_commit(
+        &self,
+        repo: &RepoRef,
+        num: u64,
+    ) -> Result<BranchName, DiscussionError> {
+        let d = self.open_pull_request(repo, num).await?;
         let name = d.pr_ref();
         if self.store().branch(repo, &name).await?.is_none()
             && let Some(at) = d.base_commit
@@ -349,20 +359,13 @@ impl Repos {
         num: u64,
         meta: &CommitMeta,
     ) -> Result<Committed, DiscussionError> {
-        let (_, d) = self.discussion(repo, num).await?;
-        let (Some(base), true) = (d.base.clone(), d.is_pull_request) else {
+        let d = self.open_pull_request(repo, num).await?;
+        let Some(base) = d.base.clone() else {
             return Err(DiscussionError::NotAPullRequest {
                 repo: repo.clone(),
                 num,
             });
         };
-        if !matches!(d.status, Status::Open | Status::Draft) {
-            return Err(DiscussionError::NotOpen {
-                repo: repo.clone(),
-                num,
-                status: d.status.as_str(),
-            });
-        }
         let (_, head) = self.resolve(repo, &Revision::Branch(d.pr_ref())).await?;
         let start = match d.base_commit {
             Some(c) => Some(self.resolve(repo, &Revision::Commit(c)).await?.1.tree),

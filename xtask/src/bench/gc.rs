@@ -57,7 +57,10 @@ pub fn run(xet: &Path, write: bool) -> Result<()> {
         let store = Arc::new(xet_store::open_store(&dir).await?);
         populate(store).await
     })?;
-    eprintln!("gc: directory store written in {:.1} s", t.elapsed().as_secs_f64());
+    eprintln!(
+        "gc: directory store written in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     let (sample, doc) = gc(xet, &work, &[dir.to_str().context("a UTF-8 path")?], &[])?;
     rows.push(gc_row("directory", &sample, &doc, None)?);
 
@@ -120,14 +123,8 @@ where
             let store = Arc::clone(&store);
             async move {
                 let data = file(i);
-                let up = xet_cas_conformance::upload_of(std::slice::from_ref(&data));
-                for x in &up.xorbs {
-                    store
-                        .put_xorb(&x.hash, Bytes::from(x.body.clone()).into())
-                        .await?;
-                }
-                store.put_shard(Bytes::from(up.shard)).await?;
-                anyhow::Ok((i, up.files[0], data.len() as u64))
+                let hash = put_file(&*store, &data).await?;
+                anyhow::Ok((i, hash, data.len() as u64))
             }
         })
         .buffer_unordered(AT_ONCE)
@@ -158,12 +155,27 @@ where
     Ok(())
 }
 
+/// Store `data` as an upload would: its xorbs, then its shard. The file's hash.
+async fn put_file(store: &impl Cas, data: &[u8]) -> Result<xet_hash::MerkleHash> {
+    let up = xet_cas_conformance::upload_of(&[data.to_vec()]);
+    for x in &up.xorbs {
+        store
+            .put_xorb(&x.hash, Bytes::from(x.body.clone()).into())
+            .await?;
+    }
+    store.put_shard(Bytes::from(up.shard)).await?;
+    Ok(up.files[0])
+}
+
 /// The environment `xet` reads the S3 server's credentials from, the endpoint being the
 /// counting proxy.
 fn s3_env(s3: &xet_testdata::S3Server, endpoint: &str) -> Vec<(String, String)> {
     vec![
         ("AWS_ACCESS_KEY_ID".into(), s3.access_key_id().into()),
-        ("AWS_SECRET_ACCESS_KEY".into(), s3.secret_access_key().into()),
+        (
+            "AWS_SECRET_ACCESS_KEY".into(),
+            s3.secret_access_key().into(),
+        ),
         ("AWS_REGION".into(), s3.region().into()),
         ("AWS_ENDPOINT_URL".into(), endpoint.into()),
     ]
@@ -252,14 +264,7 @@ fn check_rows(xet: &Path, work: &Path, rt: &tokio::runtime::Runtime) -> Result<V
     rt.block_on(async {
         let store = Arc::new(xet_store::open_store(&dir).await?);
         for i in 0..CHECK_FILES {
-            let data = big_file(i);
-            let up = xet_cas_conformance::upload_of(std::slice::from_ref(&data));
-            for x in &up.xorbs {
-                store
-                    .put_xorb(&x.hash, Bytes::from(x.body.clone()).into())
-                    .await?;
-            }
-            store.put_shard(Bytes::from(up.shard)).await?;
+            put_file(&*store, &big_file(i)).await?;
         }
         anyhow::Ok(())
     })?;
@@ -272,7 +277,12 @@ fn check_rows(xet: &Path, work: &Path, rt: &tokio::runtime::Runtime) -> Result<V
         xet,
         work,
         "check",
-        &["check", "--read-data", "--store", dir.to_str().context("a UTF-8 path")?],
+        &[
+            "check",
+            "--read-data",
+            "--store",
+            dir.to_str().context("a UTF-8 path")?,
+        ],
         &[],
     )?;
     if doc["ok"] != serde_json::Value::Bool(true) {
@@ -315,7 +325,11 @@ fn dir_bytes(dir: &Path) -> Result<u64> {
     for e in std::fs::read_dir(dir)? {
         let e = e?;
         let m = e.metadata()?;
-        n += if m.is_dir() { dir_bytes(&e.path())? } else { m.len() };
+        n += if m.is_dir() {
+            dir_bytes(&e.path())?
+        } else {
+            m.len()
+        };
     }
     Ok(n)
 }
