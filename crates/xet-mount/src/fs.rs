@@ -47,6 +47,9 @@ pub(crate) struct State {
     /// Files being written, by inode.
     pub staged: Mutex<HashMap<u64, Staged>>,
     next_fh: AtomicU64,
+    /// Bumped by every change made here to the bucket: a refresh whose listing was
+    /// asked for before one is dropped (it would undo the change until the next).
+    pub generation: AtomicU64,
 }
 
 impl State {
@@ -57,7 +60,12 @@ impl State {
             handles: Mutex::new(HashMap::new()),
             staged: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            generation: AtomicU64::new(0),
         }
+    }
+
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
     fn tree(&self) -> std::sync::MutexGuard<'_, Tree> {
@@ -175,6 +183,7 @@ async fn commit(state: &Arc<State>, ino: u64, local: std::path::PathBuf) -> Resu
     }
     match write::upload(&state.ctx, local, &rel).await {
         Ok((hash, size)) => {
+            state.changed();
             let mut tree = state.tree();
             if let Some(n) = tree.get_mut(ino)
                 && let Kind::File(f) = &mut n.kind
@@ -312,6 +321,7 @@ impl Filesystem for XetFs {
             if remote && let Err(e) = write::delete(&state.ctx, &[rel]).await {
                 return reply.error(e.errno());
             }
+            state.changed();
             state.staged().remove(&ino);
             let _ = state.tree().remove(ino);
             reply.ok();
@@ -370,6 +380,7 @@ impl Filesystem for XetFs {
             if let Err(e) = write::rename(&state.ctx, &moved).await {
                 return reply.error(e.errno());
             }
+            state.changed();
             match state.tree().rename(ino, newparent, &newname) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(errno(e)),
@@ -543,7 +554,7 @@ impl Filesystem for XetFs {
         name: &OsStr,
         _mode: u32,
         _umask: u32,
-        flags: i32,
+        _flags: i32,
         reply: ReplyCreate,
     ) {
         if let Some(e) = self.refuse_writes() {
@@ -568,7 +579,7 @@ impl Filesystem for XetFs {
             Ok(fh) => {
                 let tree = self.state.tree();
                 match self.state.attr(&tree, ino) {
-                    Some(a) => reply.created(&TTL, &a, 0, fh, u32::try_from(flags).unwrap_or(0)),
+                    Some(a) => reply.created(&TTL, &a, 0, fh, 0),
                     None => reply.error(E::ENOENT),
                 }
             }

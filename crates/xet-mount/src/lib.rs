@@ -331,7 +331,11 @@ async fn refresh(state: Arc<fs::State>, every: Duration, marker: String) {
         if matches!(ctx.source, Source::Repo { .. }) {
             *ctx.commit.lock().expect("commit lock") = marker.clone();
         }
+        let generation = state.generation.load(std::sync::atomic::Ordering::SeqCst);
         match list(&ctx).await {
+            Ok(_) if state.generation.load(std::sync::atomic::Ordering::SeqCst) != generation => {
+                // Changed here meanwhile: list again at the next tick.
+            }
             Ok((listed, _)) => {
                 let keep: Vec<u64> = state
                     .staged
