@@ -40,7 +40,7 @@ pub enum MountError {
     Hub {
         source_name: String,
         #[source]
-        source: xet_hub_client::HubError,
+        source: Box<xet_hub_client::HubError>,
     },
     #[error(
         "cannot mount on {}: FUSE is unusable here (as root: /dev/fuse and the mount system call; \
@@ -121,7 +121,7 @@ pub async fn mount(
     };
     let hub = |source_err| MountError::Hub {
         source_name: source.to_string(),
-        source: source_err,
+        source: Box::new(source_err),
     };
     let (commit, token_url) = match &source {
         Source::Repo { repo, revision, .. } => {
