@@ -20,6 +20,7 @@ use xet_download::{DownloadOptions, DownloadRequest, FetchConcurrency, FileRange
 use xet_hash::MerkleHash;
 
 use crate::ctx::{Ctx, Source};
+pub(crate) use xet_cas::error_chain;
 
 /// The first window of a sequential reader.
 pub(crate) const FIRST_WINDOW: u64 = 4 << 20;
@@ -327,16 +328,4 @@ async fn resolve_now(origin: &Origin) -> Result<Bytes, String> {
         .await
         .map_err(|e| error_chain(&e))?;
     r.bytes().await.map_err(|e| error_chain(&e))
-}
-
-/// An error and its causes on one line.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
 }

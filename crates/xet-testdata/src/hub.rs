@@ -42,20 +42,33 @@ pub const PYARROW_VERSION: &str = "26.0.1";
 /// `huggingface_hub`'s fsspec filesystem.
 pub fn pandas_python() -> Result<PathBuf, String> {
     static PYTHON: OnceLock<Result<crate::venv::Python, String>> = OnceLock::new();
-    PYTHON
-        .get_or_init(|| {
-            crate::venv::python_with(&crate::venv::Pins {
-                packages: &[
-                    ("huggingface-hub", HUGGINGFACE_HUB_VERSION),
-                    ("hf-xet", crate::HF_XET_VERSION),
-                    ("pandas", PANDAS_VERSION),
-                    ("pyarrow", PYARROW_VERSION),
-                ],
-                imports: &["pandas", "pyarrow.parquet"],
-            })
+    hub_python_with(
+        &PYTHON,
+        &[("pandas", PANDAS_VERSION), ("pyarrow", PYARROW_VERSION)],
+        &["pandas", "pyarrow.parquet"],
+    )
+}
+
+/// [`hub_python`] with `extra` packages too (found or installed once per process,
+/// remembered in `cell`), each of `imports` importable.
+fn hub_python_with(
+    cell: &'static OnceLock<Result<crate::venv::Python, String>>,
+    extra: &[(&str, &str)],
+    imports: &[&str],
+) -> Result<PathBuf, String> {
+    cell.get_or_init(|| {
+        let mut packages = vec![
+            ("huggingface-hub", HUGGINGFACE_HUB_VERSION),
+            ("hf-xet", crate::HF_XET_VERSION),
+        ];
+        packages.extend_from_slice(extra);
+        crate::venv::python_with(&crate::venv::Pins {
+            packages: &packages,
+            imports,
         })
-        .clone()
-        .map(|found| found.python)
+    })
+    .clone()
+    .map(|found| found.python)
 }
 
 /// The safetensors and numpy versions of the mount test (a tensor read from a mounted
@@ -66,20 +79,14 @@ pub const NUMPY_VERSION: &str = "2.4.6";
 /// [`hub_python`] with safetensors and numpy too.
 pub fn safetensors_python() -> Result<PathBuf, String> {
     static PYTHON: OnceLock<Result<crate::venv::Python, String>> = OnceLock::new();
-    PYTHON
-        .get_or_init(|| {
-            crate::venv::python_with(&crate::venv::Pins {
-                packages: &[
-                    ("huggingface-hub", HUGGINGFACE_HUB_VERSION),
-                    ("hf-xet", crate::HF_XET_VERSION),
-                    ("safetensors", SAFETENSORS_VERSION),
-                    ("numpy", NUMPY_VERSION),
-                ],
-                imports: &["safetensors.numpy", "numpy"],
-            })
-        })
-        .clone()
-        .map(|found| found.python)
+    hub_python_with(
+        &PYTHON,
+        &[
+            ("safetensors", SAFETENSORS_VERSION),
+            ("numpy", NUMPY_VERSION),
+        ],
+        &["safetensors.numpy", "numpy"],
+    )
 }
 
 /// Whether FUSE mounts can be made here: `/dev/fuse`, and either root (the mount system
