@@ -11,6 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::hub_buckets::{checkpoint, tree_of};
@@ -471,7 +472,7 @@ fn mount_killed_mid_upload_leaves_the_bucket_whole() {
 }
 
 #[test]
-fn mount_server_killed_mid_read_gives_eio_not_a_hang() {
+fn mount_server_stalled_or_killed_mid_read_gives_eio_not_a_hang() {
     if !fuse_or_skip() {
         return;
     }
@@ -494,24 +495,40 @@ fn mount_server_killed_mid_read_gives_eio_not_a_hang() {
     f.read_at(&mut buf, 0).unwrap();
     assert!(buf[..] == big[..64 << 10]);
 
+    // The server stalls (stopped): a read far from what was fetched fails with EIO
+    // after the stall limits. Then it dies: EIO again. Never a hang.
+    let pid = server.child.id().to_string();
+    let signal = |sig: &str| {
+        let _ = Command::new("kill").args([sig, &pid]).status();
+    };
+    signal("-STOP");
+    let f = Arc::new(f);
+    let e = read_fails_in_time(&f, 30 << 20, "the server stalled");
+    assert_eq!(e.raw_os_error(), Some(5), "{e}");
+    signal("-CONT");
     let _ = server.child.kill();
     let _ = server.child.wait();
-    // A read far from what was fetched: EIO within the stall limits, never a hang.
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut buf = vec![0; 64 << 10];
-        let _ = tx.send(f.read_at(&mut buf, 30 << 20));
-    });
-    let started = Instant::now();
-    let r = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the read hung after the server died");
-    let e = r.expect_err("a read with the server gone must fail");
+    let e = read_fails_in_time(&f, 20 << 20, "the server died");
     assert_eq!(e.raw_os_error(), Some(5), "{e}");
-    eprintln!("EIO after {:?}", started.elapsed());
     let log = m.log();
     assert!(
         log.contains("big.bin") && log.contains(&url),
         "the log names the file and the server:\n{log}"
     );
+}
+
+/// A read of 64 KiB at `offset` that must fail, and within 60 s.
+fn read_fails_in_time(f: &Arc<std::fs::File>, offset: u64, why: &str) -> std::io::Error {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let f = Arc::clone(f);
+    std::thread::spawn(move || {
+        let mut buf = vec![0; 64 << 10];
+        let _ = tx.send(f.read_at(&mut buf, offset));
+    });
+    let started = Instant::now();
+    let r = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("the read hung after {why}"));
+    eprintln!("{why}: the read ended after {:?}", started.elapsed());
+    r.expect_err(why)
 }

@@ -306,9 +306,18 @@ async fn get_now(origin: &Origin, start: u64, end: u64) -> Result<Bytes, String>
         temp_dir: ctx.opts.staging_dir.clone(),
         ..DownloadOptions::default()
     };
-    xet_download::download(Arc::clone(&ctx.cas), vec![request], opts, None)
+    let report = xet_download::download(Arc::clone(&ctx.cas), vec![request], opts, None)
         .await
         .map_err(|e| error_chain(&e))?;
+    let t = &report.totals;
+    tracing::debug!(
+        "{}: bytes {start}..{end}: {} fetched in {} fetches, {} from the chunk cache, {:.3} s",
+        origin.path,
+        t.bytes_fetched,
+        t.fetches,
+        t.bytes_from_cache,
+        t.elapsed
+    );
     let data = std::mem::take(&mut *sink.0.lock().expect("sink lock"));
     Ok(Bytes::from(data))
 }
