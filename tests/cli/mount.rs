@@ -439,7 +439,14 @@ fn mount_killed_mid_upload_leaves_the_bucket_whole() {
     let data = big.clone();
     // The write ends with close, which uploads; the mount is killed during it.
     let writer = std::thread::spawn(move || std::fs::write(target, data));
-    std::thread::sleep(Duration::from_millis(300));
+    // Killed once the whole file is staged (the mount's TMPDIR is its work folder):
+    // the close, and so the upload, is under way or about to be.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !staged_whole(m._work.path(), big.len() as u64) {
+        assert!(Instant::now() < deadline, "big.bin was never staged");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(20));
     m.child.kill().unwrap();
     m.child.wait().unwrap();
     let _ = Command::new("umount").arg("-l").arg(&m.dir).status();
@@ -463,6 +470,14 @@ fn mount_killed_mid_upload_leaves_the_bucket_whole() {
         None => assert_eq!(got.len(), 1),
         Some((_, d)) => assert!(*d == big, "big.bin is there but not whole"),
     }
+    eprintln!(
+        "killed mid-upload: big.bin {}",
+        if got.len() == 2 {
+            "added whole"
+        } else {
+            "not added"
+        }
+    );
     let info: serde_json::Value =
         serde_json::from_str(&py.hf_ok(url, &["buckets", "info", "org/k", "--format", "json"]))
             .unwrap();
@@ -531,4 +546,12 @@ fn read_fails_in_time(f: &Arc<std::fs::File>, offset: u64, why: &str) -> std::io
         .unwrap_or_else(|_| panic!("the read hung after {why}"));
     eprintln!("{why}: the read ended after {:?}", started.elapsed());
     r.expect_err(why)
+}
+
+/// Whether a staged file of `len` bytes is in `dir`.
+fn staged_whole(dir: &Path, len: u64) -> bool {
+    std::fs::read_dir(dir).unwrap().flatten().any(|e| {
+        e.file_name().to_string_lossy().starts_with(".tmp")
+            && e.metadata().is_ok_and(|m| m.is_file() && m.len() == len)
+    })
 }

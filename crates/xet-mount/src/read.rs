@@ -138,9 +138,9 @@ impl Reader {
         if let Some(i) = w.list.iter().position(|x| x.start <= pos && pos < x.end) {
             let (start, end, data) = (w.list[i].start, w.list[i].end, w.list[i].data.clone());
             let last = i + 1 == w.list.len();
-            // Half-way through the last window of a sequential run: fetch the next.
-            if last && end < size && pos >= start + (end - start) / 2 && end - start >= FIRST_WINDOW
-            {
+            // In the last window of a sequential run: fetch the next while this one is
+            // read (a fetch takes about as long as reading a window through FUSE).
+            if last && end < size && end - start >= FIRST_WINDOW {
                 self.push_sequential(&mut w, end);
             }
             return (start, data);
