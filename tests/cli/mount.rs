@@ -203,6 +203,32 @@ fn mount_repo_tree_bytes_random_reads_and_pinned_commit() {
         "a repository mount is read-only"
     );
     assert!(std::fs::metadata(m.path("sub/deeper")).unwrap().is_dir());
+    // find, du and ls -l see what the listing says.
+    let found = Command::new("find")
+        .arg(&m.dir)
+        .args(["-type", "f"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&found.stdout).lines().count(),
+        files.len()
+    );
+    let du = Command::new("du").arg("-sb").arg(&m.dir).output().unwrap();
+    let du: u64 = String::from_utf8_lossy(&du.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let total: u64 = files.iter().map(|(_, d)| d.len() as u64).sum();
+    assert_eq!(du, total, "du -sb of the mount");
+    let ls = Command::new("ls").arg("-l").arg(&m.dir).output().unwrap();
+    let ls = String::from_utf8_lossy(&ls.stdout);
+    assert!(
+        ls.lines()
+            .any(|l| l.starts_with("-r--r--r--") && l.contains(&(24u64 << 20).to_string())),
+        "{ls}"
+    );
     // Writes are refused with EROFS.
     let e = std::fs::write(m.path("new.txt"), b"x").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(30), "{e}");
