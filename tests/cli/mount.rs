@@ -253,6 +253,23 @@ fn mount_repo_tree_bytes_random_reads_and_pinned_commit() {
         );
     }
 
+    drop(f);
+    drop(m);
+
+    // Eight sequential readers at once within 8 MiB of read-ahead: all complete, all
+    // right (windows shrink to fit rather than wait for each other).
+    let m = Mount::start(url, "hf://org/model", &["--max-memory", "8M", "--no-cache"]);
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let p = m.path("weights.bin");
+            std::thread::spawn(move || std::fs::read(p))
+        })
+        .collect();
+    for r in readers {
+        let got = r.join().unwrap().expect("a concurrent reader failed");
+        assert!(got == *weights, "a concurrent reader got other bytes");
+    }
+
     // A new commit on main: the mount stays at the commit it was mounted at.
     std::fs::write(src.path().join("config.json"), b"{\"layers\": 3}\n").unwrap();
     hf_upload(&py, url, "org/model", src.path(), "second");

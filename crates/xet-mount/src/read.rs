@@ -5,7 +5,8 @@
 //! doubles, from [`FIRST_WINDOW`] to [`MAX_WINDOW`], fetched ahead while it reads the
 //! current one; a read elsewhere fetches [`RANDOM_WINDOW`] and starts the growth over,
 //! so random readers do not pay for read-ahead. Windows hold permits of the mount's
-//! memory budget until they are dropped.
+//! memory budget until they are dropped; permits are taken now or not at all (no
+//! reader waits for another's memory): without them a read fetches only its own bytes.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -127,9 +128,9 @@ impl Reader {
         let size = self.origin.size;
         let mut w = self.windows.lock().expect("windows lock");
         if self.origin.hash.is_none() {
-            // Outside Xet: one window, the whole file.
+            // Outside Xet: one window, the whole file (small: plain git files).
             if w.list.is_empty() {
-                let win = self.start(0, size);
+                let win = self.start(0, size, None);
                 w.list.push_back(win);
             }
             let first = &w.list[0];
@@ -149,31 +150,53 @@ impl Reader {
             .list
             .back()
             .is_some_and(|b| pos >= b.end && pos <= b.end + SEQUENTIAL_SLACK);
-        let (start, end) = if sequential || pos == 0 {
+        // Windows the reader has left hold memory others may want.
+        w.list.retain(|x| x.end > pos);
+        let len = if sequential || pos == 0 {
             let len = w.next_len;
             w.next_len = (len * 2).min(self.max_window());
-            (pos, pos.saturating_add(len.max(want)).min(size))
+            len.max(want)
         } else {
             w.next_len = FIRST_WINDOW.min(self.max_window());
-            (pos, pos.saturating_add(want.max(RANDOM_WINDOW)).min(size))
+            want.max(RANDOM_WINDOW)
         };
-        let win = self.start(start, end);
+        let end = pos.saturating_add(len).min(size);
+        let win = match self.reserve(end - pos) {
+            Some(permit) => self.start(pos, end, Some(permit)),
+            // No room in the budget: only what this read asks for (at most what the
+            // kernel asks at once), outside the budget: small and short-lived.
+            None => self.start(pos, pos.saturating_add(want).min(size), None),
+        };
         let data = win.data.clone();
         w.list.push_back(win);
         while w.list.len() > WINDOWS_KEPT {
             w.list.pop_front();
         }
-        (start, data)
+        (pos, data)
     }
 
+    /// Read-ahead, if the memory budget has room for it now (never waited for: readers
+    /// waiting for each other's memory could wait forever).
     fn push_sequential(&self, w: &mut Windows, from: u64) {
         let len = w.next_len;
+        let end = from.saturating_add(len).min(self.origin.size);
+        let Some(permit) = self.reserve(end - from) else {
+            return;
+        };
         w.next_len = (len * 2).min(self.max_window());
-        let win = self.start(from, from.saturating_add(len).min(self.origin.size));
+        let win = self.start(from, end, Some(permit));
         w.list.push_back(win);
         while w.list.len() > WINDOWS_KEPT {
             w.list.pop_front();
         }
+    }
+
+    /// Memory for `len` bytes of window, now or not at all.
+    fn reserve(&self, len: u64) -> Option<OwnedSemaphorePermit> {
+        let kib = u32::try_from(len.div_ceil(1024)).unwrap_or(u32::MAX);
+        Arc::clone(&self.origin.ctx.memory)
+            .try_acquire_many_owned(kib)
+            .ok()
     }
 
     /// Windows within a quarter of the memory budget, so that several readers fit.
@@ -184,10 +207,10 @@ impl Reader {
     }
 
     /// A window's fetch, started now on a task of its own (it runs whether or not
-    /// anyone waits for it yet).
-    fn start(&self, start: u64, end: u64) -> Window {
+    /// anyone waits for it yet); `permit` is its share of the memory budget.
+    fn start(&self, start: u64, end: u64, permit: Option<OwnedSemaphorePermit>) -> Window {
         let origin = self.origin.clone();
-        let task = tokio::spawn(async move { fetch(origin, start, end).await });
+        let task = tokio::spawn(async move { fetch(origin, start, end, permit).await });
         let data = async move { task.await.unwrap_or(Err(ReadFailed)) }
             .boxed()
             .shared();
@@ -195,29 +218,15 @@ impl Reader {
     }
 }
 
-/// The bytes `start..end` of the file, within the memory budget and the time limit.
-async fn fetch(origin: Origin, start: u64, end: u64) -> Fetched {
+/// The bytes `start..end` of the file, within the time limit.
+async fn fetch(
+    origin: Origin,
+    start: u64,
+    end: u64,
+    permit: Option<OwnedSemaphorePermit>,
+) -> Fetched {
     let ctx = Arc::clone(&origin.ctx);
-    let kib = u32::try_from((end - start).div_ceil(1024)).unwrap_or(u32::MAX);
     let limit = ctx.opts.stall_timeout * 3;
-    let permit = match tokio::time::timeout(
-        limit,
-        Arc::clone(&ctx.memory).acquire_many_owned(kib.min(memory_kib(&ctx))),
-    )
-    .await
-    {
-        Ok(Ok(p)) => Some(p),
-        _ => {
-            tracing::error!(
-                "reading {}: no room in --max-memory ({} bytes) for {} bytes of read-ahead after {limit:?}; \
-                 fewer files open at once or a larger --max-memory",
-                origin.path,
-                ctx.opts.max_memory,
-                end - start
-            );
-            return Err(ReadFailed);
-        }
-    };
     // Beyond the download's own stall handling (each fetch retried when it delivers
     // nothing for the stall timeout), a hard limit: a read never hangs.
     let allowance = Duration::from_secs((end - start) / (1 << 20));
@@ -252,10 +261,6 @@ async fn fetch(origin: Origin, start: u64, end: u64) -> Fetched {
         return Err(ReadFailed);
     }
     Ok(Arc::new((bytes, permit)))
-}
-
-fn memory_kib(ctx: &Ctx) -> u32 {
-    u32::try_from(ctx.opts.max_memory / 1024).unwrap_or(u32::MAX)
 }
 
 /// A writer into memory shared with the caller (what `xet-download` writes a verified
