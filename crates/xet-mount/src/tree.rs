@@ -301,8 +301,12 @@ impl Tree {
             let mut parent = self.nodes.get(&ino).map_or(ROOT, |n| n.parent);
             let _ = self.remove(ino);
             // Folders exist as prefixes: one left empty by a removal is gone too.
-            while parent != ROOT && self.remove(parent).is_ok() {
-                parent = self.nodes.get(&parent).map_or(ROOT, |n| n.parent);
+            while parent != ROOT {
+                let up = self.nodes.get(&parent).map_or(ROOT, |n| n.parent);
+                if self.remove(parent).is_err() {
+                    break;
+                }
+                parent = up;
             }
         }
     }
