@@ -455,6 +455,17 @@ fn mount_bucket_written_with_cp_mv_rm_is_what_hf_sync_reads_back() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
+    // Another writer's deletion of the only file of a folder: file and folder go.
+    py.hf_ok(url, &["buckets", "rm", "org/rw/logs/run-1.bin", "-y"]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while m.path("logs").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "logs/ stayed after its file was deleted"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
     // Unlink of a missing file is ENOENT; SIGTERM unmounts and exits 0.
     let e = std::fs::remove_file(m.path("nope")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(2));
