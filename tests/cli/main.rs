@@ -19,6 +19,7 @@ mod hub_dataframes;
 mod hub_serve;
 mod hub_sync;
 mod interop_cli;
+mod mount;
 mod s3_serve;
 mod serve_limits;
 mod store_gc;

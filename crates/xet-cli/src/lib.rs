@@ -11,6 +11,7 @@ mod formats;
 mod hub;
 mod hub_client;
 mod log;
+mod mount;
 mod output;
 mod progress;
 mod remote;
@@ -84,6 +85,9 @@ enum Command {
     /// Make a bucket folder like a local folder, or a local folder like a bucket folder
     /// (the rules and plan files of `hf sync`; downloads keep the bucket's times).
     Sync(sync::SyncArgs),
+    /// A Hub repository (read-only) or bucket (read-write) as a local folder over FUSE,
+    /// fetched lazily; runs until SIGINT, SIGTERM or `umount DIR`.
+    Mount(mount::MountArgs),
     /// Serve a store over the CAS HTTP API (what hf_xet and `xet --endpoint` talk to).
     Serve(transfer::ServeArgs),
     /// A store's lifecycle: gc (reclaim what nothing references), check, stats.
@@ -232,6 +236,7 @@ pub fn main() -> ExitCode {
         Command::Cp(args) => runtime().and_then(|rt| rt.block_on(buckets::cp(&out, args))),
         Command::Rm(args) => runtime().and_then(|rt| rt.block_on(buckets::rm(&out, args))),
         Command::Sync(args) => runtime().and_then(|rt| rt.block_on(sync::sync(&out, args))),
+        Command::Mount(args) => runtime().and_then(|rt| rt.block_on(mount::mount(&out, args))),
         Command::Store { action } => {
             runtime().and_then(|rt| rt.block_on(store_cmd::run(&out, action)))
         }

@@ -42,20 +42,88 @@ pub const PYARROW_VERSION: &str = "26.0.1";
 /// `huggingface_hub`'s fsspec filesystem.
 pub fn pandas_python() -> Result<PathBuf, String> {
     static PYTHON: OnceLock<Result<crate::venv::Python, String>> = OnceLock::new();
-    PYTHON
+    hub_python_with(
+        &PYTHON,
+        &[("pandas", PANDAS_VERSION), ("pyarrow", PYARROW_VERSION)],
+        &["pandas", "pyarrow.parquet"],
+    )
+}
+
+/// [`hub_python`] with `extra` packages too (found or installed once per process,
+/// remembered in `cell`), each of `imports` importable.
+fn hub_python_with(
+    cell: &'static OnceLock<Result<crate::venv::Python, String>>,
+    extra: &[(&str, &str)],
+    imports: &[&str],
+) -> Result<PathBuf, String> {
+    cell.get_or_init(|| {
+        let mut packages = vec![
+            ("huggingface-hub", HUGGINGFACE_HUB_VERSION),
+            ("hf-xet", crate::HF_XET_VERSION),
+        ];
+        packages.extend_from_slice(extra);
+        crate::venv::python_with(&crate::venv::Pins {
+            packages: &packages,
+            imports,
+        })
+    })
+    .clone()
+    .map(|found| found.python)
+}
+
+/// The safetensors and numpy versions of the mount test (a tensor read from a mounted
+/// model file).
+pub const SAFETENSORS_VERSION: &str = "0.8.0";
+pub const NUMPY_VERSION: &str = "2.4.6";
+
+/// [`hub_python`] with safetensors and numpy too.
+pub fn safetensors_python() -> Result<PathBuf, String> {
+    static PYTHON: OnceLock<Result<crate::venv::Python, String>> = OnceLock::new();
+    hub_python_with(
+        &PYTHON,
+        &[
+            ("safetensors", SAFETENSORS_VERSION),
+            ("numpy", NUMPY_VERSION),
+        ],
+        &["safetensors.numpy", "numpy"],
+    )
+}
+
+/// Whether FUSE mounts can be made here: `/dev/fuse`, and either root (the mount system
+/// call) or `fusermount3`, which is installed (Debian's `fuse3`) when missing, best
+/// effort. `Err` says what is missing.
+pub fn fuse_usable() -> Result<(), String> {
+    static USABLE: OnceLock<Result<(), String>> = OnceLock::new();
+    USABLE
         .get_or_init(|| {
-            crate::venv::python_with(&crate::venv::Pins {
-                packages: &[
-                    ("huggingface-hub", HUGGINGFACE_HUB_VERSION),
-                    ("hf-xet", crate::HF_XET_VERSION),
-                    ("pandas", PANDAS_VERSION),
-                    ("pyarrow", PYARROW_VERSION),
-                ],
-                imports: &["pandas", "pyarrow.parquet"],
-            })
+            if !std::path::Path::new("/dev/fuse").exists() {
+                return Err(
+                    "/dev/fuse does not exist (no FUSE in this kernel or container)".into(),
+                );
+            }
+            let has = |bin: &str| {
+                std::process::Command::new(bin)
+                    .arg("--version")
+                    .output()
+                    .is_ok()
+            };
+            let root = std::process::Command::new("id")
+                .arg("-u")
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+            if root || has("fusermount3") {
+                return Ok(());
+            }
+            let _ = std::process::Command::new("apt-get")
+                .args(["install", "-y", "-q", "fuse3"])
+                .output();
+            if has("fusermount3") {
+                Ok(())
+            } else {
+                Err("not root and no fusermount3 (apt-get install fuse3)".into())
+            }
         })
         .clone()
-        .map(|found| found.python)
 }
 
 /// The `@huggingface/hub` version the JavaScript interop test uses (from npm).

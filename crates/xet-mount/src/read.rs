@@ -1,0 +1,345 @@
+//! Reads of one open file: each read is served from read-ahead windows, byte ranges of
+//! the file rebuilt by `xet-download` (the reconstruction of that range only, its xorb
+//! ranges fetched, every chunk decoded and hashed, the chunk cache consulted and
+//! filled). A reader that goes on where the last window ends gets a window that
+//! doubles, from [`FIRST_WINDOW`] to [`MAX_WINDOW`], fetched ahead while it reads the
+//! current one; a read elsewhere fetches [`RANDOM_WINDOW`] and starts the growth over,
+//! so random readers do not pay for read-ahead. Windows hold permits of the mount's
+//! memory budget until they are dropped; permits are taken now or not at all (no
+//! reader waits for another's memory): without them a read fetches only its own bytes.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::FutureExt as _;
+use futures_util::future::{BoxFuture, Shared};
+use tokio::sync::OwnedSemaphorePermit;
+use xet_download::{DownloadOptions, DownloadRequest, FetchConcurrency, FileRange};
+use xet_hash::MerkleHash;
+
+use crate::ctx::{Ctx, Source};
+pub(crate) use xet_cas::error_chain;
+
+/// The first window of a sequential reader.
+pub(crate) const FIRST_WINDOW: u64 = 4 << 20;
+/// The largest window (hf-mount's too).
+pub(crate) const MAX_WINDOW: u64 = 128 << 20;
+/// What a read that is not sequential fetches at least.
+pub(crate) const RANDOM_WINDOW: u64 = 1 << 20;
+/// A read this far past the last window still counts as sequential (the kernel's own
+/// read-ahead and several threads of one reader jump a little).
+const SEQUENTIAL_SLACK: u64 = 16 << 20;
+/// Windows kept per open file: the one read, the one fetched ahead, and the last ones
+/// for readers that step back a little.
+const WINDOWS_KEPT: usize = 3;
+
+/// Why a window could not be had; already logged with the file and the server.
+#[derive(Debug, Clone)]
+pub(crate) struct ReadFailed;
+
+type Fetched = Result<Arc<(Bytes, Option<OwnedSemaphorePermit>)>, ReadFailed>;
+
+struct Window {
+    start: u64,
+    end: u64,
+    data: Shared<BoxFuture<'static, Fetched>>,
+}
+
+#[derive(Default)]
+struct Windows {
+    list: VecDeque<Window>,
+    /// The size of the next sequential window.
+    next_len: u64,
+}
+
+/// How one file's bytes are fetched.
+#[derive(Clone)]
+pub(crate) struct Origin {
+    pub ctx: Arc<Ctx>,
+    /// The path below the mount's root (for the server and for log lines).
+    pub path: String,
+    pub size: u64,
+    /// `None`: not in Xet, read whole through `resolve`.
+    pub hash: Option<MerkleHash>,
+}
+
+/// The read state of one open file.
+pub(crate) struct Reader {
+    origin: Origin,
+    windows: Mutex<Windows>,
+}
+
+impl Reader {
+    pub fn new(origin: Origin) -> Reader {
+        Reader {
+            origin,
+            windows: Mutex::new(Windows {
+                list: VecDeque::new(),
+                next_len: FIRST_WINDOW,
+            }),
+        }
+    }
+
+    /// `len` bytes at `offset` (fewer at the end of the file).
+    pub async fn read(&self, offset: u64, len: u64) -> Result<Bytes, ReadFailed> {
+        let size = self.origin.size;
+        let end = offset.saturating_add(len).min(size);
+        if offset >= end {
+            return Ok(Bytes::new());
+        }
+        let mut parts: Vec<Bytes> = Vec::new();
+        let mut pos = offset;
+        while pos < end {
+            let (start, data) = self.window_for(pos, end - pos);
+            let got = data.await?;
+            let bytes = &got.0;
+            let from = usize::try_from(pos - start).map_err(|_| ReadFailed)?;
+            if from >= bytes.len() {
+                return Err(self.short(pos));
+            }
+            let upto = bytes
+                .len()
+                .min(from + usize::try_from(end - pos).unwrap_or(usize::MAX));
+            parts.push(bytes.slice(from..upto));
+            pos += (upto - from) as u64;
+        }
+        if parts.len() == 1 {
+            return Ok(parts.pop().expect("one part"));
+        }
+        Ok(Bytes::from(parts.concat()))
+    }
+
+    fn short(&self, pos: u64) -> ReadFailed {
+        tracing::error!(
+            "reading {} from {}: the server's answer ends before byte {pos} of {}",
+            self.origin.path,
+            self.origin.ctx.server(),
+            self.origin.size
+        );
+        ReadFailed
+    }
+
+    /// The window holding `pos`, started if there is none; and the next window started
+    /// ahead when a sequential reader is in the last one.
+    fn window_for(&self, pos: u64, want: u64) -> (u64, Shared<BoxFuture<'static, Fetched>>) {
+        let size = self.origin.size;
+        let mut w = self.windows.lock().expect("windows lock");
+        if self.origin.hash.is_none() {
+            // Outside Xet: one window, the whole file (small: plain git files).
+            if w.list.is_empty() {
+                let win = self.start(0, size, None);
+                w.list.push_back(win);
+            }
+            let first = &w.list[0];
+            return (first.start, first.data.clone());
+        }
+        if let Some(i) = w.list.iter().position(|x| x.start <= pos && pos < x.end) {
+            let (start, end, data) = (w.list[i].start, w.list[i].end, w.list[i].data.clone());
+            let last = i + 1 == w.list.len();
+            // In the last window of a sequential run: fetch the next while this one is
+            // read (a fetch takes about as long as reading a window through FUSE).
+            if last && end < size && end - start >= FIRST_WINDOW {
+                self.push_sequential(&mut w, end);
+            }
+            return (start, data);
+        }
+        let sequential = w
+            .list
+            .back()
+            .is_some_and(|b| pos >= b.end && pos <= b.end + SEQUENTIAL_SLACK);
+        // Windows the reader has left hold memory others may want.
+        w.list.retain(|x| x.end > pos);
+        let len = if sequential || pos == 0 {
+            let len = w.next_len;
+            w.next_len = (len * 2).min(self.max_window());
+            len.max(want)
+        } else {
+            w.next_len = FIRST_WINDOW.min(self.max_window());
+            want.max(RANDOM_WINDOW)
+        };
+        let end = pos.saturating_add(len).min(size);
+        let win = match self.reserve(end - pos) {
+            Some(permit) => self.start(pos, end, Some(permit)),
+            // No room in the budget: only what this read asks for (at most what the
+            // kernel asks at once), outside the budget: small and short-lived.
+            None => self.start(pos, pos.saturating_add(want).min(size), None),
+        };
+        let data = win.data.clone();
+        w.list.push_back(win);
+        while w.list.len() > WINDOWS_KEPT {
+            w.list.pop_front();
+        }
+        (pos, data)
+    }
+
+    /// Read-ahead, if the memory budget has room for it now (never waited for: readers
+    /// waiting for each other's memory could wait forever).
+    fn push_sequential(&self, w: &mut Windows, from: u64) {
+        let len = w.next_len;
+        let end = from.saturating_add(len).min(self.origin.size);
+        let Some(permit) = self.reserve(end - from) else {
+            return;
+        };
+        w.next_len = (len * 2).min(self.max_window());
+        let win = self.start(from, end, Some(permit));
+        w.list.push_back(win);
+        while w.list.len() > WINDOWS_KEPT {
+            w.list.pop_front();
+        }
+    }
+
+    /// Memory for `len` bytes of window, now or not at all.
+    fn reserve(&self, len: u64) -> Option<OwnedSemaphorePermit> {
+        let kib = u32::try_from(len.div_ceil(1024)).unwrap_or(u32::MAX);
+        Arc::clone(&self.origin.ctx.memory)
+            .try_acquire_many_owned(kib)
+            .ok()
+    }
+
+    /// Windows within a quarter of the memory budget, so that several readers fit.
+    fn max_window(&self) -> u64 {
+        MAX_WINDOW
+            .min(self.origin.ctx.opts.max_memory / 4)
+            .max(RANDOM_WINDOW)
+    }
+
+    /// A window's fetch, started now on a task of its own (it runs whether or not
+    /// anyone waits for it yet); `permit` is its share of the memory budget.
+    fn start(&self, start: u64, end: u64, permit: Option<OwnedSemaphorePermit>) -> Window {
+        let origin = self.origin.clone();
+        let task = tokio::spawn(async move { fetch(origin, start, end, permit).await });
+        let data = async move { task.await.unwrap_or(Err(ReadFailed)) }
+            .boxed()
+            .shared();
+        Window { start, end, data }
+    }
+}
+
+/// The bytes `start..end` of the file, within the time limit.
+async fn fetch(
+    origin: Origin,
+    start: u64,
+    end: u64,
+    permit: Option<OwnedSemaphorePermit>,
+) -> Fetched {
+    let ctx = Arc::clone(&origin.ctx);
+    let limit = ctx.opts.stall_timeout * 3;
+    // Beyond the download's own stall handling (each fetch retried when it delivers
+    // nothing for the stall timeout), a hard limit: a read never hangs.
+    let allowance = Duration::from_secs((end - start) / (1 << 20));
+    let bytes = match tokio::time::timeout(limit + allowance, get(origin.clone(), start, end)).await
+    {
+        Ok(Ok(b)) => b,
+        Ok(Err(why)) => {
+            tracing::error!(
+                "reading {} (bytes {start}..{end}) from {} failed: {why}",
+                origin.path,
+                ctx.server()
+            );
+            return Err(ReadFailed);
+        }
+        Err(_) => {
+            tracing::error!(
+                "reading {} (bytes {start}..{end}) from {}: no answer within {:?}; the server stalled",
+                origin.path,
+                ctx.server(),
+                limit + allowance
+            );
+            return Err(ReadFailed);
+        }
+    };
+    if (bytes.len() as u64) < end - start {
+        tracing::error!(
+            "reading {} (bytes {start}..{end}) from {}: {} bytes came back",
+            origin.path,
+            ctx.server(),
+            bytes.len()
+        );
+        return Err(ReadFailed);
+    }
+    Ok(Arc::new((bytes, permit)))
+}
+
+/// A writer into memory shared with the caller (what `xet-download` writes a verified
+/// range to).
+#[derive(Clone, Default)]
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("sink lock").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// [`get_now`] driven on a blocking thread by the runtime: the compiler cannot prove
+/// the download's and the Hub client's futures `Send` for every lifetime of their
+/// borrows, which a spawned task needs; `block_on` needs no `Send`. (The thread waits;
+/// the work is still the runtime's.)
+async fn get(origin: Origin, start: u64, end: u64) -> Result<Bytes, String> {
+    let rt = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || rt.block_on(get_now(&origin, start, end)))
+        .await
+        .map_err(|e| format!("the fetch task failed: {e}"))?
+}
+
+/// The bytes, from the CAS (Xet) or from `resolve` (the rest).
+async fn get_now(origin: &Origin, start: u64, end: u64) -> Result<Bytes, String> {
+    let ctx = &origin.ctx;
+    let Some(hash) = origin.hash else {
+        return resolve_now(origin).await;
+    };
+    let sink = Sink::default();
+    let mut request =
+        DownloadRequest::to_writer(hash, Box::new(sink.clone())).with_size(origin.size);
+    if start > 0 || end < origin.size {
+        request = request.with_range(FileRange::new(start, Some(end - 1)));
+    }
+    let opts = DownloadOptions {
+        resume: false,
+        cache: ctx.opts.cache.clone(),
+        stall_timeout: ctx.opts.stall_timeout,
+        max_retries: 2,
+        memory_budget: (end - start).max(8 << 20),
+        fetch_concurrency: FetchConcurrency::Fixed(8),
+        temp_dir: ctx.opts.staging_dir.clone(),
+        ..DownloadOptions::default()
+    };
+    let report = xet_download::download(Arc::clone(&ctx.cas), vec![request], opts, None)
+        .await
+        .map_err(|e| error_chain(&e))?;
+    let t = &report.totals;
+    tracing::debug!(
+        "{}: bytes {start}..{end}: {} fetched in {} fetches, {} from the chunk cache, {:.3} s",
+        origin.path,
+        t.bytes_fetched,
+        t.fetches,
+        t.bytes_from_cache,
+        t.elapsed
+    );
+    let data = std::mem::take(&mut *sink.0.lock().expect("sink lock"));
+    Ok(Bytes::from(data))
+}
+
+/// A file outside Xet, whole, through `resolve` at the mounted commit.
+async fn resolve_now(origin: &Origin) -> Result<Bytes, String> {
+    let ctx = &origin.ctx;
+    let Source::Repo { repo, .. } = &ctx.source else {
+        return Err("a bucket file without a Xet hash".to_string());
+    };
+    let remote = ctx.source.remote(&origin.path);
+    let path = xet_hub::RepoPath::parse(&remote).map_err(|e| e.to_string())?;
+    let commit = ctx.commit();
+    let r = ctx
+        .client
+        .resolve_get(repo, &commit, &path)
+        .await
+        .map_err(|e| error_chain(&e))?;
+    r.bytes().await.map_err(|e| error_chain(&e))
+}
