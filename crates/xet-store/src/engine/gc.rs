@@ -5,13 +5,18 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use xet_cas::Result;
+use futures_util::{StreamExt as _, TryStreamExt as _};
+use xet_cas::{CasError, Result};
 use xet_hash::MerkleHash;
 
 use super::backend::{META_PREFIX, ObjectBackend, ObjectKey};
 use super::cas::StoreCas;
 use super::condemned::{CONDEMNED_PREFIX, Condemned, DOOMED_PREFIX, DOOMED_VIEW_TTL, Named};
 use super::mark::{Marked, mark};
+
+/// Objects (and Hub marks of reclaimed files) deleted at once: each is a round trip on
+/// S3, and deletions are idempotent.
+const DELETES_AT_ONCE: usize = 32;
 
 /// How a collection runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -312,42 +317,67 @@ impl<B: ObjectBackend> StoreCas<B> {
             .collect();
         let mut gone_files = HashSet::new();
         let mut kept_files = HashSet::new();
-        let mut deleted_shards = Vec::new();
+        let mut doomed_shards = Vec::new();
         for s in &marked.shards {
             let Some(h) = s.object.key.shard_hash() else {
                 continue;
             };
             let files = s.files.iter().flatten();
             if condemned_shards.contains(&h) && !marked.live_shards.contains(&h) {
-                if self.backend().delete(&s.object.key).await? {
-                    report.deleted_shards += 1;
-                    report.freed_bytes += s.object.size;
-                }
-                deleted_shards.push(h);
+                doomed_shards.push((h, s.object.key.clone(), s.object.size));
                 gone_files.extend(files.map(|(f, sha)| (*f, *sha)));
             } else {
                 kept_files.extend(files.map(|(f, _)| *f));
             }
         }
-        let mut deleted_xorbs = Vec::new();
-        for x in &marked.xorbs {
-            let Some(h) = x.key.xorb_hash() else { continue };
-            if condemned_xorbs.contains(&h) && !marked.live_xorbs.contains(&h) {
-                if self.backend().delete(&x.key).await? {
-                    report.deleted_xorbs += 1;
-                    report.freed_bytes += x.size;
-                }
-                deleted_xorbs.push(h);
-            }
-        }
-        for (file, sha256) in gone_files.iter().filter(|(f, _)| !kept_files.contains(f)) {
-            self.forget_file(file, sha256.as_ref()).await?;
-        }
+        let doomed_xorbs: Vec<(MerkleHash, ObjectKey, u64)> = marked
+            .xorbs
+            .iter()
+            .filter_map(|x| Some((x.key.xorb_hash()?, x.key.clone(), x.size)))
+            .filter(|(h, _, _)| condemned_xorbs.contains(h) && !marked.live_xorbs.contains(h))
+            .collect();
+        // Shards before xorbs, so no stored shard ever names a xorb that is gone; within
+        // each kind, deletions go out at once (each is a round trip on S3).
+        let (deleted_shards, n, bytes) = self.delete_objects(doomed_shards).await?;
+        report.deleted_shards += n;
+        report.freed_bytes += bytes;
+        let (deleted_xorbs, n, bytes) = self.delete_objects(doomed_xorbs).await?;
+        report.deleted_xorbs += n;
+        report.freed_bytes += bytes;
+        let gone: Vec<(MerkleHash, Option<[u8; 32]>)> = gone_files
+            .into_iter()
+            .filter(|(f, _)| !kept_files.contains(f))
+            .collect();
+        futures_util::stream::iter(gone)
+            .map(|(file, sha256)| async move { self.forget_file(&file, sha256.as_ref()).await })
+            .buffer_unordered(DELETES_AT_ONCE)
+            .try_collect::<Vec<()>>()
+            .await?;
         self.forget_objects(&deleted_shards, &deleted_xorbs).await;
         for (key, _, _) in due {
             self.backend().delete(key).await?;
         }
         Ok(())
+    }
+
+    /// Deletes `objects` ([`DELETES_AT_ONCE`] at a time); their hashes, and how many
+    /// were there and their bytes. (Owned items: a stream over borrowed ones makes the
+    /// spawned collector's `Send` proof too general for the compiler.)
+    async fn delete_objects(
+        &self,
+        objects: Vec<(MerkleHash, ObjectKey, u64)>,
+    ) -> Result<(Vec<MerkleHash>, u64, u64)> {
+        let hashes = objects.iter().map(|(h, _, _)| *h).collect();
+        let deleted: Vec<(bool, u64)> = futures_util::stream::iter(objects)
+            .map(|(_, key, size)| async move {
+                Ok::<_, CasError>((self.backend().delete(&key).await?, size))
+            })
+            .buffer_unordered(DELETES_AT_ONCE)
+            .try_collect()
+            .await?;
+        let there = deleted.iter().filter(|(was, _)| *was);
+        let (count, bytes) = there.fold((0, 0), |(n, b), (_, size)| (n + 1, b + size));
+        Ok((hashes, count, bytes))
     }
 
     /// Removes the Hub's marks of a reclaimed file: which repositories referenced it, and
