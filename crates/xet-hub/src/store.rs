@@ -167,6 +167,13 @@ pub trait RepoStore: Send + Sync + 'static {
     /// The records of every bucket (repositories of kind bucket), in no order.
     async fn buckets(&self) -> Result<Vec<RepoRecord>>;
 
+    /// The records of every repository and bucket, in no order (the front page of the
+    /// web pages). May read every name the store holds: callers cache it. A store
+    /// that cannot list its repositories lists its buckets.
+    async fn repos(&self) -> Result<Vec<RepoRecord>> {
+        self.buckets().await
+    }
+
     /// The name holding the storage `storage` of a bucket whose storage is not its own
     /// name ([`RepoRecord::storage`]), if one was set: what
     /// [`repos_referencing`](RepoStore::repos_referencing) follows from the file

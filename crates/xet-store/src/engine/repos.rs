@@ -177,6 +177,12 @@ impl<B: ObjectBackend> RepoStore for StoreCas<B> {
         Ok(out)
     }
 
+    async fn repos(&self) -> Result<Vec<RepoRecord>> {
+        // Every name with a record (what the garbage collector's mark reads), then
+        // the names' live records.
+        super::mark::records(self).await
+    }
+
     async fn storage_holder(&self, storage: &RepoRef) -> Result<Option<StorageHolder>> {
         self.storage_holder_of(storage).await
     }
