@@ -390,7 +390,7 @@ fn web_pages_show_repositories_files_commits_buckets_and_run_nothing_hostile() {
         json!(HOSTILE_NAME)
     ));
     b.go(hostile.as_str().unwrap());
-    assert_eq!(b.text("#text"), "hostile name");
+    assert_eq!(b.text("#text").trim_end(), "hostile name");
     b.assert_inert();
 
     // History, newest first.
@@ -454,6 +454,18 @@ fn web_pages_show_repositories_files_commits_buckets_and_run_nothing_hostile() {
     assert_eq!(
         raw.stdout,
         std::fs::read(model.join("config.json")).unwrap()
+    );
+    // Pages forbid scripts on top of sanitizing (the browser above bypassed that).
+    let head = curl(&[
+        "-sI",
+        "-H",
+        "accept: text/html",
+        &format!("{url}/org/model"),
+    ]);
+    let head = String::from_utf8_lossy(&head.stdout).to_lowercase();
+    assert!(
+        head.contains("content-security-policy: default-src 'none'"),
+        "{head}"
     );
     let json_page = curl(&[
         "-H",
