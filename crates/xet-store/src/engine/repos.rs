@@ -477,6 +477,46 @@ mod tests {
     /// (a mover that crashed or lost a race), a missing one (a store written before
     /// hints) or an unreadable one; moves still compare and swap.
     #[tokio::test]
+    async fn every_live_repository_and_bucket_is_listed() {
+        use xet_hub::{RepoId, RepoRef, RepoStore, RepoType, Repos};
+        let store = Arc::new(StoreCas::open(MemoryBackend::default()).await.unwrap());
+        let repos = Repos::new(store.clone());
+        let r = |kind, name: &str| RepoRef::new(kind, RepoId::new("org", name).unwrap());
+        for repo in [
+            r(RepoType::Model, "a"),
+            r(RepoType::Dataset, "a"),
+            r(RepoType::Space, "s"),
+            r(RepoType::Bucket, "b"),
+            r(RepoType::Model, "gone"),
+        ] {
+            repos.create(&repo, "u", false, 1).await.unwrap();
+        }
+        assert!(
+            store
+                .delete_repo(&r(RepoType::Model, "gone"))
+                .await
+                .unwrap()
+        );
+        let mut listed: Vec<String> = store
+            .repos()
+            .await
+            .unwrap()
+            .iter()
+            .map(|rec| format!("{}:{}", rec.kind.as_str(), rec.id))
+            .collect();
+        listed.sort();
+        assert_eq!(
+            listed,
+            [
+                "bucket:org/b",
+                "dataset:org/a",
+                "model:org/a",
+                "space:org/s"
+            ]
+        );
+    }
+
+    #[tokio::test]
     async fn heads_are_found_from_the_hint_without_listing_versions() {
         use xet_hub::{BranchName, RepoId, RepoRef, RepoStore, RepoType};
         let store = StoreCas::open(Counting::default()).await.unwrap();
