@@ -24,3 +24,4 @@ mod s3_serve;
 mod serve_limits;
 mod store_gc;
 mod tidy;
+mod web_pages;

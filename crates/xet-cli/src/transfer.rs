@@ -573,6 +573,8 @@ struct ServeSources {
     cas: Arc<dyn xet_cas::Cas>,
     repos: Arc<dyn xet_hub::RepoStore>,
     token_key: [u8; 32],
+    /// The web front page's figures: the store's statistics (`xet store stats`).
+    figures: xet_server::web::FiguresSource,
 }
 
 impl ServeSources {
@@ -584,6 +586,19 @@ impl ServeSources {
             cas: store.clone(),
             repos: store.clone(),
             token_key: store.derive_key("xet serve: hub CAS token key v1"),
+            figures: {
+                let store = store.clone();
+                Arc::new(move || {
+                    let store = store.clone();
+                    Box::pin(async move {
+                        let s = store.store_stats().await.map_err(|e| e.to_string())?;
+                        Ok(xet_server::web::StoreFigures {
+                            file_bytes: s.live_file_bytes,
+                            stored_bytes: s.live_xorb_bytes,
+                        })
+                    })
+                })
+            },
         };
         (served, store)
     }
@@ -703,6 +718,7 @@ pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
         ..Default::default()
     };
     let repos = xet_hub::Repos::new(store.repos);
+    let figures = store.figures;
     let server = xet_server::Server::bind_with_hub(config, store.cas, Some(repos))
         .await
         .map_err(|e| match e {
@@ -715,6 +731,7 @@ pub async fn serve(out: &Out, a: ServeArgs) -> CliResult {
             }
             _ => Failure::new(Code::Failure, anyhow::Error::new(e)),
         })?;
+    server.set_store_figures(figures);
     {
         use std::io::Write;
         // The first line on stdout: scripts and tests wait for it to learn the port.

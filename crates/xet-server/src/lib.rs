@@ -98,6 +98,7 @@ mod routes;
 pub mod sign;
 pub mod spool;
 pub mod state;
+pub mod web;
 
 pub use config::{
     Access, BucketEventsConfig, RepoPattern, ServerConfig, Token, TokenError, load_token_file,
@@ -229,12 +230,20 @@ impl Server {
             )),
             config,
             local_addr,
+            web: Default::default(),
         });
         Ok(Server { listener, state })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.state.local_addr
+    }
+
+    /// Where the front page's store figures (bytes of files, bytes stored) come from;
+    /// computed in the background at most once a minute. Without one the front page
+    /// shows none.
+    pub fn set_store_figures(&self, source: web::FiguresSource) {
+        self.state.web.set_figures_source(source);
     }
 
     /// `http://HOST:PORT` of the bound socket.

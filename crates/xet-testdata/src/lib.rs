@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+pub mod browser;
 pub mod hub;
 pub mod proxy;
 mod s3;

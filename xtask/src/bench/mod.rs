@@ -11,7 +11,7 @@
 //! (starting `xet serve`, the clients' commands), `proc.rs` and `measure.rs` (sampling
 //! and the measuring loop), `report.rs` (the tables and the doc). `--wan`, the emulated
 //! wide-area link, is `wan/`. `scale` (the Hub at scale) and `buckets` (Storage Buckets
-//! next to the `hf` CLI) print tables of their own, each in its own section of the doc.
+//! next to the `hf` CLI) and `web` (the web pages under 32 clients) print tables of their own, each in its own section of the doc.
 
 mod buckets;
 mod bundle;
@@ -28,6 +28,7 @@ mod scale;
 mod serve;
 mod transfer;
 mod wan;
+mod web;
 
 pub use opts::USAGE;
 
@@ -66,6 +67,10 @@ pub fn run(args: &[String]) -> Result<()> {
     if o.only.as_deref() == Some("gc") {
         // Its own table (the store's lifecycle commands); no input file.
         return gc::run(&inputs::build_release(&root)?, o.write);
+    }
+    if o.only.as_deref() == Some("web") {
+        // Its own table: pages under concurrent clients; no big input file.
+        return web::run(&inputs::build_release(&root)?, o.write);
     }
     if o.only.as_deref() == Some("buckets") {
         // Its own table (times, requests, goals) and section; no big input file.

@@ -57,6 +57,11 @@ pub fn router(state: AppState) -> Router {
     let body_timeout = state.config.body_timeout;
     r.fallback(crate::hub::files)
         .method_not_allowed_fallback(method_not_allowed)
+        // Pages for browsers; every other request goes on without its cookies.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::web::layer,
+        ))
         // Inside the log, so a stalled body's 408 is what the log says.
         .layer(middleware::from_fn(move |req, next| {
             crate::conn::body_deadline(body_timeout, req, next)

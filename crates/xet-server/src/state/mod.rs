@@ -39,6 +39,8 @@ pub struct Shared {
     pub upload_permits: Arc<tokio::sync::Semaphore>,
     /// The Hub API's repositories, when it is on.
     pub hub: Option<Arc<Hub>>,
+    /// What the web pages keep between requests.
+    pub web: crate::web::cache::WebCache,
 }
 
 pub type AppState = Arc<Shared>;
