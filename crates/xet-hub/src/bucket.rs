@@ -33,8 +33,6 @@
 //! wherever it stopped. The other order (create the target, then delete the source) would
 //! leave both names live and writable onto one branch until someone noticed.
 
-use std::hash::{BuildHasher as _, Hasher as _};
-
 use crate::commit::{ApplyError, Commit, Operation};
 use crate::id::{BranchName, CommitId, RepoRef, RepoType};
 use crate::repos::{RepoError, Repos, refuse_moving};
@@ -101,18 +99,6 @@ pub fn incarnation_branch(nonce: u64) -> BranchName {
     BranchName::parse(&format!("bucket-{nonce:016x}")).expect("a valid branch name")
 }
 
-pub(crate) fn nonce(now_ms: u64) -> u64 {
-    // Random enough to tell two incarnations of one name apart; not a secret.
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(now_ms);
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish()
-}
-
 impl Repos {
     /// Create bucket `bucket` (empty), kept under a storage of its own.
     /// [`RepoError::RepoExists`] if it exists.
@@ -124,7 +110,7 @@ impl Repos {
         now_ms: u64,
     ) -> Result<RepoRecord, RepoError> {
         debug_assert_eq!(bucket.kind, RepoType::Bucket);
-        let nonce = nonce(now_ms);
+        let nonce = crate::store::nonce(now_ms);
         let record = RepoRecord {
             kind: bucket.kind,
             id: bucket.id.clone(),

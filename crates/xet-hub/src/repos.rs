@@ -323,7 +323,7 @@ impl Repos {
         if !used {
             return Ok(None);
         }
-        let nonce = crate::bucket::nonce(now);
+        let nonce = crate::store::nonce(now);
         let storage = RepoRef::new(repo.kind, RepoId::storage(nonce));
         if !self
             .store

@@ -76,6 +76,20 @@ pub struct RepoRecord {
     pub moving_to: Option<RepoId>,
 }
 
+/// A nonce naming a new storage ([`Home::Own`]) or a bucket's incarnation.
+pub(crate) fn nonce(now_ms: u64) -> u64 {
+    // Random enough to tell two incarnations of one name apart; not a secret.
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(now_ms);
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
 /// Where a bucket or repository keeps its objects, refs and file references.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]

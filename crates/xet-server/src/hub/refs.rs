@@ -13,7 +13,7 @@ use xet_hub::{BranchName, CommitMeta, RepoError, RepoRef, Revision, TagName};
 
 use super::ctx::Ctx;
 use super::reply::{HubReply, HubResult, header_value};
-use super::repo::{json_body, resolve, rfc3339_ms, url_with};
+use super::repo::{json_body, plain_branch, resolve, rfc3339_ms, url_with};
 use crate::config::Access;
 use crate::routes::json;
 use crate::sign::unix_now;
@@ -188,19 +188,6 @@ pub(super) async fn super_squash(
         StatusCode::OK,
         &serde_json::json!({ "commitId": done.id.to_string() }),
     ))
-}
-
-/// A branch name from a URL, for the routes that create or delete branches: `refs/...`
-/// names (pull requests, tags) are made by their own routes.
-pub(super) fn plain_branch(name: &str) -> HubResult<BranchName> {
-    let branch = BranchName::parse(name)?;
-    if !branch.is_plain() {
-        return Err(HubReply::bad_request(format!(
-            "{name:?} is not a branch name: names under refs/ are kept for pull requests \
-             (refs/pr/N) and tags (refs/tags/X)"
-        )));
-    }
-    Ok(branch)
 }
 
 fn parse_revision(repo: &RepoRef, rev: &str) -> HubResult<Revision> {

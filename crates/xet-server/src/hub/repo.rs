@@ -445,7 +445,7 @@ pub(super) async fn create_branch(
 ) -> HubResult<Response> {
     let caller = ctx.caller(Access::Write)?;
     let repo = &ctx.open(repo, &caller).await?;
-    let branch = super::refs::plain_branch(name)?;
+    let branch = plain_branch(name)?;
     let req: CreateBranchRequest = json_body(ctx, body, "create-branch").await?;
     let from = req.starting_point.as_deref().unwrap_or(BranchName::MAIN);
     let from = Revision::parse(from).map_err(|_| {
@@ -459,6 +459,19 @@ pub(super) async fn create_branch(
         .await
         .map_err(|e| repo.named(e))?;
     Ok(json(StatusCode::OK, &serde_json::json!({})))
+}
+
+/// A branch name from a URL, for the routes that create or delete branches: `refs/...`
+/// names (pull requests, tags) are made by their own routes.
+pub(super) fn plain_branch(name: &str) -> HubResult<BranchName> {
+    let branch = BranchName::parse(name)?;
+    if !branch.is_plain() {
+        return Err(HubReply::bad_request(format!(
+            "{name:?} is not a branch name: names under refs/ are kept for pull requests \
+             (refs/pr/N) and tags (refs/tags/X)"
+        )));
+    }
+    Ok(branch)
 }
 
 /// Accepted without checking the YAML: clients only need the answer's shape to go on
