@@ -1,8 +1,9 @@
 //! Pull requests as the Hub keeps them: a discussion numbered from 1 per repository
 //! (its title, author, status and events), and for a pull request the ref `refs/pr/N`
-//! its commits go to. A discussion is a versioned record of the [`RepoStore`]
-//! ([`RepoStore::write_discussion`]), changed by compare-and-swap like a branch; the ref
-//! is a ref like any other.
+//! its commits go to. A discussion is a versioned record of the
+//! [`RepoStore`](crate::RepoStore)
+//! ([`write_discussion`](crate::RepoStore::write_discussion)), changed by
+//! compare-and-swap like a branch; the ref is a ref like any other.
 //!
 //! Merging applies what the pull request changed since it was opened (the difference of
 //! the base's tree then and the pull request's tree now) onto the base's head as one
