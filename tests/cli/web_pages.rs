@@ -269,6 +269,18 @@ fn web_pages_show_repositories_files_commits_buckets_and_run_nothing_hostile() {
         &format!("{url}/api/models/org/model/branch/dev"),
     ]);
     assert!(o.status.success());
+    // A tag, shown in the switcher beside the branches.
+    let o = curl(&[
+        "-f",
+        "-X",
+        "POST",
+        "-H",
+        "content-type: application/json",
+        "-d",
+        r#"{"tag": "v1"}"#,
+        &format!("{url}/api/models/org/model/tag/main"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = curl(&[
         "-f",
         "-X",
@@ -363,6 +375,15 @@ fn web_pages_show_repositories_files_commits_buckets_and_run_nothing_hostile() {
         "{dev}"
     );
     b.go(dev.as_str().unwrap());
+    assert!(b.text("#files").contains("nested.txt"));
+    let tag = b.eval(
+        "[...document.querySelectorAll('#refs a')].find(a => a.textContent === 'tag: v1').href",
+    );
+    assert!(
+        tag.as_str().unwrap().ends_with("/org/model/tree/v1/sub"),
+        "{tag}"
+    );
+    b.go(tag.as_str().unwrap());
     assert!(b.text("#files").contains("nested.txt"));
 
     // A file: facts, the download link (fetched by the browser, its sha256 checked).
