@@ -261,10 +261,11 @@ async fn hub_layout_is_as_documented_and_ignored_by_the_cas() {
     let listed = store.backend().list("hub/").await.unwrap();
     assert_eq!(
         listed.len(),
-        13,
+        14,
         "record, 2 commits, 3 trees (the empty one, the root, a/) and their facts, \
-         2 versions, 1 sha256, 1 file reference: {listed:?}"
+         2 versions, 1 sha256, 1 file reference, the listing's mark: {listed:?}"
     );
+    assert!(dir.path().join("hub/listed").join(&rk).is_file());
     // Git's own ids: the empty tree every new repository starts with.
     assert!(
         repo_dir
@@ -273,7 +274,7 @@ async fn hub_layout_is_as_documented_and_ignored_by_the_cas() {
     );
     assert_eq!(
         store.backend().list("").await.unwrap().len(),
-        14,
+        15,
         "and the dedup secret"
     );
     let (id, _) = repos
