@@ -495,8 +495,7 @@ pub(crate) async fn blob(
 }
 
 /// The history of `rev`, newest first: up to [`HISTORY_PAGE`] commits from `from` (the
-/// revision's commit if `None`), and the commit the next page starts at. Walks parents;
-/// the one place to swap for a history index.
+/// revision's commit if `None`), and the commit the next page starts at.
 pub(crate) async fn history(
     hub: &Hub,
     repo: &RepoRef,
@@ -504,25 +503,24 @@ pub(crate) async fn history(
     rev: &str,
     from: Option<CommitId>,
 ) -> PageResult<(Vec<(CommitId, Commit)>, Option<CommitId>)> {
-    let (head, head_commit) = resolve(hub, repo, at, rev).await?;
-    let mut next = Some(from.unwrap_or(head));
-    let mut out = Vec::new();
-    while let Some(id) = next {
-        if out.len() == HISTORY_PAGE {
-            return Ok((out, Some(id)));
-        }
-        let c = if id == head {
-            head_commit.clone()
-        } else {
-            hub.repos
-                .commit(at, &id)
-                .await?
-                .ok_or_else(|| Fail::NotFound(format!("commit {id} not found in {repo}")))?
-        };
-        next = c.parent;
-        out.push((id, c));
+    let (head, _) = resolve(hub, repo, at, rev).await?;
+    // A cursor is the reader's: a commit this repository lacks is not found.
+    if let Some(id) = from
+        && hub.repos.commit(at, &id).await?.is_none()
+    {
+        return Err(Fail::NotFound(format!("commit {id} not found in {repo}")));
     }
-    Ok((out, None))
+    let (out, more) = hub
+        .repos
+        .history(at, from.unwrap_or(head), 0, HISTORY_PAGE)
+        .await
+        .map_err(|e| e.renamed(at, repo))?;
+    let next = if more {
+        out.last().and_then(|(_, c)| c.parent)
+    } else {
+        None
+    };
+    Ok((out, next))
 }
 
 /// `/.../commits/{rev}`.
