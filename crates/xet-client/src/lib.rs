@@ -102,6 +102,16 @@ impl HttpCas {
     pub fn config(&self) -> &ClientConfig {
         &self.t.cfg
     }
+
+    /// Fetch the token now if one is refreshed (and about to be needed), so the first
+    /// real request does not wait for it: a mount's first read is a round trip shorter.
+    /// The token request's connection stays pooled for a CAS on the same host.
+    pub async fn warm_up(&self) -> Result<()> {
+        match self.t.credentials().await {
+            Ok(_) => Ok(()),
+            Err(transport::Fail::Fatal(e) | transport::Fail::Retry { err: e, .. }) => Err(e),
+        }
+    }
 }
 
 // Kept thin: each request lives in its module (xorbs, shards and dedup, reconstructions,

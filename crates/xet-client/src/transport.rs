@@ -294,7 +294,7 @@ impl Transport {
     }
 
     /// The endpoint and token to use now, refreshing the token first if it is about to expire.
-    async fn credentials(&self) -> Result<(String, Option<Secret>), Fail> {
+    pub(crate) async fn credentials(&self) -> Result<(String, Option<Secret>), Fail> {
         if self.needs_refresh() {
             let _guard = self.refresh_lock.lock().await;
             if self.needs_refresh() {

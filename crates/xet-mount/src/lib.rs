@@ -52,6 +52,12 @@ pub enum MountError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot get a Xet read token for {source_name}")]
+    Token {
+        source_name: String,
+        #[source]
+        source: xet_cas::CasError,
+    },
     #[error("{} is not an empty folder to mount on", dir.display())]
     BadDir {
         dir: PathBuf,
@@ -135,6 +141,12 @@ pub async fn mount(
     let cas = client
         .xet_cas(&RepoTarget::repo(source.repo()), &token_url, None)
         .map_err(hub)?;
+    // The token now, not at the first read: a read is then two round trips (the
+    // reconstruction, the xorb range), on a connection the token's request opened.
+    cas.warm_up().await.map_err(|e| MountError::Token {
+        source_name: source.to_string(),
+        source: e,
+    })?;
     let kib = u32::try_from(opts.max_memory / 1024).unwrap_or(u32::MAX);
     let ctx = Arc::new(Ctx {
         client,

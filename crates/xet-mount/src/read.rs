@@ -32,15 +32,63 @@ pub(crate) const RANDOM_WINDOW: u64 = 1 << 20;
 /// A read this far past the last window still counts as sequential (the kernel's own
 /// read-ahead and several threads of one reader jump a little).
 const SEQUENTIAL_SLACK: u64 = 16 << 20;
-/// Windows kept per open file: the one read, the one fetched ahead, and the last ones
-/// for readers that step back a little.
-const WINDOWS_KEPT: usize = 3;
+/// Windows fetched ahead of the one a sequential reader is in.
+const AHEAD: usize = 2;
+/// Windows kept per open file: the one read, those fetched ahead, and the last one for
+/// readers that step back a little.
+const WINDOWS_KEPT: usize = AHEAD + 2;
 
 /// Why a window could not be had; already logged with the file and the server.
 #[derive(Debug, Clone)]
 pub(crate) struct ReadFailed;
 
-type Fetched = Result<Arc<(Bytes, Option<OwnedSemaphorePermit>)>, ReadFailed>;
+type Fetched = Result<Arc<(Pieces, Option<OwnedSemaphorePermit>)>, ReadFailed>;
+
+/// A window's bytes: consecutive pieces as they came (a streamed window is pieces of
+/// about 1 MiB; joining them would copy every byte once more).
+pub(crate) struct Pieces {
+    parts: Vec<Bytes>,
+    /// Where each part starts within the window.
+    starts: Vec<usize>,
+    len: usize,
+}
+
+impl Pieces {
+    fn new(parts: Vec<Bytes>) -> Pieces {
+        let mut starts = Vec::with_capacity(parts.len());
+        let mut len = 0;
+        for p in &parts {
+            starts.push(len);
+            len += p.len();
+        }
+        Pieces { parts, starts, len }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes `from..to` of the window (`to` at most its length): no copy within one
+    /// part, one copy of just those bytes across parts.
+    fn slice(&self, from: usize, to: usize) -> Bytes {
+        let first = self.starts.partition_point(|&s| s <= from) - 1;
+        let (p, at) = (&self.parts[first], self.starts[first]);
+        if to - at <= p.len() {
+            return p.slice(from - at..to - at);
+        }
+        let mut out = Vec::with_capacity(to - from);
+        let mut pos = from;
+        for (part, &start) in self.parts[first..].iter().zip(&self.starts[first..]) {
+            if pos >= to {
+                break;
+            }
+            let upto = (start + part.len()).min(to);
+            out.extend_from_slice(&part[pos - start..upto - start]);
+            pos = upto;
+        }
+        Bytes::from(out)
+    }
+}
 
 struct Window {
     start: u64,
@@ -95,15 +143,15 @@ impl Reader {
         while pos < end {
             let (start, data) = self.window_for(pos, end - pos);
             let got = data.await?;
-            let bytes = &got.0;
+            let pieces = &got.0;
             let from = usize::try_from(pos - start).map_err(|_| ReadFailed)?;
-            if from >= bytes.len() {
+            if from >= pieces.len() {
                 return Err(self.short(pos));
             }
-            let upto = bytes
+            let upto = pieces
                 .len()
                 .min(from + usize::try_from(end - pos).unwrap_or(usize::MAX));
-            parts.push(bytes.slice(from..upto));
+            parts.push(pieces.slice(from, upto));
             pos += (upto - from) as u64;
         }
         if parts.len() == 1 {
@@ -138,11 +186,21 @@ impl Reader {
         }
         if let Some(i) = w.list.iter().position(|x| x.start <= pos && pos < x.end) {
             let (start, end, data) = (w.list[i].start, w.list[i].end, w.list[i].data.clone());
-            let last = i + 1 == w.list.len();
-            // In the last window of a sequential run: fetch the next while this one is
-            // read (a fetch takes about as long as reading a window through FUSE).
-            if last && end < size && end - start >= FIRST_WINDOW {
-                self.push_sequential(&mut w, end);
+            // In a sequential run: keep [`AHEAD`] windows fetching after the one read, so
+            // the link stays busy while the reader drains a window and the gap between
+            // one window's end and the next one's first bytes is hidden.
+            if end - start >= FIRST_WINDOW {
+                // Counted anew each time (pushing drops windows from the front), and at
+                // most AHEAD pushes whatever the list holds.
+                for _ in 0..AHEAD {
+                    if w.list.iter().filter(|x| x.start >= end).count() >= AHEAD {
+                        break;
+                    }
+                    let tail = w.list.back().map_or(end, |b| b.end);
+                    if tail >= size || !self.push_sequential(&mut w, tail) {
+                        break;
+                    }
+                }
             }
             return (start, data);
         }
@@ -177,11 +235,11 @@ impl Reader {
 
     /// Read-ahead, if the memory budget has room for it now (never waited for: readers
     /// waiting for each other's memory could wait forever).
-    fn push_sequential(&self, w: &mut Windows, from: u64) {
+    fn push_sequential(&self, w: &mut Windows, from: u64) -> bool {
         let len = w.next_len;
         let end = from.saturating_add(len).min(self.origin.size);
         let Some(permit) = self.reserve(end - from) else {
-            return;
+            return false;
         };
         w.next_len = (len * 2).min(self.max_window());
         let win = self.start(from, end, Some(permit));
@@ -189,6 +247,7 @@ impl Reader {
         while w.list.len() > WINDOWS_KEPT {
             w.list.pop_front();
         }
+        true
     }
 
     /// Memory for `len` bytes of window, now or not at all.
@@ -230,8 +289,16 @@ async fn fetch(
     // Beyond the download's own stall handling (each fetch retried when it delivers
     // nothing for the stall timeout), a hard limit: a read never hangs.
     let allowance = Duration::from_secs((end - start) / (1 << 20));
-    let bytes = match tokio::time::timeout(limit + allowance, get(origin.clone(), start, end)).await
-    {
+    let got = async {
+        if streamed(&origin, start, end) {
+            stream(&origin, start, end).await
+        } else {
+            get(origin.clone(), start, end)
+                .await
+                .map(|b| Pieces::new(vec![b]))
+        }
+    };
+    let pieces = match tokio::time::timeout(limit + allowance, got).await {
         Ok(Ok(b)) => b,
         Ok(Err(why)) => {
             tracing::error!(
@@ -251,21 +318,46 @@ async fn fetch(
             return Err(ReadFailed);
         }
     };
-    if (bytes.len() as u64) < end - start {
+    if (pieces.len() as u64) < end - start {
         tracing::error!(
             "reading {} (bytes {start}..{end}) from {}: {} bytes came back",
             origin.path,
             ctx.server(),
-            bytes.len()
+            pieces.len()
         );
         return Err(ReadFailed);
     }
-    Ok(Arc::new((bytes, permit)))
+    Ok(Arc::new((pieces, permit)))
+}
+
+/// Whether a window is streamed: a sequential reader's window of part of a Xet file.
+/// Its bytes come in order from the CAS without a staging file and without the chunk
+/// cache (the kernel's page cache keeps what was read); what every fetched range
+/// is checked against is the same as for a range download (each chunk decoded within
+/// its declared sizes, each term its stated length: a range has no file hash to
+/// check). Random reads (small windows) and whole files go through `xet-download`:
+/// served from the chunk cache and filling it, and a whole file checked against its
+/// file hash.
+fn streamed(origin: &Origin, start: u64, end: u64) -> bool {
+    origin.hash.is_some() && end - start >= FIRST_WINDOW && !(start == 0 && end == origin.size)
+}
+
+/// The bytes `start..end` of a Xet file as the CAS streams them (see [`streamed`]).
+async fn stream(origin: &Origin, start: u64, end: u64) -> Result<Pieces, String> {
+    let hash = origin.hash.ok_or("a file outside Xet is not streamed")?;
+    let range = xet_cas::ByteRange::new(start, end);
+    let mut rx = xet_download::file_stream(Arc::clone(&origin.ctx.cas), hash, Some(range));
+    let mut parts = Vec::new();
+    while let Some(piece) = rx.recv().await {
+        parts.push(piece.map_err(|e| error_chain(&e))?);
+    }
+    tracing::debug!("{}: bytes {start}..{end} streamed", origin.path);
+    Ok(Pieces::new(parts))
 }
 
 /// A writer into memory shared with the caller (what `xet-download` writes a verified
 /// range to).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct Sink(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Sink {
@@ -295,7 +387,9 @@ async fn get_now(origin: &Origin, start: u64, end: u64) -> Result<Bytes, String>
     let Some(hash) = origin.hash else {
         return resolve_now(origin).await;
     };
-    let sink = Sink::default();
+    // The window's size up front: no reallocation (a copy of all so far) as it grows.
+    let cap = usize::try_from(end - start).unwrap_or(0);
+    let sink = Sink(Arc::new(Mutex::new(Vec::with_capacity(cap))));
     let mut request =
         DownloadRequest::to_writer(hash, Box::new(sink.clone())).with_size(origin.size);
     if start > 0 || end < origin.size {
@@ -342,4 +436,41 @@ async fn resolve_now(origin: &Origin) -> Result<Bytes, String> {
         .await
         .map_err(|e| error_chain(&e))?;
     r.bytes().await.map_err(|e| error_chain(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every slice of pieces cut at every boundary (empty pieces included) is the same
+    /// as the slice of the joined bytes.
+    #[test]
+    fn pieces_slice_like_the_joined_bytes() {
+        let joined: Vec<u8> = (0..40u8).collect();
+        for cuts in [
+            vec![],
+            vec![0],
+            vec![1, 7],
+            vec![5, 5, 20],
+            vec![10, 20, 30, 39],
+        ] {
+            let mut parts = Vec::new();
+            let mut at = 0;
+            for &c in cuts.iter().chain([&40]) {
+                parts.push(Bytes::copy_from_slice(&joined[at..c]));
+                at = c;
+            }
+            let p = Pieces::new(parts);
+            assert_eq!(p.len(), 40);
+            for from in 0..40 {
+                for to in from + 1..=40 {
+                    assert_eq!(
+                        &p.slice(from, to)[..],
+                        &joined[from..to],
+                        "{cuts:?} {from}..{to}"
+                    );
+                }
+            }
+        }
+    }
 }

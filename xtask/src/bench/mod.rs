@@ -11,7 +11,9 @@
 //! (starting `xet serve`, the clients' commands), `proc.rs` and `measure.rs` (sampling
 //! and the measuring loop), `report.rs` (the tables and the doc). `--wan`, the emulated
 //! wide-area link, is `wan/`. `scale` (the Hub at scale) and `buckets` (Storage Buckets
-//! next to the `hf` CLI) and `web` (the web pages under 32 clients) print tables of their own, each in its own section of the doc.
+//! next to the `hf` CLI) `web` (the web pages under 32 clients) and `mount`
+//! (`xet mount` next to the downloads) print tables of their own, each in its own section
+//! of the doc.
 
 mod buckets;
 mod bundle;
@@ -21,6 +23,7 @@ mod inputs;
 mod load;
 mod measure;
 mod micro;
+mod mount;
 mod opts;
 mod proc;
 mod report;
@@ -71,6 +74,10 @@ pub fn run(args: &[String]) -> Result<()> {
     if o.only.as_deref() == Some("web") {
         // Its own table: pages under concurrent clients; no big input file.
         return web::run(&inputs::build_release(&root)?, o.write);
+    }
+    if o.only.as_deref() == Some("mount") {
+        // Its own table: the mount next to the downloads, cold; inputs of its own.
+        return mount::run(&inputs::build_release(&root)?, o.runs, o.write);
     }
     if o.only.as_deref() == Some("buckets") {
         // Its own table (times, requests, goals) and section; no big input file.

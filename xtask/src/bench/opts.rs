@@ -12,8 +12,9 @@ pub const USAGE: &str =
   --only GROUP   only one group of cases: micro, hash, upload, small, download, hub, bundle,
                  load, scale (the Hub at scale: its own table of goals), buckets
                  (Storage Buckets next to `hf`: its own table), gc (the store's
-                 lifecycle commands: its own table) or web (the web pages under 32
-                 clients: its own table)
+                 lifecycle commands: its own table), web (the web pages under 32
+                 clients: its own table) or mount (`xet mount` next to the downloads,
+                 cold: its own table)
   --no-write     print the table without rewriting docs/BENCHMARKS.md
   --wan          the emulated wide-area link instead (see `cargo xtask bench --wan --help`)";
 

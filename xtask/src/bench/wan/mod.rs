@@ -33,7 +33,7 @@ mod doc;
 mod first_byte;
 pub mod link;
 mod probe;
-mod proxy;
+pub mod proxy;
 
 use super::inputs::{build_release, file_hash, fresh, input_file, small_files};
 use super::measure::Rounds;
