@@ -500,50 +500,102 @@ mod tests {
         ));
     }
 
-    /// A Hub on loopback with one bucket `o/b` and no events feed (`404`): its info
-    /// (`updatedAt`) and listing are what `files` holds; the paths it was asked for.
-    struct NoFeedHub {
+    /// A Hub on loopback with one bucket `o/b`: its info (`updatedAt`) and listing are
+    /// what `files` holds; each request of its events feed gets the next of `streams`
+    /// (a body of server-sent events, the connection closed after it), then `404`.
+    struct FakeHub {
         url: String,
         files: Arc<std::sync::Mutex<(String, Vec<String>)>>,
+        streams: Arc<std::sync::Mutex<Vec<&'static str>>>,
+        /// The paths (and queries) it was asked for.
         asked: Arc<std::sync::Mutex<Vec<String>>>,
     }
 
-    impl NoFeedHub {
-        async fn start(updated_at: &str, files: &[&str]) -> NoFeedHub {
-            use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    impl FakeHub {
+        async fn start(updated_at: &str, files: &[&str], streams: &[&'static str]) -> FakeHub {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let hub = NoFeedHub {
+            let hub = FakeHub {
                 url: format!("http://{}", listener.local_addr().unwrap()),
                 files: Arc::new(std::sync::Mutex::new((
                     updated_at.to_string(),
                     files.iter().map(|f| f.to_string()).collect(),
                 ))),
+                streams: Arc::new(std::sync::Mutex::new(
+                    streams.iter().rev().copied().collect(),
+                )),
                 asked: Arc::default(),
             };
-            let (files, asked) = (Arc::clone(&hub.files), Arc::clone(&hub.asked));
+            let (files, streams, asked) = (
+                Arc::clone(&hub.files),
+                Arc::clone(&hub.streams),
+                Arc::clone(&hub.asked),
+            );
             tokio::spawn(async move {
-                while let Ok((mut conn, _)) = listener.accept().await {
-                    let mut head = Vec::new();
-                    let mut byte = [0u8; 1];
-                    while !head.ends_with(b"\r\n\r\n")
-                        && conn.read(&mut byte).await.unwrap_or(0) == 1
-                    {
-                        head.push(byte[0]);
-                    }
-                    let head = String::from_utf8_lossy(&head).into_owned();
-                    let path = head.split(' ').nth(1).unwrap_or_default().to_string();
-                    asked.lock().unwrap().push(path.clone());
-                    let (status, body) = answer(&path, &files.lock().unwrap());
-                    let reply = format!(
-                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n\
-                         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = conn.write_all(reply.as_bytes()).await;
+                while let Ok((conn, _)) = listener.accept().await {
+                    serve_one(conn, &files, &streams, &asked).await;
                 }
             });
             hub
         }
+
+        /// A mount's state on this hub, listed.
+        async fn mounted(&self) -> (Arc<State>, String) {
+            let client = xet_hub_client::HubClient::new(&self.url, None).unwrap();
+            let source = source(None);
+            let token_url = client.bucket_token_url(source.repo(), xet_hub_client::TokenKind::Read);
+            let subject = xet_hub_client::RepoTarget::repo(source.repo());
+            let cas = client.xet_cas(&subject, &token_url, None).unwrap();
+            let ctx = Arc::new(Ctx {
+                client,
+                source,
+                commit: Default::default(),
+                cas: Arc::new(cas),
+                memory: Arc::new(tokio::sync::Semaphore::new(1024)),
+                opts: Default::default(),
+                uid: 0,
+                gid: 0,
+            });
+            let (listed, marker) = list(&ctx).await.unwrap();
+            let mut tree = Tree::new(SystemTime::UNIX_EPOCH);
+            tree.merge(listed, &[]);
+            (Arc::new(State::new(ctx, tree)), marker)
+        }
+
+        fn asked(&self) -> Vec<String> {
+            self.asked.lock().unwrap().clone()
+        }
+    }
+
+    async fn serve_one(
+        mut conn: tokio::net::TcpStream,
+        files: &std::sync::Mutex<(String, Vec<String>)>,
+        streams: &std::sync::Mutex<Vec<&'static str>>,
+        asked: &std::sync::Mutex<Vec<String>>,
+    ) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).await.unwrap_or(0) == 1 {
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let path = head.split(' ').nth(1).unwrap_or_default().to_string();
+        asked.lock().unwrap().push(path.clone());
+        let (status, kind, body) = if path.starts_with("/api/buckets/o/b/events") {
+            match streams.lock().unwrap().pop() {
+                Some(sse) => ("200 OK", "text/event-stream", sse.to_string()),
+                None => ("404 Not Found", "application/json", "{}".to_string()),
+            }
+        } else {
+            let (status, body) = answer(&path, &files.lock().unwrap());
+            (status, "application/json", body)
+        };
+        let reply = format!(
+            "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = conn.write_all(reply.as_bytes()).await;
     }
 
     /// The answer to a GET of `path`, given the bucket's `updatedAt` and files.
@@ -563,7 +615,16 @@ mod tests {
                 .collect();
             ("200 OK", format!("[{}]", entries.join(",")))
         } else {
-            ("404 Not Found", "{\"error\":\"no such route\"}".to_string())
+            ("404 Not Found", "{}".to_string())
+        }
+    }
+
+    /// Until `done` holds of the tree (within 20 s).
+    async fn until(state: &State, what: &str, done: impl Fn(&Tree) -> bool) {
+        let started = std::time::Instant::now();
+        while !done(&state.tree.lock().unwrap()) {
+            assert!(started.elapsed() < Duration::from_secs(20), "{what}: never");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -571,51 +632,73 @@ mod tests {
     /// bucket's `updatedAt` and lists it again when it changed.
     #[tokio::test]
     async fn without_an_events_feed_the_bucket_is_polled() {
-        let hub = NoFeedHub::start("2026-01-01T00:00:00.000Z", &["a.txt"]).await;
-        let client = xet_hub_client::HubClient::new(&hub.url, None).unwrap();
-        let source = source(None);
-        let token_url = client.bucket_token_url(source.repo(), xet_hub_client::TokenKind::Read);
-        let subject = xet_hub_client::RepoTarget::repo(source.repo());
-        let cas = client.xet_cas(&subject, &token_url, None).unwrap();
-        let ctx = Arc::new(Ctx {
-            client,
-            source,
-            commit: Default::default(),
-            cas: Arc::new(cas),
-            memory: Arc::new(tokio::sync::Semaphore::new(1024)),
-            opts: Default::default(),
-            uid: 0,
-            gid: 0,
-        });
-        let (listed, marker) = list(&ctx).await.unwrap();
-        let mut tree = Tree::new(SystemTime::UNIX_EPOCH);
-        tree.merge(listed, &[]);
-        let state = Arc::new(State::new(ctx, tree));
-        let every = Duration::from_millis(100);
-        let task = tokio::spawn(run(Arc::clone(&state), every, marker));
+        let hub = FakeHub::start("2026-01-01T00:00:00.000Z", &["a.txt"], &[]).await;
+        let (state, marker) = hub.mounted().await;
+        let task = tokio::spawn(run(Arc::clone(&state), Duration::from_millis(100), marker));
         *hub.files.lock().unwrap() = ("2026-01-01T00:00:01.000Z".into(), vec!["b/c.txt".into()]);
-        let started = std::time::Instant::now();
-        loop {
-            let (b, a) = {
-                let t = state.tree.lock().unwrap();
-                (t.find("b/c.txt"), t.find("a.txt"))
-            };
-            if b.is_some() && a.is_none() {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "the change never showed"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until(&state, "the listing merged", |t| {
+            t.find("b/c.txt").is_some() && t.find("a.txt").is_none()
+        })
+        .await;
         task.abort();
-        let asked = hub.asked.lock().unwrap().clone();
+        let asked = hub.asked();
         let feeds = asked.iter().filter(|p| p.contains("/events")).count();
         assert_eq!(feeds, 1, "{asked:?}");
-        assert!(
-            asked.iter().filter(|p| *p == "/api/buckets/o/b").count() >= 2,
-            "{asked:?}"
+        let infos = asked.iter().filter(|p| *p == "/api/buckets/o/b").count();
+        assert!(infos >= 2, "{asked:?}");
+    }
+
+    const HASH7: &str = "0707070707070707070707070707070707070707070707070707070707070707";
+
+    /// The feed followed: it starts at the listing's `updatedAt`; a change is applied
+    /// without a listing; a stream that ends is resumed from the last cursor; `reset`
+    /// lists again and starts from that listing's `updatedAt`. (Then the feed is gone:
+    /// polling.)
+    #[tokio::test]
+    async fn the_feed_is_followed_resumed_by_cursor_and_reset_lists_again() {
+        assert_eq!(MerkleHash::from_bytes([7; 32]).hex(), HASH7);
+        let streams = [
+            concat!(
+                "event: ready\ndata: {\"cursor\":\"c0\"}\n\n: ping\n\n",
+                "event: changes\ndata: {\"cursor\":\"c1\",\"changes\":[{\"path\":\"b.txt\",",
+                "\"op\":\"add\",\"size\":1,\"xetHash\":\"0707070707070707070707070707070707070707070707070707070707070707\"}]}\n\n"
+            ),
+            "event: reset\ndata: {\"reason\":\"cursor_too_old\"}\n\n",
+            concat!(
+                "event: ready\ndata: {}\n\n",
+                "event: changes\ndata: {\"cursor\":\"c9\",\"changes\":[{\"path\":\"a.txt\",\"op\":\"delete\"}]}\n\n",
+            ),
+        ];
+        let hub = FakeHub::start("2026-01-01T00:00:00.000Z", &["a.txt"], &streams).await;
+        let (state, marker) = hub.mounted().await;
+        // What the reset's listing will show.
+        *hub.files.lock().unwrap() = (
+            "2026-01-01T00:00:05.000Z".into(),
+            vec!["a.txt".into(), "b.txt".into(), "c.txt".into()],
         );
+        let task = tokio::spawn(run(Arc::clone(&state), Duration::from_secs(60), marker));
+        until(&state, "b.txt added by the feed", |t| {
+            t.find("b.txt").is_some()
+        })
+        .await;
+        until(&state, "c.txt listed after the reset, a.txt deleted", |t| {
+            t.find("c.txt").is_some() && t.find("a.txt").is_none()
+        })
+        .await;
+        task.abort();
+        let feeds: Vec<String> = hub
+            .asked()
+            .into_iter()
+            .filter(|p| p.contains("/events"))
+            .collect();
+        assert_eq!(
+            feeds[..3],
+            [
+                "/api/buckets/o/b/events?since=2026-01-01T00%3A00%3A00.000Z",
+                "/api/buckets/o/b/events?cursor=c1",
+                "/api/buckets/o/b/events?since=2026-01-01T00%3A00%3A05.000Z",
+            ]
+        );
+        assert_eq!(state.tree.lock().unwrap().totals(), (2, 2));
     }
 }
