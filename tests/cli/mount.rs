@@ -609,3 +609,83 @@ fn staged_whole(dir: &Path, len: u64) -> bool {
             && e.metadata().is_ok_and(|m| m.is_file() && m.len() == len)
     })
 }
+
+/// How long `done` took to turn true, polled every 50 ms; a failure naming `what`
+/// after `limit`.
+fn within(what: &str, limit: Duration, done: impl Fn() -> bool) -> Duration {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = started.elapsed();
+    eprintln!("{what}: {took:?}");
+    took
+}
+
+/// Another writer's add, overwrite and removal (`xet cp`, `xet rm`) show in bucket
+/// mounts within seconds through the bucket's events feed: with `--refresh 60`, no poll
+/// could explain it. A mount of a folder of the bucket sees what changes below it, at
+/// its own paths, and nothing else.
+#[test]
+fn mount_bucket_follows_another_writers_changes_through_the_events_feed() {
+    use crate::hub_buckets::xet_ok;
+    if !fuse_or_skip() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let server = serve(store.path());
+    let url = server.url.as_str();
+    let py = Py::new();
+    py.hf_ok(url, &["buckets", "create", "org/live"]);
+    let home = tempfile::tempdir().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let put = |name: &str, bytes: &[u8], to: &str| {
+        let f = local.path().join(name);
+        std::fs::write(&f, bytes).unwrap();
+        xet_ok(url, home.path(), &["cp", f.to_str().unwrap(), to]);
+    };
+    put("keep.txt", b"kept\n", "hf://buckets/org/live/sub/keep.txt");
+    let m = Mount::start(url, "hf://buckets/org/live", &["--refresh", "60"]);
+    let sub = Mount::start(url, "hf://buckets/org/live/sub", &["--refresh", "60"]);
+    let limit = Duration::from_secs(15);
+    let reads = |m: &Mount, rel: &str, want: &[u8]| {
+        std::fs::read(m.path(rel)).ok().as_deref() == Some(want)
+    };
+
+    put("a.txt", b"one\n", "hf://buckets/org/live/sub/new/a.txt");
+    let added = within("an add shows", limit, || {
+        reads(&m, "sub/new/a.txt", b"one\n") && reads(&sub, "new/a.txt", b"one\n")
+    });
+    let two = pseudo_random(300_000, 41);
+    put("a2.txt", &two, "hf://buckets/org/live/sub/new/a.txt");
+    let overwritten = within("an overwrite shows", limit, || {
+        reads(&m, "sub/new/a.txt", &two) && reads(&sub, "new/a.txt", &two)
+    });
+    put("top.txt", b"top\n", "hf://buckets/org/live/top.txt");
+    xet_ok(
+        url,
+        home.path(),
+        &["rm", "hf://buckets/org/live/sub/new/a.txt"],
+    );
+    // The folder goes with its only file; the file outside `sub` shows in the whole
+    // bucket's mount only.
+    let removed = within("a removal shows", limit, || {
+        !m.path("sub/new").exists() && !sub.path("new").exists() && reads(&m, "top.txt", b"top\n")
+    });
+    assert!(!sub.path("top.txt").exists());
+    assert_eq!(
+        tree_of(&sub.dir),
+        vec![("keep.txt".to_string(), b"kept\n".to_vec())]
+    );
+    for t in [added, overwritten, removed] {
+        assert!(
+            t < Duration::from_secs(10),
+            "{t:?}: no faster than polling would be"
+        );
+    }
+    for mount in [&m, &sub] {
+        let log = mount.log();
+        assert!(!log.contains("polling"), "the feed was followed:\n{log}");
+    }
+}

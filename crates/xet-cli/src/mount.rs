@@ -21,8 +21,10 @@ pub struct MountArgs {
     source: String,
     /// An existing empty folder.
     dir: PathBuf,
-    /// Look for changes every SECS seconds (a bucket's other writers, a branch's new
-    /// commits). Default: 10 for a bucket, never for a repository (pinned).
+    /// Follow changes made elsewhere: a bucket's other writers through its events feed
+    /// as they happen (resumed within SECS when the stream breaks), or by polling every
+    /// SECS seconds when the server has no feed; a branch's new commits by polling.
+    /// Default: 10 for a bucket, never for a repository (pinned). 0: never.
     #[arg(long, value_name = "SECS")]
     refresh: Option<u64>,
     /// Most bytes of read-ahead held in memory across all open files ("512M", "2G").

@@ -166,6 +166,16 @@ pub enum HubError {
         url: String,
         why: String,
     },
+    /// The events feed answered something other than an event stream: this server has
+    /// no feed there (a proxy's page, an old server).
+    #[error(
+        "{subject}: {url} answered {content_type:?}, not an event stream (text/event-stream): the server has no events feed there"
+    )]
+    NotEventStream {
+        subject: RepoTarget,
+        url: String,
+        content_type: String,
+    },
     /// A listing names a path git refuses: nothing is written, whoever the server is.
     #[error("{subject}: {url} lists a file this machine will not write, so nothing was downloaded")]
     UnsafePath {
@@ -246,7 +256,9 @@ impl HubError {
             }
             Gated { .. } | NoToken { .. } | BadToken { .. } | Forbidden { .. } => ErrorKind::Auth,
             Status { status, .. } if *status >= 500 || *status == 429 => ErrorKind::Network,
-            Status { .. } | BadAnswer { .. } | BatchFailed { .. } => ErrorKind::Rejected,
+            Status { .. } | BadAnswer { .. } | BatchFailed { .. } | NotEventStream { .. } => {
+                ErrorKind::Rejected
+            }
             Network { .. } | Transfer { .. } => ErrorKind::Network,
             Verify { .. } => ErrorKind::Corrupt,
             Local { .. } | UnsafePath { .. } | LocalName { .. } => ErrorKind::Local,

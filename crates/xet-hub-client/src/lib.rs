@@ -10,7 +10,8 @@
 //! - [`tree`][]: the files of a listing, checked;
 //! - [`cache`][]: the HF cache layout (`blobs/`, `snapshots/`, `refs/`);
 //! - [`download`][] and [`upload`][]: the transfers the CLI runs;
-//! - [`buckets`][]: storage buckets (`hf://buckets/NS/NAME/...`);
+//! - [`buckets`][]: storage buckets (`hf://buckets/NS/NAME/...`), and [`events`][]: the
+//!   events feed of one, what changes in it as it changes;
 //! - [`sync`](mod@sync): a local folder and a bucket folder made alike (`xet sync`).
 
 pub mod address;
@@ -21,6 +22,7 @@ pub mod client;
 pub mod download;
 pub mod env;
 pub mod error;
+pub mod events;
 pub mod glob;
 pub mod sync;
 pub mod tree;
@@ -31,4 +33,5 @@ pub use address::{DEFAULT_REVISION, HfAddress};
 pub use client::{HubClient, TokenKind};
 pub use env::{HubEnv, HubToken, TokenOrigin};
 pub use error::{ErrorKind, HubError, RepoTarget, Result};
+pub use events::{BucketEvent, BucketEvents, EventsFrom};
 pub use tree::{Content, EntryError, RemoteFile};

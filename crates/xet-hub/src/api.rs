@@ -637,6 +637,41 @@ mod tests {
     }
 
     #[test]
+    fn bucket_changes_of_the_events_feed() {
+        use super::buckets::{BucketChanges, ChangeOp, EventTime};
+        let c: BucketChanges = serde_json::from_str(
+            r#"{"cursor":"c1","changes":[
+            {"path":"a/b.bin","op":"add","size":3,"xetHash":"ab","uploadedAt":"2026-02-06T17:37:57.123Z","mtime":null,"mtimeNanos":null},
+            {"path":"c","op":"update","uploadedAt":"2026-02-06T17:37:58.000Z","mtime":1700000000250,"mtimeNanos":1700000000250000000},
+            {"path":"d","op":"delete"},
+            {"path":"e","op":"rename","future":true}]}"#,
+        )
+        .unwrap();
+        let [a, u, d, other] = &c.changes[..] else {
+            panic!("{c:?}")
+        };
+        assert_eq!(
+            (a.op, a.size, a.mtime.as_ref()),
+            (ChangeOp::Add, Some(3), None)
+        );
+        assert_eq!(
+            a.time_ms(),
+            crate::time::parse_rfc3339_ms("2026-02-06T17:37:57.123Z")
+        );
+        assert_eq!(u.mtime, Some(EventTime::Millis(1_700_000_000_250)));
+        assert_eq!(u.time_ms(), Some(1_700_000_000_250));
+        assert_eq!(
+            (d.op, d.xet_hash.as_deref(), d.time_ms()),
+            (ChangeOp::Delete, None, None)
+        );
+        assert_eq!(other.op, ChangeOp::Other);
+        // What the server writes reads back the same.
+        let again: BucketChanges =
+            serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(again.changes[..3], c.changes[..3]);
+    }
+
+    #[test]
     fn tree_entries() {
         let t: Vec<TreeEntry> = serde_json::from_str(
             r#"[{"oid":"57","path":"regression","size":0,"type":"directory"},
@@ -804,5 +839,110 @@ pub mod buckets {
     pub struct BatchFailure {
         pub path: String,
         pub error: String,
+    }
+
+    /// The events feed of a bucket (`GET /api/buckets/{ns}/{name}/events`,
+    /// `buckets-api.md` §1.8): server-sent events named by [`event`], each with one
+    /// `data:` line of JSON.
+    pub mod event {
+        /// Replay done, live follows: [`super::EventCursor`].
+        pub const READY: &str = "ready";
+        /// Files that changed: [`super::BucketChanges`].
+        pub const CHANGES: &str = "changes";
+        /// The resume point is out of reach; the stream ends and the client lists the
+        /// bucket again: [`super::EventReset`].
+        pub const RESET: &str = "reset";
+        /// The server ends the stream; resume from its cursor: [`super::EventCursor`].
+        pub const RECONNECT: &str = "reconnect";
+        /// The media type of the feed (its `Accept` and `Content-Type`).
+        pub const MEDIA_TYPE: &str = "text/event-stream";
+    }
+
+    /// The data of `ready` and `reconnect`: where to resume after (absent while the
+    /// bucket has no change to resume after).
+    #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct EventCursor {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub cursor: Option<String>,
+    }
+
+    /// The data of `reset`.
+    #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct EventReset {
+        #[serde(default)]
+        pub reason: String,
+    }
+
+    /// The data of `changes`: a batch of changes, and the cursor that resumes after it.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct BucketChanges {
+        pub cursor: String,
+        pub changes: Vec<BucketChange>,
+    }
+
+    /// What happened to a path. Ops this client does not know are [`ChangeOp::Other`].
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum ChangeOp {
+        Add,
+        Update,
+        Delete,
+        #[serde(other)]
+        Other,
+    }
+
+    /// One changed file of a `changes` event: its full bucket path, and the facts that
+    /// changed (an absent field is unchanged; an identical re-upload is an `update`
+    /// with only `uploadedAt`; `xetHash` only for a reader of the content).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct BucketChange {
+        pub path: String,
+        pub op: ChangeOp,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub size: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub xet_hash: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub uploaded_at: Option<String>,
+        /// As the tree route writes it (RFC 3339); `null` is absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub mtime: Option<EventTime>,
+        /// Its type is undocumented (`buckets-api.md` §8): kept as sent, never required.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub mtime_nanos: Option<serde_json::Value>,
+    }
+
+    /// A time of the feed: RFC 3339 text (as the tree route writes times) or a number
+    /// of milliseconds since the Unix epoch; anything else is kept and unread.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[serde(untagged)]
+    pub enum EventTime {
+        Text(String),
+        Millis(i64),
+        Other(serde_json::Value),
+    }
+
+    impl EventTime {
+        /// Milliseconds since the Unix epoch, if this is a time.
+        pub fn ms(&self) -> Option<i64> {
+            match self {
+                EventTime::Text(t) => crate::time::parse_rfc3339_ms(t),
+                EventTime::Millis(ms) => Some(*ms),
+                EventTime::Other(_) => None,
+            }
+        }
+    }
+
+    impl BucketChange {
+        /// The file's time now, in milliseconds since the Unix epoch: `mtime`, else
+        /// `uploadedAt` (as a listing shows it); `None` if neither came.
+        pub fn time_ms(&self) -> Option<i64> {
+            self.mtime.as_ref().and_then(EventTime::ms).or_else(|| {
+                self.uploaded_at
+                    .as_deref()
+                    .and_then(crate::time::parse_rfc3339_ms)
+            })
+        }
     }
 }

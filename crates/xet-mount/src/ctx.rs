@@ -96,8 +96,10 @@ impl std::fmt::Display for Source {
 /// How a mount behaves.
 #[derive(Debug, Clone)]
 pub struct MountOptions {
-    /// Look for changes on the server this often (a bucket's `updatedAt`, a branch's
-    /// head); `None`: never (a repository stays at the commit it was mounted at).
+    /// Follow changes made on the server: a bucket's events feed as they happen (a
+    /// broken stream resumed within this long), else polling this often (a bucket's
+    /// `updatedAt`, a branch's head); `None`: never (a repository stays at the commit
+    /// it was mounted at).
     pub refresh: Option<Duration>,
     /// Bytes of read-ahead held in memory across all open files.
     pub max_memory: u64,

@@ -2,8 +2,12 @@
 //! names at mount time) or a storage bucket (read-write) as a local folder over FUSE,
 //! its bytes fetched lazily.
 //!
-//! - The listing is read once at mount time (recursively) and again when a refresh
-//!   sees a change ([`MountOptions::refresh`]: a bucket's `updatedAt`, a branch's head).
+//! - The listing is read once at mount time (recursively). With
+//!   [`MountOptions::refresh`], other writers' changes follow (`refresh`): a bucket's
+//!   events feed applies each change as the server reports it (`xet serve` does within
+//!   about a second), resumed from its cursor when a stream ends; a bucket on a server
+//!   without the feed, and a repository's branch, are polled every `refresh`
+//!   (`updatedAt`, the head) and listed again when they changed.
 //! - Reads ask `xet-download` for the byte range they need, through read-ahead windows
 //!   that grow for sequential readers (`read`); the chunk cache is shared with
 //!   `xet download`; the windows' memory is bounded ([`MountOptions::max_memory`]); a
@@ -18,6 +22,7 @@
 mod ctx;
 mod fs;
 mod read;
+mod refresh;
 mod tree;
 mod write;
 
@@ -31,7 +36,7 @@ use xet_hub_client::{HubClient, RepoTarget, TokenKind};
 pub use ctx::{MountOptions, Source};
 
 use ctx::Ctx;
-use tree::{Content, FileFacts, Listed, Tree};
+use tree::Tree;
 
 /// Why a mount could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -158,7 +163,7 @@ pub async fn mount(
         uid,
         gid,
     });
-    let (listed, marker) = list(&ctx).await.map_err(hub)?;
+    let (listed, marker) = refresh::list(&ctx).await.map_err(hub)?;
     let mut tree = Tree::new(SystemTime::now());
     let files = listed.len() as u64;
     tree.merge(listed, &[]);
@@ -179,7 +184,7 @@ pub async fn mount(
     mounted.refresh = ctx
         .opts
         .refresh
-        .map(|every| tokio::spawn(refresh(state, every, marker)));
+        .map(|every| tokio::spawn(refresh::run(state, every, marker)));
     Ok(mounted)
 }
 
@@ -222,144 +227,5 @@ async fn ready(dir: &Path, timeout: Duration) -> Result<(), MountError> {
             dir: dir.to_path_buf(),
             timeout,
         }),
-    }
-}
-
-/// The files below the mount's root, and what tells a later listing apart (the
-/// commit, or the bucket's `updatedAt`).
-async fn list(ctx: &Ctx) -> Result<(Vec<Listed>, String), xet_hub_client::HubError> {
-    let mut out = Vec::new();
-    match &ctx.source {
-        Source::Repo { repo, path, .. } => {
-            let commit = ctx.commit();
-            let entries = ctx
-                .client
-                .list_tree(repo, &commit, path.as_ref(), true)
-                .await?;
-            let now = SystemTime::now();
-            for e in &entries {
-                let Ok(Some(f)) = xet_hub_client::RemoteFile::from_entry(e) else {
-                    continue;
-                };
-                let Some(rel) = ctx.source.local(f.path.as_str()) else {
-                    continue;
-                };
-                let content = match f.xet_hash() {
-                    Some(h) => Content::Xet(h),
-                    None => Content::Resolve,
-                };
-                out.push(Listed {
-                    path: rel.to_string(),
-                    facts: FileFacts {
-                        size: f.size,
-                        content,
-                    },
-                    mtime: now,
-                });
-            }
-            Ok((out, commit))
-        }
-        Source::Bucket { bucket, prefix } => {
-            let info = ctx.client.bucket_info(bucket).await?;
-            let entries = ctx
-                .client
-                .list_bucket_tree(bucket, prefix.as_ref(), true)
-                .await?;
-            for e in entries {
-                let xet_hub::api::buckets::BucketEntry::File {
-                    path,
-                    size,
-                    xet_hash,
-                    mtime,
-                    uploaded_at,
-                    ..
-                } = e
-                else {
-                    continue;
-                };
-                let Some(rel) = ctx.source.local(&path) else {
-                    continue;
-                };
-                let Ok(hash) = xet_hash::MerkleHash::from_hex(&xet_hash) else {
-                    tracing::warn!(
-                        "{path} in {bucket}: xetHash {xet_hash:?} is not a Xet hash; left out"
-                    );
-                    continue;
-                };
-                let ms = mtime
-                    .or(uploaded_at)
-                    .and_then(|t| xet_hub::time::parse_rfc3339_ms(&t));
-                let mtime = ms.map_or(SystemTime::UNIX_EPOCH, |ms| {
-                    let d = Duration::from_millis(ms.unsigned_abs());
-                    if ms >= 0 {
-                        SystemTime::UNIX_EPOCH + d
-                    } else {
-                        SystemTime::UNIX_EPOCH - d
-                    }
-                });
-                out.push(Listed {
-                    path: rel.to_string(),
-                    facts: FileFacts {
-                        size,
-                        content: Content::Xet(hash),
-                    },
-                    mtime,
-                });
-            }
-            Ok((out, info.updated_at))
-        }
-    }
-}
-
-/// Every `every`: has the source changed (a bucket's `updatedAt`, the revision's
-/// commit)? Then list it again and merge the listing (files being written stay).
-async fn refresh(state: Arc<fs::State>, every: Duration, marker: String) {
-    let ctx = Arc::clone(&state.ctx);
-    let mut seen = Some(marker);
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let marker = match &ctx.source {
-            Source::Repo { repo, revision, .. } => ctx
-                .client
-                .repo_info(repo, revision)
-                .await
-                .map(|(c, _)| c.to_string()),
-            Source::Bucket { bucket, .. } => {
-                ctx.client.bucket_info(bucket).await.map(|i| i.updated_at)
-            }
-        };
-        let marker = match marker {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!("refreshing {}: {}", ctx.source, read::error_chain(&e));
-                continue;
-            }
-        };
-        if seen.as_ref() == Some(&marker) {
-            continue;
-        }
-        if matches!(ctx.source, Source::Repo { .. }) {
-            *ctx.commit.lock().expect("commit lock") = marker.clone();
-        }
-        let generation = state.generation.load(std::sync::atomic::Ordering::SeqCst);
-        match list(&ctx).await {
-            Ok(_) if state.generation.load(std::sync::atomic::Ordering::SeqCst) != generation => {
-                // Changed here meanwhile: list again at the next tick.
-            }
-            Ok((listed, _)) => {
-                let keep: Vec<u64> = state
-                    .staged
-                    .lock()
-                    .expect("staged lock")
-                    .keys()
-                    .copied()
-                    .collect();
-                state.tree.lock().expect("tree lock").merge(listed, &keep);
-                seen = Some(marker);
-            }
-            Err(e) => tracing::warn!("refreshing {}: {}", ctx.source, read::error_chain(&e)),
-        }
     }
 }

@@ -298,17 +298,30 @@ impl Tree {
             .filter(|i| !seen.contains(i) && !keep.contains(i))
             .collect();
         for ino in gone {
-            let mut parent = self.nodes.get(&ino).map_or(ROOT, |n| n.parent);
-            let _ = self.remove(ino);
-            // Folders exist as prefixes: one left empty by a removal is gone too.
-            while parent != ROOT {
-                let up = self.nodes.get(&parent).map_or(ROOT, |n| n.parent);
-                if self.remove(parent).is_err() {
-                    break;
-                }
-                parent = up;
-            }
+            self.remove_file(ino);
         }
+    }
+
+    /// Remove the file `ino`, and the folders its removal leaves empty: folders exist
+    /// as prefixes of files.
+    pub fn remove_file(&mut self, ino: u64) {
+        let mut parent = self.nodes.get(&ino).map_or(ROOT, |n| n.parent);
+        if self.is_dir(ino) || self.remove(ino).is_err() {
+            return;
+        }
+        while parent != ROOT {
+            let up = self.nodes.get(&parent).map_or(ROOT, |n| n.parent);
+            if self.remove(parent).is_err() {
+                break;
+            }
+            parent = up;
+        }
+    }
+
+    /// The inode at `path` below the root, if there is one.
+    pub fn find(&self, path: &str) -> Option<u64> {
+        path.split('/')
+            .try_fold(ROOT, |dir, part| self.lookup(dir, part).ok())
     }
 
     /// Files and their bytes in all.

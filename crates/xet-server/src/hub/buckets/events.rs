@@ -28,8 +28,11 @@ use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
-use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use xet_hub::api::buckets::{
+    BucketChange, BucketChanges, BucketEntry, ChangeOp as WireOp, EventCursor, EventReset,
+    EventTime, event,
+};
 use xet_hub::{BucketState, Change, ChangeOp, CommitId, RepoRef, Repos, Since};
 
 use super::super::ctx::Ctx;
@@ -230,7 +233,7 @@ impl Feed {
     async fn replay(&mut self, state: &BucketState, start: Start) -> Result<bool, Ended> {
         let since = match start {
             Start::Live => {
-                self.event("ready", &self.ready()).await?;
+                self.event(event::READY, &self.ready()).await?;
                 return Ok(true);
             }
             Start::Cursor { incarnation, .. } if incarnation != self.incarnation => {
@@ -256,7 +259,7 @@ impl Feed {
             self.send_changes(changes, base.commit, state.head).await?;
         }
         self.last = state.head;
-        self.event("ready", &self.ready()).await?;
+        self.event(event::READY, &self.ready()).await?;
         Ok(true)
     }
 
@@ -295,11 +298,10 @@ impl Feed {
         Ok(true)
     }
 
-    fn ready(&self) -> Value {
-        match self.last {
-            Some(c) => json!({ "cursor": cursor(self.incarnation, Some(c)) }),
+    fn ready(&self) -> EventCursor {
+        EventCursor {
             // Nothing was ever written: no point to resume from yet.
-            None => json!({}),
+            cursor: self.last.map(|c| cursor(self.incarnation, Some(c))),
         }
     }
 
@@ -318,24 +320,27 @@ impl Feed {
         let last = pieces.len() - 1;
         for (i, piece) in pieces.into_iter().enumerate() {
             let at = if i == last { to } else { from };
-            let list: Vec<Value> = piece.iter().map(change_json).collect();
-            let data = json!({ "cursor": cursor(self.incarnation, at), "changes": list });
-            self.event("changes", &data).await?;
+            let data = BucketChanges {
+                cursor: cursor(self.incarnation, at),
+                changes: piece.iter().map(change_wire).collect(),
+            };
+            self.event(event::CHANGES, &data).await?;
         }
         Ok(())
     }
 
     async fn reset(&self) -> Result<(), Ended> {
-        self.event("reset", &json!({ "reason": "cursor_too_old" }))
-            .await
+        let reason = "cursor_too_old".to_string();
+        self.event(event::RESET, &EventReset { reason }).await
     }
 
     async fn reconnect(&self) -> Result<(), Ended> {
-        self.event("reconnect", &self.ready()).await
+        self.event(event::RECONNECT, &self.ready()).await
     }
 
-    async fn event(&self, name: &str, data: &Value) -> Result<(), Ended> {
+    async fn event(&self, name: &str, data: &impl serde::Serialize) -> Result<(), Ended> {
         // Compact JSON holds no newline, so one `data:` line carries it.
+        let data = serde_json::to_string(data).expect("an event serializes");
         self.send(Bytes::from(format!("event: {name}\ndata: {data}\n\n")))
             .await
     }
@@ -358,25 +363,37 @@ async fn shutting_down(closing: &mut tokio::sync::watch::Receiver<bool>) {
     }
 }
 
-/// A change as the feed writes it: times as the tree route writes them.
-fn change_json(c: &Change) -> Value {
+/// A change as the feed writes it: the facts as the tree route writes them.
+fn change_wire(c: &Change) -> BucketChange {
     let op = match c.op {
-        ChangeOp::Add => "add",
-        ChangeOp::Update => "update",
-        ChangeOp::Delete => "delete",
+        ChangeOp::Add => WireOp::Add,
+        ChangeOp::Update => WireOp::Update,
+        ChangeOp::Delete => WireOp::Delete,
     };
-    let mut v = json!({ "path": c.path, "op": op });
+    let mut out = BucketChange {
+        path: c.path.clone(),
+        op,
+        size: None,
+        xet_hash: None,
+        uploaded_at: None,
+        mtime: None,
+        mtime_nanos: None,
+    };
     if let Some(e) = &c.entry
-        && let (Value::Object(out), Ok(Value::Object(entry))) =
-            (&mut v, serde_json::to_value(file_entry(&c.path, e)))
+        && let BucketEntry::File {
+            size,
+            xet_hash,
+            mtime,
+            uploaded_at,
+            ..
+        } = file_entry(&c.path, e)
     {
-        for key in ["size", "xetHash", "uploadedAt", "mtime"] {
-            if let Some(x) = entry.get(key) {
-                out.insert(key.to_string(), x.clone());
-            }
-        }
+        out.size = Some(size);
+        out.xet_hash = Some(xet_hash);
+        out.uploaded_at = uploaded_at;
+        out.mtime = mtime.map(EventTime::Text);
     }
-    v
+    out
 }
 
 #[cfg(test)]
