@@ -9,8 +9,8 @@
 //!   without the feed, and a repository's branch, are polled every `refresh`
 //!   (`updatedAt`, the head) and listed again when they changed.
 //! - Reads ask `xet-download` for the byte range they need, through read-ahead windows
-//!   that grow for sequential readers (`read`); the chunk cache is shared with
-//!   `xet download`; the windows' memory is bounded ([`MountOptions::max_memory`]); a
+//!   that grow for sequential readers (`read`): random reads through the chunk cache
+//!   `xet download` shares, a sequential reader's windows streamed; the windows' memory is bounded ([`MountOptions::max_memory`]); a
 //!   read that cannot complete (a dead or stalled server) fails with `EIO` and a log
 //!   line naming the file and the server, never hangs.
 //! - Writes to a bucket are staged locally and uploaded at close or fsync, then added

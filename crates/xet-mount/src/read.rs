@@ -1,12 +1,13 @@
 //! Reads of one open file: each read is served from read-ahead windows, byte ranges of
 //! the file rebuilt by `xet-download` (the reconstruction of that range only, its xorb
-//! ranges fetched, every chunk decoded and hashed, the chunk cache consulted and
-//! filled). A reader that goes on where the last window ends gets a window that
-//! doubles, from [`FIRST_WINDOW`] to [`MAX_WINDOW`], fetched ahead while it reads the
-//! current one; a read elsewhere fetches [`RANDOM_WINDOW`] and starts the growth over,
-//! so random readers do not pay for read-ahead. Windows hold permits of the mount's
-//! memory budget until they are dropped; permits are taken now or not at all (no
-//! reader waits for another's memory): without them a read fetches only its own bytes.
+//! ranges fetched, every chunk decoded within its declared sizes). A reader that goes on
+//! where the last window ends gets windows that double, from [`FIRST_WINDOW`] to
+//! [`MAX_WINDOW`], one (then [`AHEAD`]) of them fetched ahead of the one it reads, each streamed in
+//! order (`file_stream`); a read elsewhere fetches [`RANDOM_WINDOW`] through the chunk
+//! cache (consulted and filled) and starts the growth over, so random readers do not pay
+//! for read-ahead (see [`streamed`]). Windows hold permits of the mount's memory budget
+//! until they are dropped; permits are taken now or not at all (no reader waits for
+//! another's memory): without them a read fetches only its own bytes.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -32,7 +33,7 @@ pub(crate) const RANDOM_WINDOW: u64 = 1 << 20;
 /// A read this far past the last window still counts as sequential (the kernel's own
 /// read-ahead and several threads of one reader jump a little).
 const SEQUENTIAL_SLACK: u64 = 16 << 20;
-/// Windows fetched ahead of the one a sequential reader is in.
+/// Windows fetched ahead of the one a sequential reader is in, once they are large.
 const AHEAD: usize = 2;
 /// Windows kept per open file: the one read, those fetched ahead, and the last one for
 /// readers that step back a little.
@@ -186,14 +187,22 @@ impl Reader {
         }
         if let Some(i) = w.list.iter().position(|x| x.start <= pos && pos < x.end) {
             let (start, end, data) = (w.list[i].start, w.list[i].end, w.list[i].data.clone());
-            // In a sequential run: keep [`AHEAD`] windows fetching after the one read, so
-            // the link stays busy while the reader drains a window and the gap between
-            // one window's end and the next one's first bytes is hidden.
+            // In a sequential run: keep windows fetching after the one read, so the link
+            // stays busy while the reader drains a window and the gap between one
+            // window's end and the next one's first bytes is hidden.
             if end - start >= FIRST_WINDOW {
+                // One window ahead while they are small (a short sequential read, such
+                // as one tensor, or the kernel's own read-ahead after a random read,
+                // is not charged for two), [`AHEAD`] once they are large.
+                let ahead = if end - start >= self.max_window() / 2 {
+                    AHEAD
+                } else {
+                    1
+                };
                 // Counted anew each time (pushing drops windows from the front), and at
-                // most AHEAD pushes whatever the list holds.
-                for _ in 0..AHEAD {
-                    if w.list.iter().filter(|x| x.start >= end).count() >= AHEAD {
+                // most `ahead` pushes whatever the list holds.
+                for _ in 0..ahead {
+                    if w.list.iter().filter(|x| x.start >= end).count() >= ahead {
                         break;
                     }
                     let tail = w.list.back().map_or(end, |b| b.end);
