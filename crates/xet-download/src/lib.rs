@@ -228,7 +228,8 @@ use std::time::Instant;
 
 use futures_util::StreamExt;
 use tokio::sync::Semaphore;
-use tokio_util::sync::CancellationToken;
+/// What [`DownloadOptions::cancel`] takes (see [`cancel_token`]).
+pub use tokio_util::sync::CancellationToken;
 pub use xet_cas::Cas;
 
 pub use cache::{CacheStats, cache_clear, cache_stats};

@@ -31,6 +31,7 @@ pub mod git;
 pub mod id;
 pub mod mode;
 pub mod repos;
+pub mod sse;
 pub mod store;
 pub mod time;
 pub mod tree;

@@ -382,16 +382,24 @@ impl Write for Sink {
 /// [`get_now`] driven on a blocking thread by the runtime: the compiler cannot prove
 /// the download's and the Hub client's futures `Send` for every lifetime of their
 /// borrows, which a spawned task needs; `block_on` needs no `Send`. (The thread waits;
-/// the work is still the runtime's.)
+/// the work is still the runtime's.) Dropping the returned future (the read's time
+/// limit passed) cancels the download, so the thread does not go on working for nobody.
 async fn get(origin: Origin, start: u64, end: u64) -> Result<Bytes, String> {
     let rt = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || rt.block_on(get_now(&origin, start, end)))
+    let cancel = xet_download::cancel_token();
+    let _cancel_when_dropped = cancel.clone().drop_guard();
+    tokio::task::spawn_blocking(move || rt.block_on(get_now(&origin, start, end, cancel)))
         .await
         .map_err(|e| format!("the fetch task failed: {e}"))?
 }
 
 /// The bytes, from the CAS (Xet) or from `resolve` (the rest).
-async fn get_now(origin: &Origin, start: u64, end: u64) -> Result<Bytes, String> {
+async fn get_now(
+    origin: &Origin,
+    start: u64,
+    end: u64,
+    cancel: xet_download::CancellationToken,
+) -> Result<Bytes, String> {
     let ctx = &origin.ctx;
     let Some(hash) = origin.hash else {
         return resolve_now(origin).await;
@@ -412,6 +420,7 @@ async fn get_now(origin: &Origin, start: u64, end: u64) -> Result<Bytes, String>
         memory_budget: (end - start).max(8 << 20),
         fetch_concurrency: FetchConcurrency::Fixed(8),
         temp_dir: ctx.opts.staging_dir.clone(),
+        cancel: Some(cancel),
         ..DownloadOptions::default()
     };
     let report = xet_download::download(Arc::clone(&ctx.cas), vec![request], opts, None)
