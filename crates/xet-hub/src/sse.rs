@@ -50,7 +50,11 @@ impl SseParser {
 
     /// Parse `bytes`, the events they end added to `out`; an error if an event grows
     /// past the limit.
-    pub fn push(&mut self, bytes: &[u8], out: &mut VecDeque<RawEvent>) -> Result<(), EventTooLarge> {
+    pub fn push(
+        &mut self,
+        bytes: &[u8],
+        out: &mut VecDeque<RawEvent>,
+    ) -> Result<(), EventTooLarge> {
         let mut rest = bytes;
         while !rest.is_empty() {
             if self.after_cr && rest[0] == b'\n' {
