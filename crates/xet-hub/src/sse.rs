@@ -69,7 +69,7 @@ impl SseParser {
             self.after_cr = rest[end] == b'\r';
             rest = &rest[end + 1..];
             let line = std::mem::take(&mut self.line);
-            if let Some(e) = self.line_ended(&line) {
+            if let Some(e) = self.line_ended(&line)? {
                 out.push_back(e);
             }
         }
@@ -86,13 +86,13 @@ impl SseParser {
     }
 
     /// Act on a whole line; the event it ends, if any.
-    fn line_ended(&mut self, line: &[u8]) -> Option<RawEvent> {
+    fn line_ended(&mut self, line: &[u8]) -> Result<Option<RawEvent>, EventTooLarge> {
         if line.is_empty() {
             self.size = 0;
             let name = std::mem::take(&mut self.name);
             let data = std::mem::take(&mut self.data);
             if data.is_empty() {
-                return None;
+                return Ok(None);
             }
             let name = if name.is_empty() {
                 "message".to_string()
@@ -101,10 +101,10 @@ impl SseParser {
             };
             // Every data line added a `\n`; the last one is not part of the data.
             let data = data.strip_suffix('\n').unwrap_or(&data).to_string();
-            return Some(RawEvent { name, data });
+            return Ok(Some(RawEvent { name, data }));
         }
         if line[0] == b':' {
-            return None;
+            return Ok(None);
         }
         let line = String::from_utf8_lossy(line);
         let (field, value) = match line.split_once(':') {
@@ -119,7 +119,12 @@ impl SseParser {
             }
             _ => {}
         }
-        None
+        // The lossy decoding of bytes that are not UTF-8 can triple them: the limit is
+        // on what is held, too.
+        if self.name.len() + self.data.len() > self.limit {
+            return Err(EventTooLarge { limit: self.limit });
+        }
+        Ok(None)
     }
 }
 
@@ -195,6 +200,9 @@ mod tests {
         // Many small events in a row are no large one.
         let small = "event: e\ndata: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n\n".repeat(100);
         assert_eq!(parse_in_pieces(small.as_bytes(), &[]).unwrap().len(), 100);
+        // Bytes that are not UTF-8 become U+FFFD, three bytes each: held, they count.
+        let lossy = [b"data: ".as_slice(), &[0xff; 600], b"\n\n"].concat();
+        assert!(parse_in_pieces(&lossy, &[]).is_err());
         let fits = format!("data: {}\n\n", "x".repeat(1000));
         assert_eq!(parse_in_pieces(fits.as_bytes(), &[3]).unwrap().len(), 1);
     }
