@@ -182,8 +182,10 @@ fn serve_collects_on_its_own_with_gc_interval() {
             .args([
                 "--gc-interval",
                 "1s",
+                // Not 0s: a zero grace is for quiet stores (no settle, no second mark
+                // protects an upload in flight: its xorbs may go before its commit).
                 "--gc-grace",
-                "0s",
+                "3s",
                 "--refresh-secs",
                 "1",
             ])
