@@ -652,10 +652,10 @@ fn collect_every<B: xet_store::ObjectBackend>(store: &Arc<xet_store::StoreCas<B>
     };
     if a.gc_grace.is_zero() {
         // The server itself writes to the store: nothing protects an upload in flight.
-        tracing::warn!(
-            "--gc-grace 0s: collections have no settle time and no grace, so an upload in \
-             flight can lose its xorbs before its commit lands; use a grace longer than \
-             your slowest upload (the default is 1d)"
+        eprintln!(
+            "xet: warning: --gc-grace 0s: collections have no settle time and no grace, so \
+             an upload in flight can lose its xorbs before its commit lands; use a grace \
+             longer than your slowest upload (the default is 1d)"
         );
     }
     let opts = xet_store::GcOptions::with_grace(a.gc_grace);
