@@ -689,3 +689,100 @@ fn mount_bucket_follows_another_writers_changes_through_the_events_feed() {
         assert!(!log.contains("polling"), "the feed was followed:\n{log}");
     }
 }
+
+/// `--daemon` returns once mounted, its JSON naming the background pid and its log; the
+/// folder serves the files; `umount DIR` ends that process. A mount that cannot start
+/// fails at once with the mount's own error and exit code, and leaves nothing running.
+#[test]
+fn mount_daemon_returns_once_mounted_and_umount_ends_it() {
+    if !fuse_or_skip() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let server = serve(store.path());
+    let url = server.url.as_str();
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let bytes = pseudo_random(3 << 20, 41);
+    std::fs::write(src.join("w.bin"), &bytes).unwrap();
+    let xet = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_xet"))
+            .args(args)
+            .env("HF_ENDPOINT", url)
+            .env("HF_TOKEN", WRITE)
+            .env("XET_CACHE", work.path().join("cache"))
+            .env_remove("XET_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let up = xet(&["upload", src.to_str().unwrap(), "hf://org/bg"]);
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+
+    let dir = work.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let started = Instant::now();
+    let out = xet(&[
+        "--json",
+        "mount",
+        "--daemon",
+        "hf://org/bg",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["ok"], true, "{doc}");
+    let pid = doc["pid"].as_u64().unwrap();
+    let log = PathBuf::from(doc["log"].as_str().unwrap());
+    assert!(
+        log.starts_with(work.path().join("cache")),
+        "{}",
+        log.display()
+    );
+    let alive = || Path::new(&format!("/proc/{pid}")).exists();
+    assert!(alive(), "the background mount is running");
+    assert_eq!(std::fs::read(dir.join("w.bin")).unwrap(), bytes);
+    eprintln!("--daemon returned after {:?}", started.elapsed());
+
+    let st = Command::new("umount").arg(&dir).status().unwrap();
+    assert!(st.success());
+    within(
+        "the background mount ends after umount",
+        Duration::from_secs(10),
+        || {
+            !alive()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z"))
+        },
+    );
+
+    // Nothing to mount: the mount's own error, its exit code, nothing left running.
+    let here = xet(&["mount", "hf://org/missing", dir.to_str().unwrap()]);
+    assert!(!here.status.success());
+    let out = xet(&[
+        "mount",
+        "--daemon",
+        "hf://org/missing",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        here.status.code(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("org/missing") && err.contains("ended before it was ready"),
+        "{err}"
+    );
+}

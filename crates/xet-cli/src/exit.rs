@@ -28,6 +28,25 @@ pub enum Code {
 }
 
 impl Code {
+    /// The code a child `xet` exited with (any other value: [`Code::Failure`]).
+    pub fn from_exit(code: Option<i32>) -> Code {
+        [
+            Code::Ok,
+            Code::Failure,
+            Code::Usage,
+            Code::Input,
+            Code::Auth,
+            Code::Rejected,
+            Code::Network,
+            Code::Corrupt,
+            Code::ReadOnly,
+            Code::Interrupted,
+        ]
+        .into_iter()
+        .find(|c| Some(*c as i32) == code)
+        .unwrap_or(Code::Failure)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Code::Ok => "ok",

@@ -9,6 +9,8 @@ use serde_json::json;
 use xet_hub_client::{HfAddress, HubEnv};
 use xet_mount::{MountOptions, Source};
 
+mod daemon;
+
 use crate::exit::{CliResult, Code, Failure};
 use crate::hub_client::{client, usage};
 use crate::output::Out;
@@ -46,10 +48,20 @@ pub struct MountArgs {
     /// Hub token (else HF_TOKEN, else the token file of `hf auth login`).
     #[arg(long, hide_env_values = true)]
     token: Option<String>,
+    /// Run in the background: return once mounted, printing the mount's pid and log
+    /// file; `umount DIR` (or SIGTERM to the pid) stops it.
+    #[arg(long)]
+    daemon: bool,
+    /// With --daemon: the mount's log (default: CACHE_DIR/mounts/SECS-PID.log).
+    #[arg(long, value_name = "FILE", requires = "daemon")]
+    log_file: Option<PathBuf>,
 }
 
 pub async fn mount(out: &Out, a: MountArgs) -> CliResult {
     let addr = HfAddress::parse(&a.source).map_err(|e| usage(e.to_string()))?;
+    if a.daemon {
+        return daemon::start(out, &a).await;
+    }
     let source = Source::from_address(addr);
     let client = client(&HubEnv::from_process(), a.token.as_deref())?;
     let bucket = matches!(source, Source::Bucket { .. });

@@ -469,6 +469,50 @@ fn redirect_home(cookie: HeaderValue) -> Response {
     r
 }
 
+/// The web layer's parsers of request bytes, for the fuzz target `web_request`
+/// (`fuzz/fuzz_targets/web_request.rs`); not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use axum::http::{HeaderMap, HeaderValue, header};
+
+    /// Whether `path` names a page.
+    pub fn names_a_page(path: &str) -> bool {
+        super::Page::of(path).is_some()
+    }
+
+    /// A query string's or form's pairs.
+    pub fn form_pairs(s: &str) -> Vec<(String, String)> {
+        super::form_pairs(s)
+    }
+
+    /// Whether a request with this `Accept` gets a page.
+    pub fn wants_html(accept: &str) -> bool {
+        let mut h = HeaderMap::new();
+        if let Ok(v) = HeaderValue::from_str(accept) {
+            h.insert(header::ACCEPT, v);
+        }
+        super::wants_html(&h)
+    }
+
+    /// The sign-in token of a request with these `Cookie` headers.
+    pub fn cookie_token(cookies: &[&[u8]]) -> Option<String> {
+        let mut h = HeaderMap::new();
+        for c in cookies {
+            if let Ok(v) = HeaderValue::from_bytes(c) {
+                h.append(header::COOKIE, v);
+            }
+        }
+        super::session::cookie_token(&h)
+    }
+
+    /// The `name=value` part of the cookie signing `token` in.
+    pub fn sign_in_pair(token: &str) -> String {
+        let v = super::session::sign_in_cookie(token, false);
+        let v = v.to_str().expect("the cookie is ASCII");
+        v.split(';').next().unwrap_or_default().to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
