@@ -6,6 +6,7 @@
 //! is this command's.
 
 use std::io::{BufRead as _, BufReader, Read as _};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
