@@ -60,7 +60,8 @@ pub struct MountArgs {
 pub async fn mount(out: &Out, a: MountArgs) -> CliResult {
     let addr = HfAddress::parse(&a.source).map_err(|e| usage(e.to_string()))?;
     if a.daemon {
-        return daemon::start(out, &a).await;
+        let log = (a.log_file.clone()).unwrap_or_else(|| daemon::default_log(&a.cache_dir));
+        return daemon::start(out, &a.dir, log).await;
     }
     let source = Source::from_address(addr);
     let client = client(&HubEnv::from_process(), a.token.as_deref())?;

@@ -13,19 +13,15 @@ use std::process::{Command, Stdio};
 use anyhow::Context as _;
 use serde_json::Value;
 
-use super::MountArgs;
 use crate::exit::{CliResult, Code, Failure};
 use crate::output::Out;
 
 /// The most of a failed mount's log shown.
 const LOG_SHOWN: u64 = 4096;
 
-pub(super) async fn start(out: &Out, a: &MountArgs) -> CliResult {
-    let log = match &a.log_file {
-        Some(p) => p.clone(),
-        None => default_log(&a.cache_dir),
-    };
-    let (json, dir) = (out.json, a.dir.clone());
+/// Start the mount on `dir` in the background, its log in `log`, and show its line.
+pub(super) async fn start(out: &Out, dir: &Path, log: PathBuf) -> CliResult {
+    let (json, dir) = (out.json, dir.to_path_buf());
     tokio::task::spawn_blocking(move || run(json, &dir, &log))
         .await
         .map_err(|e| Failure::new(Code::Failure, anyhow::anyhow!("the mount's starter: {e}")))?
@@ -37,7 +33,7 @@ pub(super) async fn start(out: &Out, a: &MountArgs) -> CliResult {
 }
 
 /// `CACHE_DIR/mounts/SECS-PID.log`.
-fn default_log(cache_dir: &Option<PathBuf>) -> PathBuf {
+pub(super) fn default_log(cache_dir: &Option<PathBuf>) -> PathBuf {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
