@@ -14,8 +14,8 @@ use super::cas::StoreCas;
 use super::condemned::{CONDEMNED_PREFIX, Condemned, DOOMED_PREFIX, DOOMED_VIEW_TTL, Named};
 use super::mark::{Marked, mark};
 
-/// Objects (and Hub marks of reclaimed files) deleted at once: each is a round trip on
-/// S3, and deletions are idempotent.
+/// Listings and reads of the Hub marks of reclaimed files in flight at once (each is a
+/// round trip on S3).
 const DELETES_AT_ONCE: usize = 32;
 
 /// How a collection runs.
