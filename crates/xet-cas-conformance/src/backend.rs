@@ -22,6 +22,7 @@ pub async fn run_all(b: &dyn ObjectBackend) {
     ranged_reads(b).await;
     listing(b).await;
     deletion(b).await;
+    bulk_deletion(b).await;
     racing_writers(b).await;
     no_partial_objects(b).await;
 }
@@ -233,6 +234,66 @@ pub async fn deletion(b: &dyn ObjectBackend) {
         text_err(b.get(&key).await),
         Ok(Some(Bytes::from_static(b"second")))
     );
+}
+
+/// Bulk deletion: present keys of every shape go, absent and repeated keys are no
+/// error, more keys than one S3 request takes (1,000) all go, and a key not named
+/// stays.
+pub async fn bulk_deletion(b: &dyn ObjectBackend) {
+    assert_eq!(
+        text_err(b.delete_many(&[]).await),
+        Ok(()),
+        "deleting nothing"
+    );
+    let kept = ObjectKey::xorb(&key_hash("bulk-kept", 0));
+    b.put_if_absent(&kept, Bytes::from_static(b"kept"))
+        .await
+        .expect("put");
+    let file = key_hash("bulk-file", 0);
+    let mut present: Vec<ObjectKey> = (0..1_003)
+        .map(|i| ObjectKey::xorb(&key_hash("bulk", i)))
+        .collect();
+    present.extend([
+        ObjectKey::shard(&key_hash("bulk-shard", 0)),
+        ObjectKey::meta("conformance-bulk-delete"),
+        ObjectKey::hub_file_reference(&file, &[0xab; 16]),
+        ObjectKey::hub_sha256(&[0xcd; 32]),
+    ]);
+    for k in &present {
+        b.put_if_absent(k, Bytes::from_static(b"doomed"))
+            .await
+            .expect("put");
+    }
+    let absent = ObjectKey::xorb(&key_hash("bulk-absent", 0));
+    let mut keys = vec![absent.clone(), present[0].clone()];
+    keys.extend(present.iter().cloned());
+    keys.push(present[1_002].clone());
+    keys.push(absent);
+    assert_eq!(text_err(b.delete_many(&keys).await), Ok(()), "bulk delete");
+    for k in [
+        &present[0],
+        &present[1_002],
+        &present[1_003],
+        &present[1_006],
+    ] {
+        assert_eq!(
+            text_err(b.get(k).await),
+            Ok(None),
+            "{k} after a bulk delete"
+        );
+    }
+    let left = b.list("").await.expect("list");
+    assert!(
+        present.iter().all(|k| !left.contains(k)),
+        "listed after a bulk delete"
+    );
+    assert!(left.contains(&kept), "a key not named is kept");
+    assert_eq!(
+        text_err(b.delete_many(&present[..2]).await),
+        Ok(()),
+        "deleting again"
+    );
+    assert_eq!(text_err(b.delete(&kept).await), Ok(true), "cleanup");
 }
 
 /// Concurrent puts of one key: exactly one wins and its content is complete.

@@ -87,6 +87,15 @@ enum Job {
 }
 
 impl Job {
+    /// How the store opens: gc reads everything it needs from the backend, so it does
+    /// not index the shards first (on S3 that was most of its requests).
+    fn store_config(self) -> xet_store::StoreConfig {
+        xet_store::StoreConfig {
+            index_on_open: !matches!(self, Job::Gc(_)),
+            ..xet_store::StoreConfig::default()
+        }
+    }
+
     async fn run<B: xet_store::ObjectBackend>(
         self,
         out: &Out,
@@ -127,17 +136,21 @@ pub async fn run(out: &Out, action: StoreAction) -> CliResult {
             config.endpoint = Some(e.clone());
         }
         config.conditional_put = args.s3_conditional_put;
-        let store = xet_store_s3::open_store(config)
+        let store = xet_store_s3::open_store_with(config, job.store_config())
             .await
             .with_context(|| format!("cannot open the store at {url}"))
             .map_err(|e| Failure::new(Code::Failure, e))?;
         return job.run(out, Arc::new(store)).await;
     }
-    job.run(out, Arc::new(open_dir(&path).await?)).await
+    job.run(out, Arc::new(open_dir(&path, job.store_config()).await?))
+        .await
 }
 
 /// An existing store directory (a bundle is read-only and has no lifecycle).
-async fn open_dir(dir: &Path) -> CliResult<xet_store::StoreCas<xet_store::FsBackend>> {
+async fn open_dir(
+    dir: &Path,
+    config: xet_store::StoreConfig,
+) -> CliResult<xet_store::StoreCas<xet_store::FsBackend>> {
     if xet_bundle::is_bundle(dir) {
         return Err(Failure::new(
             Code::ReadOnly,
@@ -153,7 +166,10 @@ async fn open_dir(dir: &Path) -> CliResult<xet_store::StoreCas<xet_store::FsBack
             dir.display()
         )));
     }
-    crate::remote::open_dir(dir).await
+    xet_store::open_store_with(dir, config)
+        .await
+        .with_context(|| format!("cannot open the store at {}", dir.display()))
+        .map_err(|e| Failure::new(Code::Failure, e))
 }
 
 fn store_failure(what: &str, e: xet_cas::CasError) -> Failure {

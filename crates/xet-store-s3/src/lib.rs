@@ -777,6 +777,25 @@ impl ObjectBackend for S3Backend {
             .map_err(|e| self.err("deleting", &path, e))?;
         Ok(true)
     }
+
+    async fn delete_many(&self, keys: &[ObjectKey]) -> Result<()> {
+        // DeleteObjects, 1,000 keys to a request (the client sends up to 20 at once and
+        // retries each): S3 answers a missing key as deleted; a server that names it
+        // missing instead is no error either.
+        use futures_util::StreamExt as _;
+        let paths: Vec<object_store::Result<Path>> =
+            keys.iter().map(|k| Ok(self.path(k))).collect();
+        let mut results = self
+            .store
+            .delete_stream(futures_util::stream::iter(paths).boxed());
+        while let Some(r) = results.next().await {
+            match r {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.err("deleting objects of", &self.path_of(""), e)),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A store in the bucket of `config` with the default configuration.

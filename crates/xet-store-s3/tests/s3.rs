@@ -108,13 +108,13 @@ macro_rules! backend_cases {
 mod backend_conformance {
     use super::*;
     backend_cases!("", ConditionalPut::Auto;
-        put_if_absent, put_parts, ranged_reads, listing, deletion, racing_writers, no_partial_objects);
+        put_if_absent, put_parts, ranged_reads, listing, deletion, bulk_deletion, racing_writers, no_partial_objects);
 }
 
 mod backend_conformance_prefixed {
     use super::*;
     backend_cases!("stores/one", ConditionalPut::Required;
-        put_if_absent, put_parts, ranged_reads, listing, deletion, racing_writers, no_partial_objects);
+        put_if_absent, put_parts, ranged_reads, listing, deletion, bulk_deletion, racing_writers, no_partial_objects);
 }
 
 /// Without conditional writes (explicitly off): everything but "exactly one racing
@@ -122,7 +122,7 @@ mod backend_conformance_prefixed {
 mod backend_conformance_unconditional {
     use super::*;
     backend_cases!("p", ConditionalPut::Disabled;
-        put_if_absent, put_parts, ranged_reads, listing, deletion, no_partial_objects);
+        put_if_absent, put_parts, ranged_reads, listing, deletion, bulk_deletion, no_partial_objects);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ impl<B: ObjectBackend> StoreCas<B> {
         for record in records(self).await? {
             per_repo.push(files_of(self, &repos, record).await?);
         }
-        let shards = shards(self).await?;
+        let shards = shards(self, &[]).await?;
         let xorbs = xorbs(self).await?;
         let live: HashMap<MerkleHash, u64> = per_repo
             .iter()
@@ -128,7 +128,7 @@ impl<B: ObjectBackend> StoreCas<B> {
                     .push(format!("{what}: {}", xet_cas::error_chain(&e))),
             }
         }
-        let shards = shards(self).await?;
+        let shards = shards(self, &[]).await?;
         let xorbs = xorbs(self).await?;
         report.shards = shards.len() as u64;
         report.xorbs = xorbs.len() as u64;

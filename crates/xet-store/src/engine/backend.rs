@@ -208,6 +208,20 @@ impl ObjectKey {
         format!("{HUB_FILES}{file}/")
     }
 
+    /// The prefix of every [`hub_file_reference`](Self::hub_file_reference).
+    pub fn hub_files_prefix() -> &'static str {
+        HUB_FILES
+    }
+
+    /// The file of a [`hub_file_reference`](Self::hub_file_reference) key.
+    pub fn file_reference_file(&self) -> Option<MerkleHash> {
+        let rest = self.0.strip_prefix(HUB_FILES)?;
+        match rest.split('/').collect::<Vec<_>>()[..] {
+            [file, rk] if is_hex(rk, 32) => parse_hash(file),
+            _ => None,
+        }
+    }
+
     /// The repository of a [`hub_file_reference`](Self::hub_file_reference) key.
     pub fn file_reference_repo(&self) -> Option<HubName> {
         let rest = self.0.strip_prefix(HUB_FILES)?;
@@ -406,6 +420,22 @@ pub trait ObjectBackend: Send + Sync + 'static {
     /// (`StoreCas::gc`), maintenance tools and tests delete.
     async fn delete(&self, key: &ObjectKey) -> Result<bool>;
 
+    /// Remove every object of `keys`: absent keys, and keys named more than once, are no
+    /// error (removing what is not there succeeds). Unlike [`delete`](Self::delete) it
+    /// does not tell which existed, which on S3 would cost a request per key; a caller
+    /// that counts takes its counts from a listing. `Ok` once every key is gone; on an
+    /// error some may be removed and others not, and calling again finishes (deletes are
+    /// idempotent). The backend retries what its transport retries (on S3 the client
+    /// retries each request); the caller does not retry, it reports the error. Only
+    /// garbage collection deletes this way. The default removes one key at a time with
+    /// [`delete`](Self::delete); S3 sends them 1,000 to a request (DeleteObjects).
+    async fn delete_many(&self, keys: &[ObjectKey]) -> Result<()> {
+        for key in keys {
+            self.delete(key).await?;
+        }
+        Ok(())
+    }
+
     /// Every key starting with `prefix`, sorted, with its size and when it was written:
     /// what garbage collection's grace period is measured against. A backend that cannot
     /// tell (the default) fails, and such a store is never collected.
@@ -454,6 +484,9 @@ impl<B: ObjectBackend + ?Sized> ObjectBackend for Arc<B> {
     }
     async fn delete(&self, key: &ObjectKey) -> Result<bool> {
         (**self).delete(key).await
+    }
+    async fn delete_many(&self, keys: &[ObjectKey]) -> Result<()> {
+        (**self).delete_many(keys).await
     }
     async fn list_aged(&self, prefix: &str) -> Result<Vec<AgedObject>> {
         (**self).list_aged(prefix).await
@@ -662,6 +695,8 @@ mod tests {
             format!("hub/files/{}/{rks}", "0".repeat(64))
         );
         assert_eq!(file_ref.file_reference_repo(), Some(rk));
+        assert_eq!(file_ref.file_reference_file(), Some(MerkleHash::default()));
+        assert_eq!(record.file_reference_file(), None);
         assert!(file_ref.is_content_addressed());
         for k in [
             &record, &record_v, &holder_v, &commit, &tree, &facts, &repo_sha, &version, &sha,

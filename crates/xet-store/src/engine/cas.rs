@@ -37,6 +37,12 @@ pub struct StoreConfig {
     pub meta_cache_bytes: usize,
     /// Largest shard upload accepted (default 1 GiB).
     pub max_shard_bytes: u64,
+    /// Index every stored shard on open (default). Off only for a process that does
+    /// nothing but collect garbage (`xet store gc`): [`StoreCas::gc`] reads what it
+    /// needs from the backend, never the index, and indexing reads every shard and the
+    /// footer of every xorb it names (on S3, four requests per file). Such a store
+    /// answers no reconstruction or dedup query until [`StoreCas::refresh`].
+    pub index_on_open: bool,
 }
 
 impl Default for StoreConfig {
@@ -47,6 +53,7 @@ impl Default for StoreConfig {
             max_dedup_xorbs: 4,
             meta_cache_bytes: 256 << 20,
             max_shard_bytes: 1 << 30,
+            index_on_open: true,
         }
     }
 }
@@ -99,8 +106,10 @@ impl<B: ObjectBackend> StoreCas<B> {
         Self::open_with(backend, StoreConfig::default()).await
     }
 
-    /// Open a store: load (or create) the dedup secret and index every stored shard.
+    /// Open a store: load (or create) the dedup secret and index every stored shard
+    /// (unless [`StoreConfig::index_on_open`] is off).
     pub async fn open_with(backend: B, config: StoreConfig) -> Result<Self> {
+        let index_on_open = config.index_on_open;
         let secret = load_secret(&backend).await?;
         let store = StoreCas {
             keys: KeyRing::new(secret, config.dedup_keys),
@@ -111,8 +120,10 @@ impl<B: ObjectBackend> StoreCas<B> {
             condemned_seen: Default::default(),
             doomed_view: Default::default(),
         };
-        let n = store.refresh().await?;
-        tracing::debug!(shards = n, "store opened");
+        if index_on_open {
+            let n = store.refresh().await?;
+            tracing::debug!(shards = n, "store opened");
+        }
         Ok(store)
     }
 

@@ -14,8 +14,8 @@ use super::cas::StoreCas;
 use super::condemned::{CONDEMNED_PREFIX, Condemned, DOOMED_PREFIX, DOOMED_VIEW_TTL, Named};
 use super::mark::{Marked, mark};
 
-/// Objects (and Hub marks of reclaimed files) deleted at once: each is a round trip on
-/// S3, and deletions are idempotent.
+/// Listings and reads of the Hub marks of reclaimed files in flight at once (each is a
+/// round trip on S3).
 const DELETES_AT_ONCE: usize = 32;
 
 /// How a collection runs.
@@ -155,7 +155,9 @@ impl<B: ObjectBackend> StoreCas<B> {
     pub async fn gc(self: &Arc<Self>, opts: GcOptions) -> Result<GcReport> {
         let started = Instant::now();
         let mut report = GcReport::default();
-        // With a zero grace the second pass deletes what the first condemned.
+        // With a zero grace the second pass deletes what the first condemned. Its mark
+        // reads again the roots and the listings, not the shards the first one read.
+        let mut known = Vec::new();
         for pass in 0..2 {
             let young_after = SystemTime::now()
                 .checked_sub(opts.grace)
@@ -172,7 +174,7 @@ impl<B: ObjectBackend> StoreCas<B> {
                 due.push(self.doom(&due).await?);
                 tokio::time::sleep(opts.settle).await;
             }
-            let marked = mark(self, young_after).await?;
+            let marked = mark(self, young_after, &known).await?;
             report.live_files = marked.live_files.len() as u64;
             report.live_shards = marked.live_shards.len() as u64;
             report.live_xorbs = marked.live_xorbs.len() as u64;
@@ -192,6 +194,7 @@ impl<B: ObjectBackend> StoreCas<B> {
             if pass == 0 && !(opts.grace.is_zero() && wrote) {
                 break;
             }
+            known = marked.shards;
         }
         report.elapsed_ms = started.elapsed().as_millis() as u64;
         Ok(report)
@@ -348,53 +351,79 @@ impl<B: ObjectBackend> StoreCas<B> {
             .into_iter()
             .filter(|(f, _)| !kept_files.contains(f))
             .collect();
-        futures_util::stream::iter(gone)
-            .map(|(file, sha256)| async move { self.forget_file(&file, sha256.as_ref()).await })
-            .buffer_unordered(DELETES_AT_ONCE)
-            .try_collect::<Vec<()>>()
-            .await?;
+        self.forget_files(gone, marked.live_files.len()).await?;
         self.forget_objects(&deleted_shards, &deleted_xorbs).await;
-        for (key, _, _) in due {
-            self.backend().delete(key).await?;
-        }
-        Ok(())
+        let lists: Vec<ObjectKey> = due.iter().map(|(key, _, _)| key.clone()).collect();
+        self.backend().delete_many(&lists).await
     }
 
-    /// Deletes `objects` ([`DELETES_AT_ONCE`] at a time); their hashes, and how many
-    /// were there and their bytes. (Owned items: a stream over borrowed ones makes the
-    /// spawned collector's `Send` proof too general for the compiler.)
+    /// Deletes `objects` (hash, key, listed size) in one bulk delete; their hashes, and
+    /// how many and how many bytes: counted from the listing the mark made (a bulk
+    /// delete does not tell which keys were there, and asking would cost a request per
+    /// object on S3), so one a concurrent run deleted since that listing counts here too.
     async fn delete_objects(
         &self,
         objects: Vec<(MerkleHash, ObjectKey, u64)>,
     ) -> Result<(Vec<MerkleHash>, u64, u64)> {
-        let hashes = objects.iter().map(|(h, _, _)| *h).collect();
-        let deleted: Vec<(bool, u64)> = futures_util::stream::iter(objects)
-            .map(|(_, key, size)| async move {
-                Ok::<_, CasError>((self.backend().delete(&key).await?, size))
+        let keys: Vec<ObjectKey> = objects.iter().map(|(_, k, _)| k.clone()).collect();
+        self.backend().delete_many(&keys).await?;
+        let bytes = objects.iter().map(|(_, _, size)| size).sum();
+        let hashes = objects.into_iter().map(|(h, _, _)| h).collect::<Vec<_>>();
+        let count = hashes.len() as u64;
+        Ok((hashes, count, bytes))
+    }
+
+    /// Removes the Hub's marks of reclaimed files (`live` files being live): which
+    /// repositories referenced them, and the verified sha256 naming each. The references
+    /// are found by one listing of every reference when that is fewer requests than a
+    /// listing per file (about one reference per live file), else file by file; all the
+    /// marks go in one bulk delete.
+    async fn forget_files(
+        &self,
+        gone: Vec<(MerkleHash, Option<[u8; 32]>)>,
+        live: usize,
+    ) -> Result<()> {
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let mut marks: Vec<ObjectKey> = if gone.len() > (live + gone.len()) / 1000 + 1 {
+            let files: HashSet<MerkleHash> = gone.iter().map(|(f, _)| *f).collect();
+            self.backend()
+                .list(ObjectKey::hub_files_prefix())
+                .await?
+                .into_iter()
+                .filter(|k| k.file_reference_file().is_some_and(|f| files.contains(&f)))
+                .collect()
+        } else {
+            let files: Vec<MerkleHash> = gone.iter().map(|(f, _)| *f).collect();
+            let listed: Vec<Vec<ObjectKey>> = futures_util::stream::iter(files)
+                .map(|file| async move {
+                    let prefix = ObjectKey::hub_file_references_prefix(&file);
+                    self.backend().list(&prefix).await
+                })
+                .buffer_unordered(DELETES_AT_ONCE)
+                .try_collect()
+                .await?;
+            listed.into_iter().flatten().collect()
+        };
+        let verified: Vec<(MerkleHash, [u8; 32])> = gone
+            .into_iter()
+            .filter_map(|(file, sha256)| Some((file, sha256?)))
+            .collect();
+        let named: Vec<Option<ObjectKey>> = futures_util::stream::iter(verified)
+            .map(|(file, sha256)| async move {
+                let key = ObjectKey::hub_sha256(&sha256);
+                let bytes = self.backend().get(&key).await?;
+                Ok::<_, CasError>(bytes.and_then(|b| {
+                    std::str::from_utf8(&b)
+                        .is_ok_and(|s| s.trim() == file.to_string())
+                        .then_some(key)
+                }))
             })
             .buffer_unordered(DELETES_AT_ONCE)
             .try_collect()
             .await?;
-        let there = deleted.iter().filter(|(was, _)| *was);
-        let (count, bytes) = there.fold((0, 0), |(n, b), (_, size)| (n + 1, b + size));
-        Ok((hashes, count, bytes))
-    }
-
-    /// Removes the Hub's marks of a reclaimed file: which repositories referenced it, and
-    /// the verified sha256 naming it.
-    async fn forget_file(&self, file: &MerkleHash, sha256: Option<&[u8; 32]>) -> Result<()> {
-        let prefix = ObjectKey::hub_file_references_prefix(file);
-        for key in self.backend().list(&prefix).await? {
-            self.backend().delete(&key).await?;
-        }
-        if let Some(sha) = sha256 {
-            let key = ObjectKey::hub_sha256(sha);
-            if let Some(bytes) = self.backend().get(&key).await?
-                && std::str::from_utf8(&bytes).is_ok_and(|s| s.trim() == file.to_string())
-            {
-                self.backend().delete(&key).await?;
-            }
-        }
-        Ok(())
+        marks.extend(named.into_iter().flatten());
+        self.backend().delete_many(&marks).await
     }
 }

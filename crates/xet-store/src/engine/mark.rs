@@ -179,17 +179,41 @@ fn store_error(e: xet_hub::RepoError) -> CasError {
     }
 }
 
-/// Every stored shard, parsed, with its age.
-pub(super) async fn shards<B: ObjectBackend>(store: &StoreCas<B>) -> Result<Vec<ShardFacts>> {
+/// Every stored shard, parsed, with its age (as listed now). A shard `known` holds (read
+/// earlier in this process) is not read again: a shard's name is the hash of its bytes,
+/// so what it registers and names cannot have changed; its presence and age are this
+/// listing's.
+pub(super) async fn shards<B: ObjectBackend>(
+    store: &StoreCas<B>,
+    known: &[ShardFacts],
+) -> Result<Vec<ShardFacts>> {
     use futures_util::{StreamExt, TryStreamExt};
     let listed = store.backend().list_aged(SHARD_PREFIX).await?;
+    let (mut out, unseen) = {
+        let known: HashMap<&super::backend::ObjectKey, &ShardFacts> =
+            known.iter().map(|s| (&s.object.key, s)).collect();
+        let (seen, unseen): (Vec<AgedObject>, Vec<AgedObject>) =
+            listed.into_iter().partition(|o| known.contains_key(&o.key));
+        let out: Vec<ShardFacts> = seen
+            .into_iter()
+            .map(|object| {
+                let facts = known[&object.key];
+                ShardFacts {
+                    object,
+                    files: facts.files.clone(),
+                    xorbs: facts.xorbs.clone(),
+                }
+            })
+            .collect();
+        (out, unseen)
+    };
     // Several reads in flight: on S3 each is a round trip, and a store holds many shards.
-    let read: Vec<Option<ShardFacts>> = futures_util::stream::iter(listed)
+    let read: Vec<Option<ShardFacts>> = futures_util::stream::iter(unseen)
         .map(|object| read_shard(store, object))
         .buffer_unordered(SHARD_READS_AT_ONCE)
         .try_collect()
         .await?;
-    let mut out: Vec<ShardFacts> = read.into_iter().flatten().collect();
+    out.extend(read.into_iter().flatten());
     out.sort_by(|a, b| a.object.key.cmp(&b.object.key));
     Ok(out)
 }
@@ -248,13 +272,15 @@ pub(super) struct Marked {
 }
 
 /// Marks the store: roots first (records and heads), then the shards and xorbs, so an
-/// object written after the roots were read is at worst young, never missed.
+/// object written after the roots were read is at worst young, never missed. The shards
+/// of an earlier mark (`known`) are not read again (see [`shards`]).
 pub(super) async fn mark<B: ObjectBackend>(
     store: &Arc<StoreCas<B>>,
     young_after: SystemTime,
+    known: &[ShardFacts],
 ) -> Result<Marked> {
     let repos = repo_files(store).await?;
-    let shards = shards(store).await?;
+    let shards = shards(store, known).await?;
     let xorbs = xorbs(store).await?;
     let live_files: HashSet<MerkleHash> =
         repos.iter().flat_map(|r| r.files.keys().copied()).collect();

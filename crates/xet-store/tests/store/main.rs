@@ -4,6 +4,7 @@
 mod buckets;
 mod fs;
 mod gc;
+mod gc_requests;
 mod git_trees;
 mod memory;
 mod reference;
