@@ -706,17 +706,7 @@ fn mount_daemon_returns_once_mounted_and_umount_ends_it() {
     std::fs::create_dir(&src).unwrap();
     let bytes = pseudo_random(3 << 20, 41);
     std::fs::write(src.join("w.bin"), &bytes).unwrap();
-    let xet = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_xet"))
-            .args(args)
-            .env("HF_ENDPOINT", url)
-            .env("HF_TOKEN", WRITE)
-            .env("XET_CACHE", work.path().join("cache"))
-            .env_remove("XET_LOG")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    };
+    let xet = |args: &[&str]| crate::hub_buckets::xet(url, work.path(), args, None);
     let up = xet(&["upload", src.to_str().unwrap(), "hf://org/bg"]);
     assert!(
         up.status.success(),
@@ -744,7 +734,7 @@ fn mount_daemon_returns_once_mounted_and_umount_ends_it() {
     let pid = doc["pid"].as_u64().unwrap();
     let log = PathBuf::from(doc["log"].as_str().unwrap());
     assert!(
-        log.starts_with(work.path().join("cache")),
+        log.starts_with(work.path().join("xet-cache")),
         "{}",
         log.display()
     );
@@ -785,4 +775,27 @@ fn mount_daemon_returns_once_mounted_and_umount_ends_it() {
         err.contains("org/missing") && err.contains("ended before it was ready"),
         "{err}"
     );
+
+    // In text, with a log file of one's own (not passed on to the mount itself).
+    let log = work.path().join("my.log");
+    let out = xet(&[
+        "mount",
+        "--daemon",
+        "--log-file",
+        log.to_str().unwrap(),
+        "hf://org/bg",
+        dir.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("mounted hf://org/bg"), "{text}");
+    assert!(text.contains(&format!("log {}", log.display())), "{text}");
+    assert!(log.exists());
+    assert_eq!(std::fs::read(dir.join("w.bin")).unwrap(), bytes);
+    let st = Command::new("umount").arg(&dir).status().unwrap();
+    assert!(st.success());
 }

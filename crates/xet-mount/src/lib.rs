@@ -10,9 +10,10 @@
 //!   (`updatedAt`, the head) and listed again when they changed.
 //! - Reads ask `xet-download` for the byte range they need, through read-ahead windows
 //!   that grow for sequential readers (`read`): random reads through the chunk cache
-//!   `xet download` shares, a sequential reader's windows streamed; the windows' memory is bounded ([`MountOptions::max_memory`]); a
-//!   read that cannot complete (a dead or stalled server) fails with `EIO` and a log
-//!   line naming the file and the server, never hangs.
+//!   `xet download` shares, a sequential reader's windows streamed; the windows' memory
+//!   is bounded ([`MountOptions::max_memory`]); a read that cannot complete (a dead or
+//!   stalled server) fails with `EIO` and a log line naming the file and the server,
+//!   never hangs.
 //! - Writes to a bucket are staged locally and uploaded at close or fsync, then added
 //!   with one batch; unlink and rename are batches (`write`).
 //!
@@ -146,8 +147,9 @@ pub async fn mount(
     let cas = client
         .xet_cas(&RepoTarget::repo(source.repo()), &token_url, None)
         .map_err(hub)?;
-    // The token now, not at the first read: a read is then two round trips (the
-    // reconstruction, the xorb range), on a connection the token's request opened.
+    // The token now, not at the first read: a cold read is then two round trips (the
+    // reconstruction, the xorb range), on the token request's connection when the CAS
+    // is on the Hub's host (as with `xet serve`).
     cas.warm_up().await.map_err(|e| MountError::Token {
         source_name: source.to_string(),
         source: e,

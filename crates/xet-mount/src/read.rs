@@ -1,13 +1,14 @@
 //! Reads of one open file: each read is served from read-ahead windows, byte ranges of
 //! the file rebuilt by `xet-download` (the reconstruction of that range only, its xorb
-//! ranges fetched, every chunk decoded within its declared sizes). A reader that goes on
-//! where the last window ends gets windows that double, from [`FIRST_WINDOW`] to
-//! [`MAX_WINDOW`], one (then [`AHEAD`]) of them fetched ahead of the one it reads, each streamed in
-//! order (`file_stream`); a read elsewhere fetches [`RANDOM_WINDOW`] through the chunk
-//! cache (consulted and filled) and starts the growth over, so random readers do not pay
-//! for read-ahead (see [`streamed`]). Windows hold permits of the mount's memory budget
-//! until they are dropped; permits are taken now or not at all (no reader waits for
-//! another's memory): without them a read fetches only its own bytes.
+//! ranges fetched, every chunk decoded within its declared sizes). A reader that goes
+//! on where the last window ends gets windows that double, from [`FIRST_WINDOW`] to
+//! [`MAX_WINDOW`], one (then [`AHEAD`]) of them fetched ahead of the one it reads, each
+//! streamed in order (`file_stream`); a read elsewhere fetches [`RANDOM_WINDOW`]
+//! through the chunk cache (consulted and filled) and starts the growth over, so random
+//! readers do not pay for read-ahead (see [`streamed`]). Windows hold permits of the
+//! mount's memory budget until they are dropped; permits are taken now or not at all
+//! (no reader waits for another's memory): without them a read fetches only its own
+//! bytes.
 
 use std::collections::VecDeque;
 use std::io::Write;

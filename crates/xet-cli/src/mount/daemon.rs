@@ -5,6 +5,7 @@
 //! and returns. If the mount ends before that line, its log says why and its exit code
 //! is this command's.
 
+use std::ffi::OsString;
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -56,10 +57,7 @@ fn run(json: bool, dir: &Path, log: &Path) -> Result<Vec<String>, Failure> {
     let exe = std::env::current_exe()
         .context("finding this program to start the mount")
         .map_err(failed)?;
-    let args = std::env::args_os()
-        .skip(1)
-        .filter(|a| a != "--daemon")
-        .collect::<Vec<_>>();
+    let args = foreground_args(std::env::args_os().skip(1));
     let mut child = Command::new(exe)
         .args(args)
         .stdin(Stdio::null())
@@ -92,6 +90,27 @@ fn run(json: bool, dir: &Path, log: &Path) -> Result<Vec<String>, Failure> {
     // Left running: it is reaped by init once this process is gone.
     drop(child);
     Ok(shown(json, line.trim_end(), pid, log, dir))
+}
+
+/// This command's arguments without `--daemon` and `--log-file` (the mount itself runs
+/// in the foreground; its log is its stderr).
+fn foreground_args(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut skip_value = false;
+    for a in args {
+        if std::mem::take(&mut skip_value) {
+            continue;
+        }
+        if a == "--daemon" || a.to_str().is_some_and(|s| s.starts_with("--log-file=")) {
+            continue;
+        }
+        if a == "--log-file" {
+            skip_value = true;
+            continue;
+        }
+        out.push(a);
+    }
+    out
 }
 
 /// Whether `line` is the one a mount prints once ready (`mounted ...`, or a JSON
@@ -142,5 +161,32 @@ fn tail(log: &Path) -> String {
         "(empty)".into()
     } else {
         text.split('\n').collect::<Vec<_>>().join(" / ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_foreground_mount_gets_every_argument_but_daemon_and_log_file() {
+        let args = |v: &[&str]| v.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        let kept = super::foreground_args(
+            args(&[
+                "--json",
+                "mount",
+                "--daemon",
+                "--log-file",
+                "/l",
+                "hf://o/m",
+                "/mnt",
+                "--log-file=/x",
+                "--refresh",
+                "5",
+            ])
+            .into_iter(),
+        );
+        assert_eq!(
+            kept,
+            args(&["--json", "mount", "hf://o/m", "/mnt", "--refresh", "5"])
+        );
     }
 }
