@@ -85,7 +85,7 @@ macro_rules! cas_conformance_tests {
         $crate::cas_conformance_tests!(@cases $make;
             empty_store, xorb_rejections, xorb_uploads, shard_rejections, reconstructions,
             range_errors, empty_file, dedup, fetch_errors, range_streams, concurrent_uploads, xorb_limits,
-            xorb_pieces, received_xorbs);
+            xorb_pieces, received_xorbs, xorb_footers);
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
         $(
@@ -118,6 +118,7 @@ where
     xorb_limits(&*make().await).await;
     xorb_pieces(&*make().await).await;
     received_xorbs(&*make().await).await;
+    xorb_footers(&*make().await).await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1135,19 +1136,66 @@ pub async fn fetch_errors(cas: &dyn Cas) {
         .expect("reconstruction");
     let fetch = r.fetches.last().expect("a fetch").clone();
     let (past, size) = ending_past_the_region(cas, &fetch).await;
-    assert!(
-        cas.fetch_xorb_range(&past).await.is_err(),
-        "fetch ending past the chunk region must fail"
+    let tail = footer_bytes(cas, &fetch).await;
+    past_the_region(
+        cas.fetch_xorb_range(&past).await,
+        &past,
+        size,
+        &tail,
+        "ending",
     );
     let mut beyond = fetch.clone();
     beyond.bytes = ByteRange::new(size + 10, size + 20);
+    past_the_region(
+        cas.fetch_xorb_range(&beyond).await,
+        &beyond,
+        size,
+        &tail,
+        "starting",
+    );
+    let mut after = fetch.clone();
+    after.bytes = ByteRange::new(size + 10, size + tail.len() as u64 + 1);
     assert!(
-        cas.fetch_xorb_range(&beyond).await.is_err(),
-        "fetch starting past the chunk region must fail"
+        cas.fetch_xorb_range(&after).await.is_err(),
+        "a fetch ending past the stored xorb (chunk region and footer) must fail"
     );
     // The real fetch still works.
     let got = cas.fetch_xorb_range(&fetch).await.expect("fetch");
     assert_eq!(got.len() as u64, fetch.bytes.len());
+}
+
+/// The footer (and `info_length`) of `fetch`'s xorb as stored, or nothing if the CAS
+/// gives none.
+async fn footer_bytes(cas: &dyn Cas, fetch: &xet_cas::XorbFetch) -> Vec<u8> {
+    let footer = cas.xorb_footer(fetch).await.expect("xorb_footer");
+    footer.map_or(Vec::new(), |f| f.to_bytes())
+}
+
+/// A range `what` past the chunk region of `region` bytes: an error, or (over HTTP, where
+/// the object goes on with the footer) exactly the chunk region's and footer's bytes
+/// there; never a short read.
+#[track_caller]
+fn past_the_region(
+    got: xet_cas::Result<Bytes>,
+    fetch: &xet_cas::XorbFetch,
+    region: u64,
+    tail: &[u8],
+    what: &str,
+) {
+    let Ok(got) = got else { return };
+    let r = fetch.bytes;
+    assert_eq!(
+        got.len() as u64,
+        r.len(),
+        "a fetch {what} past the chunk region came out short"
+    );
+    let in_tail = &got[(region.max(r.start) - r.start) as usize..];
+    let from = (r.start.max(region) - region) as usize;
+    assert_eq!(
+        tail.get(from..from + in_tail.len()),
+        Some(in_tail),
+        "a fetch {what} past the chunk region must fail or yield the footer's bytes"
+    );
 }
 
 /// `fetch` extended to one byte past its xorb's chunk region, and the region's size.
@@ -1212,13 +1260,83 @@ pub async fn range_streams(cas: &dyn Cas) {
                     file.name
                 );
             }
-            let (past, _) = ending_past_the_region(cas, fetch).await;
-            assert!(
-                collect_stream(cas, &past).await.is_err(),
-                "a stream ending past the chunk region must fail"
-            );
+            let (past, size) = ending_past_the_region(cas, fetch).await;
+            let tail = footer_bytes(cas, fetch).await;
+            let streamed = collect_stream(cas, &past).await.map(Bytes::from);
+            past_the_region(streamed, &past, size, &tail, "streamed");
         }
     }
+}
+
+/// The footer of every xorb a reconstruction points at, got where its fetch points:
+/// it names the xorb, its chunk hashes and sizes make up the xorb hash, it puts the
+/// fetch's chunks at the fetch's bytes, and each chunk fetched hashes to its entry.
+pub async fn xorb_footers(cas: &dyn Cas) {
+    let f = fixture();
+    populate(cas).await;
+    let mut seen = 0;
+    for file in &f.files {
+        let Ok(r) = cas.reconstruction(&file.hash, None).await else {
+            continue;
+        };
+        for fetch in &r.fetches {
+            let footer = cas
+                .xorb_footer(fetch)
+                .await
+                .unwrap_or_else(|e| panic!("{}: footer of {fetch:?}: {e}", file.name))
+                .unwrap_or_else(|| panic!("{}: no footer for {fetch:?}", file.name));
+            assert_eq!(
+                footer.xorb_hash, fetch.xorb,
+                "{}: the footer names another xorb",
+                file.name
+            );
+            let mut prev = 0u32;
+            let entries: Vec<(MerkleHash, u64)> = footer
+                .chunk_hashes
+                .iter()
+                .zip(&footer.unpacked_chunk_offsets)
+                .map(|(h, &end)| (*h, u64::from(end - std::mem::replace(&mut prev, end))))
+                .collect();
+            assert_eq!(
+                entries.len(),
+                footer.chunk_hashes.len(),
+                "{}: a v1 footer",
+                file.name
+            );
+            assert_eq!(
+                xet_hash::xorb_hash(&entries),
+                fetch.xorb,
+                "{}: footer hashes",
+                file.name
+            );
+            let (a, b) = (fetch.chunks.start as usize, fetch.chunks.end as usize);
+            let bytes = footer
+                .chunk_byte_range(a..b)
+                .expect("the fetch's chunks are in the xorb");
+            assert_eq!(
+                (bytes.start, bytes.end),
+                (fetch.bytes.start, fetch.bytes.end),
+                "{}",
+                file.name
+            );
+            let data = cas.fetch_xorb_range(fetch).await.expect("fetch");
+            let mut n = 0;
+            for (i, chunk) in (a..b).zip(xet_xorb::chunks(&data)) {
+                let chunk = chunk.expect("chunk header");
+                let plain = chunk.decompress().expect("chunk payload");
+                assert_eq!(
+                    xet_hash::chunk_hash(&plain),
+                    footer.chunk_hashes[i],
+                    "{}: chunk {i}",
+                    file.name
+                );
+                n += 1;
+            }
+            assert_eq!(n, b - a, "{}: chunks in {fetch:?}", file.name);
+            seen += 1;
+        }
+    }
+    assert!(seen > 0, "no fetch to ask a footer for");
 }
 
 /// Racing uploads of the same objects: exactly one wins, the others are no-ops.

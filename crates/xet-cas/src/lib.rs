@@ -330,7 +330,10 @@ pub trait Cas: Send + Sync {
     /// The serialized chunks (headers + compressed data) at `fetch.bytes` of the xorb's
     /// chunk region. In-process stores read `xorb` + `bytes`; the HTTP client reads
     /// `url` + `bytes` (a `403` there is [`CasError::UrlExpired`]). `chunks` is
-    /// informational. A range past the end is an error, never a short read.
+    /// informational. A range past the end is an error, never a short read: past the
+    /// chunk region for in-process stores; over HTTP, past the object the URL names,
+    /// which may go on with the footer (see [`Cas::xorb_footer`]), so a range reaching
+    /// into it yields the footer's bytes (no chunks: the caller's decoder refuses them).
     async fn fetch_xorb_range(&self, fetch: &XorbFetch) -> Result<Bytes>;
 
     /// The bytes [`Cas::fetch_xorb_range`] returns, handed over in pieces as they
@@ -345,6 +348,22 @@ pub trait Cas: Send + Sync {
     async fn stream_xorb_range(&self, fetch: &XorbFetch) -> Result<Box<dyn RangeStream>> {
         let bytes = self.fetch_xorb_range(fetch).await?;
         Ok(Box::new(WholeRange(Some(bytes))))
+    }
+
+    /// The footer of the xorb `fetch` names (its chunk hashes and boundaries), from
+    /// where `fetch` points: what a caller checks the chunks of a range against, once
+    /// the footer's chunk hashes are found to make up the xorb hash (which this method
+    /// does not check). In-process stores read `xorb`; the HTTP client asks `url` for
+    /// the end of the stored xorb (the object a xorb URL names is the chunk region
+    /// followed by its footer).
+    ///
+    /// `Ok(None)` when this CAS does not give it (the default): a server whose URLs
+    /// serve only the chunk region or only the ranges they were signed for. An error
+    /// is a failure to get it that a later call may not have (network, a footer that
+    /// does not parse or names another xorb).
+    async fn xorb_footer(&self, fetch: &XorbFetch) -> Result<Option<xet_xorb::XorbFooter>> {
+        let _ = fetch;
+        Ok(None)
     }
 
     /// Global dedup: a full shard (footer, lookup tables, possibly keyed chunk hashes)

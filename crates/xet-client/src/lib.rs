@@ -34,6 +34,7 @@
 
 mod config;
 mod fetch;
+mod footer;
 mod reconstructions;
 mod shards;
 mod stream;
@@ -166,6 +167,10 @@ impl Cas for HttpCas {
 
     async fn stream_xorb_range(&self, fetch: &XorbFetch) -> Result<Box<dyn RangeStream>> {
         stream::open(self, fetch).await
+    }
+
+    async fn xorb_footer(&self, fetch: &XorbFetch) -> Result<Option<xet_xorb::XorbFooter>> {
+        self.fetch_footer(fetch).await
     }
 
     async fn dedup_shard(&self, chunk: &MerkleHash) -> Result<Option<Bytes>> {

@@ -28,7 +28,7 @@
 //! | `GET /v1/reconstructions?file_id=..&file_id=..` | read | batch v1 JSON (unknown files left out) |
 //! | `HEAD /v1/files/{file}` | read | `200` + content-length of the file, or `404` |
 //! | `GET /v1/chunks/{prefix}/{chunk}` | read | `200` dedup shard bytes or `404` |
-//! | `GET /_xorb/{prefix}/{xorb}?X-Xet-Expires&X-Xet-Signature` | signed URL | `200` whole, `206` one range, `206 multipart/byteranges` several (≤ `max_ranges`, not overlapping), `416` none satisfiable, `403` expired/forged |
+//! | `GET /_xorb/{prefix}/{xorb}?X-Xet-Expires&X-Xet-Signature` | signed URL | the stored xorb (chunk region, then footer and `info_length`, so `bytes=-N` gives the footer): `200` whole, `206` one range, `206 multipart/byteranges` several (≤ `max_ranges`, not overlapping), `416` none satisfiable, `403` expired/forged |
 //! | `POST /v1/telemetry` | read | `200 {}` (discarded) |
 //! | `GET /v1/token` | read | `{"accessToken","exp","casUrl"}`: the presented token, `exp` = a minted CAS token's own, else now + `token_ttl` |
 //!

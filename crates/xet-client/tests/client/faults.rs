@@ -569,9 +569,11 @@ async fn ranged_reconstruction_and_range_errors() {
         .await
         .is_err()
     );
-    // Ranges past the xorb's end are errors, never short reads.
+    // Ranges past the stored xorb's end (its chunk region, then its footer) are errors,
+    // never short reads.
     let mut fetch = cas.reconstruction(&f.hash, None).await.unwrap().fetches[0].clone();
-    fetch.bytes.end = s.body.len() as u64 + 1;
+    let footer = cas.xorb_footer(&fetch).await.unwrap().expect("a footer");
+    fetch.bytes.end = (s.body.len() + footer.to_bytes().len()) as u64 + 1;
     let e = within(10, cas.fetch_xorb_range(&fetch)).await.unwrap_err();
     assert!(matches!(e, CasError::Corrupt { .. }), "{e:?}");
 }
@@ -690,4 +692,45 @@ async fn grant_upload_capacity_refusal_falls_back_to_a_direct_upload() {
         xet_cas_conformance::text_err(cas.xorb_size(&s.xorb).await),
         Ok(Some(s.body.len() as u64))
     );
+}
+
+/// A xorb's footer comes from the end of the object its URL names. A server that does
+/// not serve it there (URLs signed for one range: 403 or 416; a `Range` it rewrites)
+/// gives none, which is `Ok(None)`, not an error; a 5xx is retried.
+#[tokio::test]
+async fn a_footer_not_served_is_none_and_a_5xx_is_retried() {
+    let (_s, proxy, cas) = setup().await;
+    let s = sample(21);
+    within(30, upload(&cas, &s)).await;
+    let fetch = cas
+        .reconstruction(&s.files[1].hash, None)
+        .await
+        .unwrap()
+        .fetches[0]
+        .clone();
+    let footer = within(10, cas.xorb_footer(&fetch))
+        .await
+        .unwrap()
+        .expect("served");
+    assert_eq!(footer.xorb_hash, fetch.xorb);
+    assert!(
+        proxy
+            .log()
+            .iter()
+            .any(|l| l.path.starts_with("/_xorb/") && l.range() == Some("bytes=-65536"))
+    );
+    for (fault, served) in [
+        (Fault::Status(403), false),
+        (Fault::Status(416), false),
+        (Fault::RewriteRange(Some("bytes=0-99".into())), false),
+        (Fault::Status(503), true),
+    ] {
+        let what = format!("{fault:?}");
+        proxy.inject(Match::prefix("/_xorb/"), fault, 1);
+        let got = within(30, cas.xorb_footer(&fetch)).await.unwrap();
+        assert_eq!(got.is_some(), served, "{what}");
+        if let Some(f) = got {
+            assert_eq!(f, footer, "{what}");
+        }
+    }
 }

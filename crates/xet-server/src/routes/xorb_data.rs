@@ -15,7 +15,12 @@ use bytes::Bytes;
 use xet_cas::{ByteRange, ChunkRange, XorbFetch};
 use xet_hash::MerkleHash;
 
-/// No `Range`: 200 with the whole chunk region. One range: 206 + `Content-Range`.
+/// The object a xorb URL names is the stored xorb: its chunk region (where the
+/// reconstruction's byte ranges point), then its footer and `info_length`, so a client
+/// can check the chunks of a range against the xorb hash after asking for the end
+/// (`bytes=-N`).
+///
+/// No `Range`: 200 with the whole object. One range: 206 + `Content-Range`.
 /// Several: 206 `multipart/byteranges`. Unsatisfiable: 416. Expired or forged: 403.
 pub(crate) async fn xorb_data(
     State(s): State<AppState>,
@@ -26,13 +31,10 @@ pub(crate) async fn xorb_data(
     check_prefix(&prefix)?;
     let xorb = parse_hash("xorb", &hash)?;
     s.verify_xorb_url(&xorb, query.as_deref())?;
-    let size = s
-        .cas
-        .xorb_size(&xorb)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("xorb {xorb} not found")))?;
+    let object = StoredXorb::open(&s, xorb).await?;
+    let size = object.len();
     let Some((range, specs)) = range_header(&headers)? else {
-        let mut r = octets(fetch(&s, xorb, ByteRange::new(0, size)).await?);
+        let mut r = octets(object.read(&s, ByteRange::new(0, size)).await?);
         r.headers_mut()
             .insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
         return Ok(r);
@@ -45,7 +47,7 @@ pub(crate) async fn xorb_data(
             size,
         )),
         [one] => {
-            let mut r = partial(octets(fetch(&s, xorb, *one).await?));
+            let mut r = partial(octets(object.read(&s, *one).await?));
             r.headers_mut().insert(
                 header::CONTENT_RANGE,
                 HeaderValue::from_str(&content_range(one, size)).expect("ascii"),
@@ -55,13 +57,75 @@ pub(crate) async fn xorb_data(
         many => {
             let mut body = ByteRangesWriter::new(size);
             for r in many {
-                body.part(r, &fetch(&s, xorb, *r).await?);
+                body.part(r, &object.read(&s, *r).await?);
             }
             let content_type = HeaderValue::from_str(&body.content_type()).expect("ascii");
             let mut r = partial(Response::new(Body::from(body.finish())));
             r.headers_mut().insert(header::CONTENT_TYPE, content_type);
             Ok(r)
         }
+    }
+}
+
+/// A stored xorb as its URL serves it: the chunk region, read from the CAS range by
+/// range, then the footer and `info_length`.
+struct StoredXorb {
+    xorb: MerkleHash,
+    region: u64,
+    tail: Bytes,
+}
+
+impl StoredXorb {
+    async fn open(s: &Shared, xorb: MerkleHash) -> ApiResult<Self> {
+        let not_found = || ApiError::not_found(format!("xorb {xorb} not found"));
+        let region = s.cas.xorb_size(&xorb).await?.ok_or_else(not_found)?;
+        let footer = s
+            .cas
+            .xorb_footer(&whole(xorb, region))
+            .await?
+            .ok_or_else(not_found)?;
+        Ok(Self {
+            xorb,
+            region,
+            tail: Bytes::from(footer.to_bytes()),
+        })
+    }
+
+    fn len(&self) -> u64 {
+        self.region + self.tail.len() as u64
+    }
+
+    /// Bytes `r` (within [`Self::len`]).
+    async fn read(&self, s: &Shared, r: ByteRange) -> ApiResult<Bytes> {
+        let in_tail = |a: u64, b: u64| {
+            self.tail
+                .slice((a - self.region) as usize..(b - self.region) as usize)
+        };
+        if r.start >= self.region {
+            return Ok(in_tail(r.start, r.end));
+        }
+        let head = fetch(
+            s,
+            self.xorb,
+            ByteRange::new(r.start, r.end.min(self.region)),
+        )
+        .await?;
+        if r.end <= self.region {
+            return Ok(head);
+        }
+        let mut both = bytes::BytesMut::with_capacity(r.len() as usize);
+        both.extend_from_slice(&head);
+        both.extend_from_slice(&in_tail(self.region, r.end));
+        Ok(both.freeze())
+    }
+}
+
+fn whole(xorb: MerkleHash, region: u64) -> XorbFetch {
+    XorbFetch {
+        xorb,
+        chunks: ChunkRange::new(0, 0),
+        bytes: ByteRange::new(0, region),
+        url: None,
     }
 }
 

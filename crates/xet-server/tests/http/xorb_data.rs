@@ -20,14 +20,18 @@ async fn xorb_data_ranges() {
     let (s, _) = start_with(ServerConfig::default(), &f).await;
     let c = client();
     let url = xorb_data_url(&c, &s, &f).await;
-    let body = &f.xorb_body;
-    let n = body.len();
+    let region = &f.xorb_body;
+    assert_eq!(decode(region), f.data);
 
-    // No Range: 200, the whole chunk region.
+    // No Range: 200, the whole stored xorb: the chunk region, then its footer.
     let resp = c.get(&url).send().await.unwrap();
     assert_eq!(resp.status(), 200);
-    assert_eq!(resp.bytes().await.unwrap(), body[..]);
-    assert_eq!(decode(body), f.data);
+    let body = &resp.bytes().await.unwrap().to_vec();
+    let n = body.len();
+    let (footer, region_len) = xet_xorb::parse_footer(body, &xet_xorb::Limits::PROTOCOL).unwrap();
+    assert_eq!(body[..region_len], region[..]);
+    assert_eq!(footer.xorb_hash, f.xorb);
+    assert_eq!(footer.body_len(), region.len() as u64);
 
     let get = |r: String| {
         let c = c.clone();

@@ -554,6 +554,10 @@ impl<B: ObjectBackend> Cas for StoreCas<B> {
             })
     }
 
+    async fn xorb_footer(&self, fetch: &XorbFetch) -> Result<Option<xet_xorb::XorbFooter>> {
+        Ok(self.meta(&fetch.xorb).await?.map(|m| m.footer()))
+    }
+
     async fn dedup_shard(&self, chunk: &MerkleHash) -> Result<Option<Bytes>> {
         let Some(xorbs) = self.index.dedup_xorbs(chunk) else {
             return Ok(None);

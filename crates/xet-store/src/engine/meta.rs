@@ -26,6 +26,19 @@ impl XorbMeta {
         self.chunk_ends.last().copied().unwrap_or(0)
     }
 
+    /// The v1 footer this metadata was read from (or built for).
+    pub fn footer(&self) -> xet_xorb::XorbFooter {
+        // Offsets fit in u32: a stored xorb is at most the footered limit (< 4 GiB).
+        let u32s = |v: &[u64]| v.iter().map(|&e| e as u32).collect();
+        xet_xorb::XorbFooter {
+            version: xet_xorb::FOOTER_VERSION,
+            xorb_hash: self.hash,
+            chunk_hashes: self.chunk_hashes.clone(),
+            chunk_boundary_offsets: u32s(&self.chunk_ends),
+            unpacked_chunk_offsets: u32s(&self.unpacked_ends),
+        }
+    }
+
     /// Total uncompressed bytes.
     pub fn unpacked_len(&self) -> u64 {
         self.unpacked_ends.last().copied().unwrap_or(0)
