@@ -799,3 +799,108 @@ fn mount_daemon_returns_once_mounted_and_umount_ends_it() {
     let st = Command::new("umount").arg(&dir).status().unwrap();
     assert!(st.success());
 }
+
+/// A range read through the mount is checked chunk by chunk against its xorb's hashes
+/// (from the xorb's footer, which `xet serve` serves at the end of the xorb's URL): a
+/// stored chunk with one byte changed (random data is stored uncompressed, so it still
+/// decodes to the right length) fails the read with `EIO`, whether it is read at random
+/// or streamed to a sequential reader, and the log names the chunk and the xorb.
+#[test]
+fn mount_reads_fail_on_a_chunk_that_is_not_its_xorbs() {
+    if !fuse_or_skip() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let server = serve(store.path());
+    let url = server.url.clone();
+    let py = Py::new();
+    let src = tempfile::tempdir().unwrap();
+    let data = pseudo_random(24 << 20, 9);
+    std::fs::write(src.path().join("data.bin"), &data).unwrap();
+    py.hf_ok(&url, &["repos", "create", "org/damaged"]);
+    hf_upload(&py, &url, "org/damaged", src.path(), "data");
+    let at = damage_a_stored_chunk(store.path(), 12 << 20);
+
+    let m = Mount::start(&url, "hf://org/damaged", &["--no-cache"]);
+    let f = std::fs::File::open(m.path("data.bin")).unwrap();
+    let mut buf = vec![0; 64 << 10];
+    // Away from the damage: right.
+    f.read_at(&mut buf, 1 << 20).unwrap();
+    assert!(buf[..] == data[1 << 20..(1 << 20) + buf.len()]);
+    // A random read of the damaged chunk.
+    let e = f
+        .read_at(&mut buf, at)
+        .expect_err("a random read of the damaged chunk");
+    assert_eq!(e.raw_os_error(), Some(5), "{e}");
+    // A sequential reader reaches it in a streamed window.
+    let f = std::fs::File::open(m.path("data.bin")).unwrap();
+    let mut read = 0u64;
+    let e = loop {
+        match f.read_at(&mut buf, read) {
+            Ok(0) => panic!("the whole file was read, damage and all"),
+            Ok(n) => {
+                assert!(
+                    buf[..n] == data[read as usize..read as usize + n],
+                    "at {read}"
+                );
+                read += n as u64;
+            }
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(e.raw_os_error(), Some(5), "{e}");
+    assert!(read <= at, "read {read} bytes, the damage is at {at}");
+    let log = m.log();
+    assert!(
+        log.contains("data.bin") && log.contains("the xorb's footer says"),
+        "the log names the file and the check:\n{log}"
+    );
+}
+
+/// Change one payload byte of the stored chunk of `store`'s only xorb that holds the
+/// file's byte `near` (the file is the xorb's only data, stored uncompressed); the
+/// file offset of the changed byte.
+fn damage_a_stored_chunk(store: &Path, near: u64) -> u64 {
+    let xorbs: Vec<PathBuf> = walk(store)
+        .into_iter()
+        .filter(|p| {
+            p.parent()
+                .and_then(|d| d.file_name())
+                .is_some_and(|n| n == "xorbs")
+        })
+        .collect();
+    assert_eq!(xorbs.len(), 1, "one xorb: {xorbs:?}");
+    let mut bytes = std::fs::read(&xorbs[0]).unwrap();
+    // Walk the chunk headers (version, compressed size u24, scheme, size u24).
+    let (mut pos, mut unpacked) = (0usize, 0u64);
+    loop {
+        let h = &bytes[pos..pos + 8];
+        let stored = u32::from_le_bytes([h[1], h[2], h[3], 0]) as usize;
+        let size = u64::from(u32::from_le_bytes([h[5], h[6], h[7], 0]));
+        assert_eq!((h[0], h[4]), (0, 0), "an uncompressed chunk at {pos}");
+        if unpacked + size > near {
+            bytes[pos + 8 + 100] ^= 0x5a;
+            let mut perms = std::fs::metadata(&xorbs[0]).unwrap().permissions();
+            #[allow(clippy::permissions_set_readonly_false)]
+            perms.set_readonly(false);
+            std::fs::set_permissions(&xorbs[0], perms).unwrap();
+            std::fs::write(&xorbs[0], &bytes).unwrap();
+            return unpacked + 100;
+        }
+        pos += 8 + stored;
+        unpacked += size;
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -225,6 +225,8 @@ pub async fn download(out: &Out, a: DownloadArgs) -> CliResult {
         // only guards against trickling transfers, and one retry of that is enough.
         max_retries: if embedded { defaults.max_retries } else { 1 },
         cancel: Some(cancel),
+        // A range (`--range`) is checked chunk by chunk against its xorbs' hashes.
+        chunk_hashes: Some(Arc::default()),
         ..defaults
     };
     let pb = crate::progress::bar(!out.json && !out.quiet && !to_stdout, 0, "download");

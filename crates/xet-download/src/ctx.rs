@@ -50,6 +50,9 @@ pub(crate) struct FileStats {
     pub fetched: AtomicU64,
     pub from_cache: AtomicU64,
     pub fetches: AtomicU64,
+    /// Some chunks of a range were not checked against their xorb's chunk hashes (the
+    /// CAS gives none).
+    pub unchecked: AtomicBool,
 }
 
 /// One file being downloaded.

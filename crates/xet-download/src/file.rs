@@ -287,6 +287,10 @@ pub(crate) fn report(ctx: &FileCtx, shown: String, resumed: u64, started: Instan
         fetches: ctx.stats.fetches.load(Ordering::Relaxed),
         verification: if ctx.whole {
             Verification::FileHash
+        } else if ctx.shared.opts.chunk_hashes.is_some()
+            && !ctx.stats.unchecked.load(Ordering::Relaxed)
+        {
+            Verification::ChunkHashes
         } else {
             Verification::TermLengths
         },

@@ -100,9 +100,14 @@
 //!    that, a fetched range that was a whole xorb is checked against its xorb hash.
 //! 8. **Range downloads** cannot be checked against the file hash (it needs every
 //!    chunk of the file). What is checked: every chunk header and decompression
-//!    bound, the chunk count of each fetch, and every term's length. The report says
-//!    which check was made ([`Verification`]). A range covering the whole file is a
-//!    whole-file download.
+//!    bound, the chunk count of each fetch, and every term's length; with
+//!    [`DownloadOptions::chunk_hashes`] also every chunk's hash, fetched or read from
+//!    the chunk cache, against its xorb's: the footer is asked of the CAS
+//!    ([`Cas::xorb_footer`]) while the range is fetched, once per xorb, and taken only
+//!    if its chunk hashes and sizes make up the xorb hash and it puts the fetch's
+//!    chunks at the fetch's bytes ([`ChunkHashes`]). The report says which check was
+//!    made ([`Verification`]). A range covering the whole file is a whole-file
+//!    download.
 //!
 //! # Resume
 //!
@@ -190,7 +195,9 @@
 //! [`file_stream`] hands a file's bytes (or a range of them) out in order through a
 //! bounded channel instead of writing them anywhere: a server's response body. It
 //! decodes with the same decoder and checks what a range download checks (chunk
-//! headers and counts, bounded decompression, every term's length), not the file hash.
+//! headers and counts, bounded decompression, every term's length), not the file hash;
+//! [`file_stream_checked`] also checks every chunk against its xorb's chunk hashes, as
+//! a range download with [`DownloadOptions::chunk_hashes`] does.
 //! [`file_sha256`] reads a file through it once.
 //!
 //! # Cancellation
@@ -200,6 +207,7 @@
 
 mod budget;
 mod cache;
+mod chunk_hashes;
 mod ctx;
 mod decode;
 pub mod dest;
@@ -233,8 +241,9 @@ pub use tokio_util::sync::CancellationToken;
 pub use xet_cas::Cas;
 
 pub use cache::{CacheStats, cache_clear, cache_stats};
+pub use chunk_hashes::ChunkHashes;
 pub use error::{DownloadError, ErrorKind, Result};
-pub use stream::{file_sha256, file_stream};
+pub use stream::{file_sha256, file_stream, file_stream_checked};
 pub use types::{
     CacheConfig, Destination, DownloadOptions, DownloadReport, DownloadRequest, FetchConcurrency,
     FileRange, FileReport, ProgressEvent, ProgressFn, Totals, Verification, default_cache_dir,

@@ -16,7 +16,7 @@ use crate::fetch;
 use crate::journal::DoneTerm;
 use crate::plan::{self, Group, Item};
 use crate::types::ProgressEvent;
-use crate::write::{STREAM_MEMORY, Written, read_cached, stream_and_write};
+use crate::write::{STREAM_MEMORY, Written, look_up_chunk_hashes, read_cached, stream_and_write};
 
 /// Result of one group: `(item idx, kept chunks)` per item.
 type GroupResult = Vec<(usize, Vec<(MerkleHash, u32)>)>;
@@ -197,8 +197,10 @@ async fn run_group(ctx: Arc<FileCtx>, segment: ByteRange, group: Group) -> Resul
         let Some(_mem) = ctx.unless_stopped(shared.memory.reserve(1 << 20)).await else {
             return Ok(Vec::new());
         };
-        let (c2, items2) = (ctx.clone(), items.clone());
-        if let Some(done) = blocking(move || read_cached(&c2, &cache, &items2)).await?? {
+        let lookup = look_up_chunk_hashes(&ctx, &planned);
+        let (c2, items2, f2) = (ctx.clone(), items.clone(), planned.clone());
+        let read = move || read_cached(&c2, &cache, &f2, &items2, lookup);
+        if let Some(done) = blocking(read).await?? {
             let bytes: u64 = items.iter().map(|i| i.term.unpacked_length).sum();
             ctx.stats.from_cache.fetch_add(bytes, Ordering::Relaxed);
             return Ok(report_written(&ctx, done, true));

@@ -7,7 +7,9 @@
 //! in). What it checks is what a range download checks: each fetched range is decoded
 //! by the pipeline's decoder on a blocking thread (every chunk header, the chunk count
 //! the reconstruction lists, the declared sizes, decompression bounded by them), and
-//! every term must decode to its stated `unpacked_length`. An answer that breaks any of
+//! every term must decode to its stated `unpacked_length`; [`file_stream_checked`] also
+//! hashes every chunk and compares it with its xorb's ([`ChunkHashes`]) before any of its
+//! fetch is handed out. An answer that breaks any of
 //! these, or whose terms name chunks no fetch covers, ends the stream with
 //! [`CasError::Corrupt`] naming the file and the xorb; nothing in a hostile
 //! reconstruction can make it panic or read past what was fetched.
@@ -20,6 +22,7 @@ use tokio::sync::mpsc;
 use xet_cas::{ByteRange, Cas, CasError, Reconstruction, Term, XorbFetch};
 use xet_hash::MerkleHash;
 
+use crate::chunk_hashes::{ChunkHashes, Lookup};
 use crate::decode::{EachError, Piece, RangeDecoder};
 
 /// Pieces (chunks, or parts of them) in flight between the task rebuilding a file and
@@ -78,9 +81,23 @@ pub fn file_stream(
     file: MerkleHash,
     range: Option<ByteRange>,
 ) -> mpsc::Receiver<Result<Bytes, CasError>> {
+    file_stream_checked(cas, file, range, None)
+}
+
+/// [`file_stream`], with every chunk also checked against its xorb's chunk hashes
+/// where `chunk_hashes` is given (see [`crate::DownloadOptions::chunk_hashes`]): each
+/// xorb's are looked up while its range is fetched, and a chunk whose hash differs
+/// ends the stream with [`CasError::Corrupt`] before any of its fetch is handed out.
+pub fn file_stream_checked(
+    cas: Arc<dyn Cas>,
+    file: MerkleHash,
+    range: Option<ByteRange>,
+    chunk_hashes: Option<Arc<ChunkHashes>>,
+) -> mpsc::Receiver<Result<Bytes, CasError>> {
     let (tx, rx) = mpsc::channel(PIECES_IN_FLIGHT);
     tokio::spawn(async move {
-        if let Err(e) = pump(cas, &file, range, &tx).await {
+        let source = Source { cas, chunk_hashes };
+        if let Err(e) = pump(source, &file, range, &tx).await {
             // The receiver may be gone: nothing to tell then.
             let _ = tx.send(Err(e)).await;
         }
@@ -112,9 +129,16 @@ type Chunks = Vec<Bytes>;
 /// A fetch being decoded on a task of its own.
 type Decoding = tokio::task::JoinHandle<Result<Chunks, CasError>>;
 
-fn start_decode(cas: &Arc<dyn Cas>, file: &MerkleHash, fetch: &XorbFetch) -> Decoding {
-    let (cas, file, fetch) = (Arc::clone(cas), *file, fetch.clone());
-    tokio::spawn(async move { decode(cas.as_ref(), &file, &fetch).await })
+/// Where a stream's chunks come from, and what they are checked against.
+#[derive(Clone)]
+struct Source {
+    cas: Arc<dyn Cas>,
+    chunk_hashes: Option<Arc<ChunkHashes>>,
+}
+
+fn start_decode(source: &Source, file: &MerkleHash, fetch: &XorbFetch) -> Decoding {
+    let (source, file, fetch) = (source.clone(), *file, fetch.clone());
+    tokio::spawn(async move { decode(&source, &file, &fetch).await })
 }
 
 async fn finish_decode(d: Decoding, file: &MerkleHash) -> Result<Chunks, CasError> {
@@ -138,7 +162,7 @@ fn fetch_order<'a>(
 }
 
 async fn pump(
-    cas: Arc<dyn Cas>,
+    source: Source,
     file: &MerkleHash,
     range: Option<ByteRange>,
     tx: &mpsc::Sender<Result<Bytes, CasError>>,
@@ -146,7 +170,7 @@ async fn pump(
     if *file == MerkleHash::default() {
         return Ok(());
     }
-    let rec = cas.reconstruction(file, range).await?;
+    let rec = source.cas.reconstruction(file, range).await?;
     let order = fetch_order(&rec, file)?;
     let mut skip = rec.offset_into_first_range;
     let mut remaining = range.map_or(u64::MAX, |r| r.len());
@@ -172,11 +196,13 @@ async fn pump(
                             if let Some((_, d)) = other {
                                 d.abort();
                             }
-                            start_decode(&cas, file, fetch)
+                            start_decode(&source, file, fetch)
                         }
                     };
                     // Each new fetch is the next of `order`: start the one after it.
-                    ahead = upcoming.next().map(|f| (*f, start_decode(&cas, file, f)));
+                    ahead = upcoming
+                        .next()
+                        .map(|f| (*f, start_decode(&source, file, f)));
                     finish_decode(d, file).await?
                 }
             };
@@ -285,8 +311,9 @@ fn term_chunks<'a>(
 }
 
 /// Fetch `fetch`'s range and decode it on a blocking thread: exactly the chunks it
-/// lists, in exactly its bytes.
-async fn decode(cas: &dyn Cas, file: &MerkleHash, fetch: &XorbFetch) -> Result<Chunks, CasError> {
+/// lists, in exactly its bytes, and with chunk hashes to check against, each chunk's
+/// hash equal to its xorb's.
+async fn decode(source: &Source, file: &MerkleHash, fetch: &XorbFetch) -> Result<Chunks, CasError> {
     // Worded as the pipeline words it (`write::range_error`): the decoder's message
     // counts chunks from the start of the range.
     let bad = |chunk: Option<usize>, message: &str| {
@@ -307,21 +334,45 @@ async fn decode(cas: &dyn Cas, file: &MerkleHash, fetch: &XorbFetch) -> Result<C
     };
     // Checked before anything is fetched: a range no xorb can hold is refused at once.
     let decoder = RangeDecoder::new(fetch.bytes.len(), fetch.chunks.len() as usize, DECODE_BATCH)
-        .map_err(|e| bad(e.chunk, &e.message))?
-        .without_hashes();
-    let bytes = cas.fetch_xorb_range(fetch).await?;
+        .map_err(|e| bad(e.chunk, &e.message))?;
+    let cas = source.cas.as_ref();
+    let (bytes, found) = match &source.chunk_hashes {
+        None => (cas.fetch_xorb_range(fetch).await?, None),
+        Some(kept) => {
+            // Looked up while the range is fetched: no round trip of its own.
+            let (bytes, found) =
+                tokio::join!(cas.fetch_xorb_range(fetch), kept.for_fetch(cas, fetch));
+            (bytes?, Some(found?))
+        }
+    };
+    let decoder = match &found {
+        Some(Lookup::Found(_)) => decoder,
+        _ => decoder.without_hashes(),
+    };
     let xorb = fetch.xorb;
-    tokio::task::spawn_blocking(move || decode_range(decoder, bytes))
+    let (chunks, hashes) = tokio::task::spawn_blocking(move || decode_range(decoder, bytes))
         .await
         .map_err(|e| CasError::storage_with(format!("decoding xorb {xorb}"), e))?
-        .map_err(|e| bad(e.chunk, &e.message))
+        .map_err(|e| bad(e.chunk, &e.message))?;
+    if let Some(Lookup::Found(x)) = found
+        && let Some((at, want)) = x.mismatch(fetch.chunks.start, &hashes)
+    {
+        let got = hashes[(at - fetch.chunks.start) as usize];
+        let rel = Some((at - fetch.chunks.start) as usize);
+        return Err(bad(
+            rel,
+            &format!("its hash is {got}, the xorb's footer says {want}"),
+        ));
+    }
+    Ok(chunks)
 }
 
-/// Feed `bytes` to `decoder` as the whole range and collect the chunks (blocking).
+/// Feed `bytes` to `decoder` as the whole range and collect the chunks and their hashes
+/// (blocking).
 fn decode_range(
     mut decoder: RangeDecoder,
     bytes: Bytes,
-) -> Result<Chunks, crate::decode::DecodeError> {
+) -> Result<(Chunks, Vec<MerkleHash>), crate::decode::DecodeError> {
     let mut chunks = Vec::new();
     let mut sink = |_first: usize, pieces: &[Piece], _ends: &[u64]| {
         chunks.extend(pieces.iter().map(|p| match p {
@@ -335,8 +386,8 @@ fn decode_range(
         EachError::Sink(never) => match never {},
     };
     decoder.feed(bytes, &mut sink).map_err(only_decode)?;
-    decoder.finish(&mut sink).map_err(only_decode)?;
-    Ok(chunks)
+    let (hashes, _ends) = decoder.finish(&mut sink).map_err(only_decode)?;
+    Ok((chunks, hashes))
 }
 
 fn corrupt(file: &MerkleHash, message: String) -> CasError {

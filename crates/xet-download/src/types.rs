@@ -9,6 +9,8 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use xet_hash::MerkleHash;
 
+use crate::chunk_hashes::ChunkHashes;
+
 /// Where a file's bytes go.
 pub enum Destination {
     /// A path. Data is written to `<path>.part` (with the resume journal
@@ -203,6 +205,11 @@ pub struct DownloadOptions {
     /// Directory for the temporary file behind a [`Destination::Writer`]; the system
     /// temp dir when `None`.
     pub temp_dir: Option<PathBuf>,
+    /// Range downloads: check every chunk against its xorb's chunk hashes, which are
+    /// got from the CAS's footers ([`xet_cas::Cas::xorb_footer`], while the range is
+    /// fetched) and kept here, so share one across calls. A CAS that gives none leaves
+    /// ranges checked as [`Verification::TermLengths`] says. `None`: not asked for.
+    pub chunk_hashes: Option<Arc<ChunkHashes>>,
 }
 
 impl Default for DownloadOptions {
@@ -227,6 +234,7 @@ impl Default for DownloadOptions {
             cache: None,
             cancel: None,
             temp_dir: None,
+            chunk_hashes: None,
         }
     }
 }
@@ -290,6 +298,10 @@ pub enum Verification {
     /// A range: every chunk decoded within bounds and every term's length checked; the
     /// file hash cannot be checked without the whole file.
     TermLengths,
+    /// A range: as [`Verification::TermLengths`], and every chunk's hash equal to its
+    /// xorb's (from the xorb's footer, whose chunk hashes make up the xorb hash):
+    /// [`DownloadOptions::chunk_hashes`].
+    ChunkHashes,
     /// The empty file: nothing to check.
     Empty,
 }

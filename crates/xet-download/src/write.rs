@@ -10,6 +10,7 @@ use xet_cas::{ByteRange, ChunkRange, XorbFetch};
 use xet_hash::MerkleHash;
 
 use crate::cache::{ChunkCache, PendingEntry};
+use crate::chunk_hashes::Lookup;
 use crate::ctx::{FileCtx, XorbCandidate};
 use crate::decode;
 use crate::error::{DownloadError, Result};
@@ -51,8 +52,10 @@ pub(crate) async fn stream_and_write(
     slot: &mut Slot,
 ) -> Result<Written> {
     let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(PIECES_QUEUED);
+    let lookup = look_up_chunk_hashes(ctx, &fetch);
     let (c2, f2) = (ctx.clone(), fetch.clone());
-    let decoder = tokio::task::spawn_blocking(move || decode_and_write(&c2, &f2, &items, rx));
+    let decoder =
+        tokio::task::spawn_blocking(move || decode_and_write(&c2, &f2, &items, rx, lookup));
     let shared = &ctx.shared;
     // A CAS known to stream (it says so, or an earlier range showed it) gets a large
     // range asked for in parts, those ahead of their turn with memory of their own.
@@ -113,11 +116,15 @@ pub(crate) async fn stream_and_write(
     }
 }
 
-/// Serve `items` from the cache (blocking). `None` if any item missed.
+/// Serve `items` (of `fetch`) from the cache (blocking), their chunk hashes checked
+/// against their xorb's where `lookup` looks them up (an entry cached before, or by a
+/// run that did not check them, is checked now). `None` if any item missed.
 pub(crate) fn read_cached(
     ctx: &FileCtx,
     cache: &ChunkCache,
+    fetch: &XorbFetch,
     items: &[Item],
+    lookup: Option<HashLookup>,
 ) -> Result<Option<Written>> {
     let mut entries = Vec::with_capacity(items.len());
     for item in items {
@@ -137,6 +144,21 @@ pub(crate) fn read_cached(
             item.term.chunks.end,
         ));
     }
+    if let Some(lookup) = lookup {
+        let found = lookup.blocking_recv().map_err(|_| lookup_lost())??;
+        for (item, e) in items.iter().zip(&entries) {
+            let hashes: Vec<MerkleHash> = e.iter().map(|(h, _)| *h).collect();
+            let one = std::slice::from_ref(item);
+            check_chunk_hashes(
+                ctx,
+                fetch,
+                one,
+                found.clone(),
+                item.term.chunks.start,
+                &hashes,
+            )?;
+        }
+    }
     writes_landed(ctx)?;
     items
         .iter()
@@ -154,6 +176,7 @@ fn decode_and_write(
     fetch: &XorbFetch,
     items: &[Item],
     mut rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+    lookup: Option<HashLookup>,
 ) -> Result<Option<Written>> {
     let bad = |rel: Option<usize>, message: &str| range_error(ctx, fetch, items, rel, message);
     let n = fetch.chunks.len() as usize;
@@ -186,6 +209,10 @@ fn decode_and_write(
     for (item, &(a, b)) in items.iter().zip(&spans) {
         check_term_len(ctx, item, start_of(&ends, b) - start_of(&ends, a))?;
     }
+    if let Some(lookup) = lookup {
+        let found = lookup.blocking_recv().map_err(|_| lookup_lost())??;
+        check_chunk_hashes(ctx, fetch, items, found, fetch.chunks.start, &hashes)?;
+    }
     let chunks: Vec<(MerkleHash, u32)> = (0..hashes.len())
         .map(|i| {
             (
@@ -202,6 +229,63 @@ fn decode_and_write(
         .map(|(item, &(a, b))| finish_item(ctx, item, chunks[a..b].to_vec()))
         .collect::<Result<_>>()
         .map(Some)
+}
+
+/// The chunk hashes of a fetch's xorb ([`ChunkHashes`]), looked up on a task of their
+/// own while the range is fetched and decoded, so they cost no round trip of their own.
+pub(crate) type HashLookup = tokio::sync::oneshot::Receiver<Result<Lookup>>;
+
+/// Start looking up the chunk hashes for `fetch` where they are wanted: a range
+/// download with [`crate::DownloadOptions::chunk_hashes`] (a whole file is checked
+/// against its file hash instead).
+pub(crate) fn look_up_chunk_hashes(ctx: &Arc<FileCtx>, fetch: &XorbFetch) -> Option<HashLookup> {
+    let hashes = ctx
+        .shared
+        .opts
+        .chunk_hashes
+        .clone()
+        .filter(|_| !ctx.whole)?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (cas, fetch, file) = (ctx.shared.cas.clone(), fetch.clone(), ctx.file);
+    tokio::spawn(async move {
+        let found = hashes.for_fetch(cas.as_ref(), &fetch).await;
+        // The receiver is gone when the range failed first: nothing to tell then.
+        let _ = tx.send(found.map_err(|e| DownloadError::from_cas(file, e)));
+    });
+    Some(rx)
+}
+
+fn lookup_lost() -> DownloadError {
+    DownloadError::Internal("the lookup of a xorb's chunk hashes ended without an answer".into())
+}
+
+/// Compare `hashes`, those of chunks `first..` of `fetch`'s xorb (decoded, or read from
+/// the cache), with the xorb's. A CAS that gives no chunk hashes leaves the file's
+/// report saying so.
+fn check_chunk_hashes(
+    ctx: &FileCtx,
+    fetch: &XorbFetch,
+    items: &[Item],
+    found: Lookup,
+    first: u32,
+    hashes: &[MerkleHash],
+) -> Result<()> {
+    let xorb = match found {
+        Lookup::Found(x) => x,
+        Lookup::NotServed => {
+            ctx.stats.unchecked.store(true, Ordering::Relaxed);
+            return Ok(());
+        }
+    };
+    match xorb.mismatch(first, hashes) {
+        None => Ok(()),
+        Some((at, want)) => {
+            let got = hashes[(at - first) as usize];
+            let rel = (at - fetch.chunks.start) as usize;
+            let message = format!("its hash is {got}, the xorb's footer says {want}");
+            Err(range_error(ctx, fetch, items, Some(rel), &message))
+        }
+    }
 }
 
 /// Each item's chunks, relative to the fetch.

@@ -138,6 +138,9 @@ pub(crate) struct Ctx {
     pub opts: MountOptions,
     /// KiB of read-ahead windows held, bounded by `max_memory`.
     pub memory: Arc<Semaphore>,
+    /// The chunk hashes of the xorbs read so far: every chunk of a range is checked
+    /// against them (a range has no file hash to check).
+    pub chunk_hashes: Arc<xet_download::ChunkHashes>,
     pub uid: u32,
     pub gid: u32,
 }

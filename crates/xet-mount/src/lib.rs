@@ -161,6 +161,7 @@ pub async fn mount(
         commit: std::sync::Mutex::new(commit.clone().unwrap_or_default()),
         cas: Arc::new(cas),
         memory: Arc::new(Semaphore::new(kib as usize)),
+        chunk_hashes: Arc::default(),
         opts,
         uid,
         gid,

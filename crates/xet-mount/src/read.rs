@@ -1,6 +1,7 @@
 //! Reads of one open file: each read is served from read-ahead windows, byte ranges of
 //! the file rebuilt by `xet-download` (the reconstruction of that range only, its xorb
-//! ranges fetched, every chunk decoded within its declared sizes). A reader that goes
+//! ranges fetched, every chunk decoded within its declared sizes and its hash checked
+//! against its xorb's, the mount's [`xet_download::ChunkHashes`]). A reader that goes
 //! on where the last window ends gets windows that double, from [`FIRST_WINDOW`] to
 //! [`MAX_WINDOW`], one (then [`AHEAD`]) of them fetched ahead of the one it reads, each
 //! streamed in order (`file_stream`); a read elsewhere fetches [`RANDOM_WINDOW`]
@@ -344,8 +345,9 @@ async fn fetch(
 /// Its bytes come in order from the CAS without a staging file and without the chunk
 /// cache (the kernel's page cache keeps what was read); what every fetched range
 /// is checked against is the same as for a range download (each chunk decoded within
-/// its declared sizes, each term its stated length: a range has no file hash to
-/// check). Random reads (small windows) and whole files go through `xet-download`:
+/// its declared sizes and hashed to its xorb's chunk hash, each term its stated
+/// length: a range has no file hash to check). Random reads (small windows) and whole
+/// files go through `xet-download`:
 /// served from the chunk cache and filling it, and a whole file checked against its
 /// file hash.
 fn streamed(origin: &Origin, start: u64, end: u64) -> bool {
@@ -356,7 +358,10 @@ fn streamed(origin: &Origin, start: u64, end: u64) -> bool {
 async fn stream(origin: &Origin, start: u64, end: u64) -> Result<Pieces, String> {
     let hash = origin.hash.ok_or("a file outside Xet is not streamed")?;
     let range = xet_cas::ByteRange::new(start, end);
-    let mut rx = xet_download::file_stream(Arc::clone(&origin.ctx.cas), hash, Some(range));
+    let ctx = &origin.ctx;
+    let checked = Some(Arc::clone(&ctx.chunk_hashes));
+    let mut rx =
+        xet_download::file_stream_checked(Arc::clone(&ctx.cas), hash, Some(range), checked);
     let mut parts = Vec::new();
     while let Some(piece) = rx.recv().await {
         parts.push(piece.map_err(|e| error_chain(&e))?);
@@ -422,6 +427,7 @@ async fn get_now(
         fetch_concurrency: FetchConcurrency::Fixed(8),
         temp_dir: ctx.opts.staging_dir.clone(),
         cancel: Some(cancel),
+        chunk_hashes: Some(Arc::clone(&ctx.chunk_hashes)),
         ..DownloadOptions::default()
     };
     let report = xet_download::download(Arc::clone(&ctx.cas), vec![request], opts, None)
@@ -429,12 +435,13 @@ async fn get_now(
         .map_err(|e| error_chain(&e))?;
     let t = &report.totals;
     tracing::debug!(
-        "{}: bytes {start}..{end}: {} fetched in {} fetches, {} from the chunk cache, {:.3} s",
+        "{}: bytes {start}..{end}: {} fetched in {} fetches, {} from the chunk cache, {:.3} s, checked: {:?}",
         origin.path,
         t.bytes_fetched,
         t.fetches,
         t.bytes_from_cache,
-        t.elapsed
+        t.elapsed,
+        report.files.first().map(|f| f.verification),
     );
     let data = std::mem::take(&mut *sink.0.lock().expect("sink lock"));
     Ok(Bytes::from(data))

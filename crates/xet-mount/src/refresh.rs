@@ -551,6 +551,7 @@ mod tests {
                 commit: Default::default(),
                 cas: Arc::new(cas),
                 memory: Arc::new(tokio::sync::Semaphore::new(1024)),
+                chunk_hashes: Arc::default(),
                 opts: Default::default(),
                 uid: 0,
                 gid: 0,

@@ -1387,3 +1387,105 @@ async fn parts_of_a_large_range_resume_where_they_broke() {
         "{asked:?}"
     );
 }
+
+/// A range has no file hash to be checked against; with `chunk_hashes` every chunk is
+/// checked against its xorb's footer, fetched or read from the cache, so a flipped
+/// payload byte that decodes fine is caught (and without it, is not).
+#[tokio::test]
+async fn a_range_is_checked_against_its_xorbs_chunk_hashes() {
+    let c = build(&[random(1_000_000, 12)], 1 << 26);
+    let (store, backend) = store(&c).await;
+    let x = &c.xorbs[0];
+    let f = &c.files[0];
+    let (victim, next) = (x.info().chunks[5], x.info().chunks[6]);
+    let in_victim = victim.unpacked_offset + 10;
+    let range = FileRange::new(in_victim - 5_000, Some(next.unpacked_offset + 20_000));
+    let dir = tempfile::tempdir().unwrap();
+    let checked = |cache: Option<&Path>| DownloadOptions {
+        chunk_hashes: Some(Arc::new(ChunkHashes::default())),
+        cache: cache.map(CacheConfig::new),
+        ..opts()
+    };
+    let p = dir.path().join("good");
+    let rep = get(
+        store.clone(),
+        vec![req(f, &p).with_range(range)],
+        checked(None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rep.files[0].verification, Verification::ChunkHashes);
+    let (a, b) = (range.start as usize, range.end.unwrap() as usize + 1);
+    assert_eq!(std::fs::read(&p).unwrap(), f.data[a..b]);
+
+    corrupt(&backend, &x.hash(), (victim.offset + 8 + 100) as usize).await;
+    // Unchecked, the damage goes through: only the file hash would catch it.
+    let cache = tempfile::tempdir().unwrap();
+    let p = dir.path().join("unchecked");
+    let o = DownloadOptions {
+        cache: Some(CacheConfig::new(cache.path())),
+        ..opts()
+    };
+    let rep = get(store.clone(), vec![req(f, &p).with_range(range)], o)
+        .await
+        .unwrap();
+    assert_eq!(rep.files[0].verification, Verification::TermLengths);
+    assert_ne!(std::fs::read(&p).unwrap(), f.data[a..b]);
+    // Checked, from the network and then from the cache the unchecked run filled.
+    for (name, cache) in [("fetched", None), ("cached", Some(cache.path()))] {
+        let p = dir.path().join(name);
+        let e = get(
+            store.clone(),
+            vec![req(f, &p).with_range(range)],
+            checked(cache),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Verification, "{name}: {e}");
+        let msg = e.to_string();
+        let chunk = format!("chunk 5 of xorb {}", x.hash());
+        assert!(
+            msg.contains(&chunk) && msg.contains("footer"),
+            "{name}: {msg}"
+        );
+        assert!(!p.exists(), "{name}");
+    }
+    assert_eq!(
+        cache_stats(cache.path()).unwrap().entries,
+        0,
+        "the bad entry is evicted"
+    );
+}
+
+/// A CAS that serves no footers leaves ranges checked by decoding (and says so in the
+/// report); after three such answers in a row it is not asked again.
+#[tokio::test]
+async fn a_cas_without_footers_is_asked_three_times_then_no_more() {
+    let c = corpus();
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    let dir = tempfile::tempdir().unwrap();
+    let hashes = Arc::new(ChunkHashes::default());
+    for (i, f) in c
+        .files
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.data.len() > 10)
+    {
+        let p = dir.path().join(format!("r{i}"));
+        let n = f.data.len() as u64;
+        let o = DownloadOptions {
+            chunk_hashes: Some(hashes.clone()),
+            ..opts()
+        };
+        let rq = req(f, &p).with_range(FileRange::new(1, Some(n - 2)));
+        let rep = get(w.clone(), vec![rq], o).await.unwrap();
+        assert_eq!(rep.files[0].verification, Verification::TermLengths);
+        assert_eq!(std::fs::read(&p).unwrap(), f.data[1..n as usize - 1]);
+    }
+    assert!(
+        w.attempts.load(Ordering::SeqCst) > 3,
+        "more fetches than asks"
+    );
+    assert_eq!(w.footers_asked.load(Ordering::SeqCst), 3);
+}

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use common::*;
 use sha2::Digest as _;
 use xet_cas::{ByteRange, Cas, CasError, Reconstruction, XorbBody, XorbFetch};
-use xet_download::{file_sha256, file_stream};
+use xet_download::{ChunkHashes, file_sha256, file_stream, file_stream_checked};
 use xet_hash::MerkleHash;
 
 /// Every piece of the stream, or the error that ended it (with the bytes before it).
@@ -21,7 +21,12 @@ async fn collect(
     file: MerkleHash,
     range: Option<ByteRange>,
 ) -> (Vec<u8>, Option<CasError>) {
-    let mut rx = file_stream(cas, file, range);
+    collect_from(file_stream(cas, file, range)).await
+}
+
+async fn collect_from(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Bytes, CasError>>,
+) -> (Vec<u8>, Option<CasError>) {
     let mut out = Vec::new();
     while let Some(piece) = rx.recv().await {
         match piece {
@@ -306,4 +311,34 @@ async fn a_dropped_receiver_stops_the_work() {
         "{n} fetches of {}",
         c.xorbs.len()
     );
+}
+
+/// Checked, a stream ends at a chunk whose hash is not its xorb's, before handing out
+/// any of its fetch; unchecked, a flipped byte of a stored (uncompressed) chunk decodes.
+#[tokio::test]
+async fn a_checked_stream_ends_at_a_chunk_that_is_not_its_xorbs() {
+    let c = build(&[random(1_000_000, 13)], 1 << 26);
+    let (store, backend) = store(&c).await;
+    let (f, x) = (&c.files[0], &c.xorbs[0]);
+    let range = Some(ByteRange::new(1_000, 900_000));
+    let checked = || Some(Arc::new(ChunkHashes::default()));
+    let good = collect_from(file_stream_checked(store.clone(), f.hash, range, checked())).await;
+    assert!(good.1.is_none(), "{:?}", good.1);
+    assert_eq!(good.0, f.data[1_000..900_000]);
+    let victim = x.info().chunks[7];
+    corrupt(&backend, &x.hash(), (victim.offset + 8 + 64) as usize).await;
+    let (got, e) = collect(store.clone(), f.hash, range).await;
+    assert!(
+        e.is_none() && got != f.data[1_000..900_000],
+        "unchecked: decodes"
+    );
+    let (got, e) = collect_from(file_stream_checked(store.clone(), f.hash, range, checked())).await;
+    let e = e.expect("an error");
+    assert!(matches!(e, CasError::Corrupt { .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(
+        text.contains(&format!("chunk 7 of xorb {}", x.hash())),
+        "{text}"
+    );
+    assert!(got.is_empty(), "nothing of the fetch was handed out");
 }

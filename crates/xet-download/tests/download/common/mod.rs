@@ -232,6 +232,9 @@ pub struct Wrapper {
     pub retries_requests: AtomicBool,
     /// `size` and `reconstruction` queries, in the order they were made.
     pub queries: Mutex<Vec<&'static str>>,
+    /// Footers asked for; none is given (as a server whose URLs serve only the ranges
+    /// they were signed for).
+    pub footers_asked: AtomicU64,
 }
 
 impl Wrapper {
@@ -253,6 +256,7 @@ impl Wrapper {
             saw_url: AtomicBool::new(false),
             retries_requests: AtomicBool::new(false),
             queries: Mutex::new(Vec::new()),
+            footers_asked: AtomicU64::new(0),
         })
     }
     pub fn set_fault(&self, f: Fault) {
@@ -331,6 +335,13 @@ impl Cas for Wrapper {
     }
     async fn put_shard(&self, shard: Bytes) -> xet_cas::Result<bool> {
         self.inner.put_shard(shard).await
+    }
+    async fn xorb_footer(
+        &self,
+        _fetch: &XorbFetch,
+    ) -> xet_cas::Result<Option<xet_xorb::XorbFooter>> {
+        self.footers_asked.fetch_add(1, Ordering::SeqCst);
+        Ok(None)
     }
     async fn file_size(&self, file: &MerkleHash) -> xet_cas::Result<Option<u64>> {
         self.queries.lock().unwrap().push("size");
