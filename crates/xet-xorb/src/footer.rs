@@ -6,8 +6,8 @@
 //! v1: "XETBLOB" 1u8 xorb_hash[32]
 //!     "XBLBHSH" 0u8 n:u32 chunk_hash[32] * n                 <- hash section
 //!     "XBLBBND" 1u8 n:u32 boundary:u32 * n unpacked:u32 * n   <- boundary section
-//!     n:u32 hashes_off:u32 boundary_off:u32 reserved[16]=0
-//! v0: "XETBLOB" 0u8 xorb_hash[32] n:u32 boundary:u32 * n chunk_hash[32] * n reserved[16]
+//!     n:u32 hashes_off:u32 boundary_off:u32 nonce[4] reserved[12]=0
+//! v0: "XETBLOB" 0u8 xorb_hash[32] n:u32 boundary:u32 * n chunk_hash[32] * n nonce[4] reserved[12]
 //! then info_length:u32 = footer length, not counting itself.
 //! ```
 //!
@@ -34,6 +34,9 @@ pub const FOOTER_VERSION_V0: u8 = 0;
 const HASHES_VERSION: u8 = 0;
 const BOUNDARIES_VERSION: u8 = 1;
 const RESERVED_LEN: usize = 16;
+/// Leading bytes of the reserved buffer that may hold a uniqueness nonce (xet-core's
+/// `XORB_OBJECT_FORMAT_NONCE_LEN`); read and ignored, written as zeros.
+const NONCE_LEN: usize = 4;
 
 /// Parsed footer. For a v0 footer `unpacked_chunk_offsets` is empty (v0 does not store
 /// it; [`crate::verify`] recomputes it from the chunk headers).
@@ -331,11 +334,11 @@ pub fn parse_footer_tail(
             });
         }
     };
-    let reserved_at = r.offset();
-    if r.take(RESERVED_LEN, "footer reserved bytes")?
-        .iter()
-        .any(|&b| b != 0)
-    {
+    // The buffer's first bytes may hold the uniqueness nonce xet-core stamps into the
+    // footers it writes since mid-2026 (not part of the xorb hash); the rest is zero.
+    let reserved_at = r.offset() + NONCE_LEN as u64;
+    let buffer = r.take(RESERVED_LEN, "footer reserved bytes")?;
+    if buffer[NONCE_LEN..].iter().any(|&b| b != 0) {
         return Err(XorbError::FooterReserved {
             offset: reserved_at,
         });

@@ -177,7 +177,10 @@ proptest! {
             c.scheme != CompressionScheme::None
                 && (c.offset + 8 + 11..c.end() - 4).contains(&(i as u64))
         });
-        if in_lz4_sequences {
+        if stored && in_nonce(&b, i) {
+            // xet-core's uniqueness nonce: outside the hash, any value is valid.
+            prop_assert!(s_ok, "a footer nonce bit refused ({} of byte {})", bit, i);
+        } else if in_lz4_sequences {
             let l = Limits::default();
             let accepted = if stored { verify(&b, Some(&h), &l).map(|_| b.clone()) } else {
                 verify_body(&b, Some(&h), &l).map(|_| b.clone())
@@ -193,6 +196,12 @@ proptest! {
             prop_assert!(!b_ok, "body form accepted with bit {} of byte {} flipped", bit, i);
         }
     }
+}
+
+/// Whether byte `i` of a footered xorb is in its footer's uniqueness nonce (the first 4
+/// of the 16 buffer bytes before `info_length`).
+fn in_nonce(stored: &[u8], i: usize) -> bool {
+    (stored.len() - 20..stored.len() - 16).contains(&i)
 }
 
 fn header(compressed: u32, scheme: u8, uncompressed: u32) -> Vec<u8> {
@@ -377,12 +386,20 @@ fn footer_inconsistencies_are_rejected() {
         patch(bs + 12, 3),
         Err(XorbError::FooterChunkSize { chunk: 0, .. })
     ));
+    // The reserved buffer's first 4 bytes may hold xet-core's uniqueness nonce; the
+    // other 12 may not be anything but zero.
     let mut b = stored.clone();
-    b[t + 12] = 1;
-    assert!(matches!(
-        verify(&b, None, &l),
-        Err(XorbError::FooterReserved { .. })
-    ));
+    b[t + 12..t + 16].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+    let with_nonce = verify(&b, None, &l).expect("a nonce is accepted");
+    assert_eq!(with_nonce.hash, verify(&stored, None, &l).unwrap().hash);
+    for at in [t + 16, t + 27] {
+        let mut b = stored.clone();
+        b[at] = 1;
+        assert!(matches!(
+            verify(&b, None, &l),
+            Err(XorbError::FooterReserved { .. })
+        ));
+    }
     let mut b = stored.clone();
     b[bl + 7] = 2;
     assert_eq!(
@@ -695,6 +712,10 @@ fn exhaustive_single_bit_flips() {
             } else {
                 verify_body(&b, Some(&h), &l)
             };
+            if stored && in_nonce(&b, i) {
+                assert!(r.is_ok(), "a footer nonce bit at {i} refused");
+                continue;
+            }
             if r.is_ok() {
                 let c = x
                     .info()
