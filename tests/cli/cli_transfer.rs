@@ -183,6 +183,18 @@ fn ranges_equal_slices_of_the_original() {
         );
         assert_eq!(std::fs::read(&dest).unwrap(), &data[s..=e], "range {s}-{e}");
     }
+    // A range is checked chunk by chunk against its xorbs' hashes, and says so.
+    let dest = env.path("checked.bin");
+    let rep = env.json(&[
+        "download",
+        &h,
+        "--range",
+        "12345-2000000",
+        "-o",
+        dest.to_str().unwrap(),
+    ]);
+    assert_eq!(rep["files"][0]["verification"], "chunk_hashes", "{rep}");
+    assert_eq!(std::fs::read(&dest).unwrap(), &data[12345..=2_000_000]);
     // Open-ended range and stdout.
     let o = env.xet(&["download", &h, "--range", "3000000-", "-o", "-"]);
     assert!(o.status.success());
