@@ -716,6 +716,7 @@ fn mount_daemon_returns_once_mounted_and_umount_ends_it() {
 
     let dir = work.path().join("mnt");
     std::fs::create_dir(&dir).unwrap();
+    let _unmount = LazyUnmount(dir.clone());
     let started = Instant::now();
     let out = xet(&[
         "--json",
@@ -798,6 +799,20 @@ fn mount_daemon_returns_once_mounted_and_umount_ends_it() {
     assert_eq!(std::fs::read(dir.join("w.bin")).unwrap(), bytes);
     let st = Command::new("umount").arg(&dir).status().unwrap();
     assert!(st.success());
+}
+
+/// Detaches whatever is still mounted at its folder when dropped: a background mount
+/// outlives a test that fails half way, and its folder would stay mounted.
+struct LazyUnmount(PathBuf);
+
+impl Drop for LazyUnmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
 /// A range read through the mount is checked chunk by chunk against its xorb's hashes
