@@ -68,7 +68,7 @@ pub(crate) async fn xorb_data(
 }
 
 /// A stored xorb as its URL serves it: the chunk region, read from the CAS range by
-/// range, then the footer and `info_length`.
+/// range, then the footer and `info_length` (where the CAS gives them).
 struct StoredXorb {
     xorb: MerkleHash,
     region: u64,
@@ -76,18 +76,16 @@ struct StoredXorb {
 }
 
 impl StoredXorb {
+    /// The footer comes from the CAS; one that gives none has the chunk region served
+    /// alone (every range a reconstruction lists is in it).
     async fn open(s: &Shared, xorb: MerkleHash) -> ApiResult<Self> {
         let not_found = || ApiError::not_found(format!("xorb {xorb} not found"));
         let region = s.cas.xorb_size(&xorb).await?.ok_or_else(not_found)?;
-        let footer = s
-            .cas
-            .xorb_footer(&whole(xorb, region))
-            .await?
-            .ok_or_else(not_found)?;
+        let footer = s.cas.xorb_footer(&whole(xorb, region)).await?;
         Ok(Self {
             xorb,
             region,
-            tail: Bytes::from(footer.to_bytes()),
+            tail: footer.map_or_else(Bytes::new, |f| Bytes::from(f.to_bytes())),
         })
     }
 

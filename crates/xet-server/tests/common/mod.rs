@@ -429,6 +429,12 @@ impl<C: Cas> Cas for Counting<C> {
     async fn fetch_xorb_range(&self, fetch: &XorbFetch) -> xet_cas::Result<Bytes> {
         self.inner.fetch_xorb_range(fetch).await
     }
+    async fn xorb_footer(
+        &self,
+        fetch: &XorbFetch,
+    ) -> xet_cas::Result<Option<xet_xorb::XorbFooter>> {
+        self.inner.xorb_footer(fetch).await
+    }
     async fn dedup_shard(&self, chunk: &MerkleHash) -> xet_cas::Result<Option<Bytes>> {
         self.dedup_queries.fetch_add(1, Ordering::SeqCst);
         let r = self.inner.dedup_shard(chunk).await?;

@@ -166,6 +166,12 @@ impl Cas for FailingPuts {
     async fn fetch_xorb_range(&self, fetch: &XorbFetch) -> xet_cas::Result<Bytes> {
         self.inner.fetch_xorb_range(fetch).await
     }
+    async fn xorb_footer(
+        &self,
+        fetch: &XorbFetch,
+    ) -> xet_cas::Result<Option<xet_xorb::XorbFooter>> {
+        self.inner.xorb_footer(fetch).await
+    }
     async fn dedup_shard(&self, chunk: &MerkleHash) -> xet_cas::Result<Option<Bytes>> {
         self.inner.dedup_shard(chunk).await
     }

@@ -264,3 +264,75 @@ async fn presigned_urls_use_the_host_the_client_connected_to_or_the_public_url()
         .unwrap();
     assert_eq!(t.cas_url, "https://cas.example.org");
 }
+
+/// A store that gives no footers (`Cas::xorb_footer`'s default).
+struct NoFooters(std::sync::Arc<xet_store::MemoryStore>);
+
+#[async_trait::async_trait]
+impl xet_cas::Cas for NoFooters {
+    async fn put_xorb(
+        &self,
+        hash: &xet_hash::MerkleHash,
+        body: xet_cas::XorbBody,
+    ) -> xet_cas::Result<bool> {
+        self.0.put_xorb(hash, body).await
+    }
+    async fn xorb_size(&self, hash: &xet_hash::MerkleHash) -> xet_cas::Result<Option<u64>> {
+        self.0.xorb_size(hash).await
+    }
+    async fn put_shard(&self, shard: bytes::Bytes) -> xet_cas::Result<bool> {
+        self.0.put_shard(shard).await
+    }
+    async fn file_size(&self, file: &xet_hash::MerkleHash) -> xet_cas::Result<Option<u64>> {
+        self.0.file_size(file).await
+    }
+    async fn reconstruction(
+        &self,
+        file: &xet_hash::MerkleHash,
+        range: Option<xet_cas::ByteRange>,
+    ) -> xet_cas::Result<xet_cas::Reconstruction> {
+        self.0.reconstruction(file, range).await
+    }
+    async fn fetch_xorb_range(&self, fetch: &xet_cas::XorbFetch) -> xet_cas::Result<bytes::Bytes> {
+        self.0.fetch_xorb_range(fetch).await
+    }
+    async fn dedup_shard(
+        &self,
+        chunk: &xet_hash::MerkleHash,
+    ) -> xet_cas::Result<Option<bytes::Bytes>> {
+        self.0.dedup_shard(chunk).await
+    }
+}
+
+/// Over a CAS that gives no footers, a xorb URL serves the chunk region alone: every
+/// range a reconstruction lists, and no footer.
+#[tokio::test]
+async fn without_footers_a_xorb_url_serves_the_chunk_region() {
+    let f = fixture(22, SIZES);
+    let inner = memory_store().await;
+    put_fixture(inner.as_ref(), &f).await;
+    let s = TestServer::start(
+        ServerConfig::default(),
+        std::sync::Arc::new(NoFooters(inner)),
+    )
+    .await;
+    let c = client();
+    let url = xorb_data_url(&c, &s, &f).await;
+    let region = &f.xorb_body;
+    let resp = c.get(&url).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.bytes().await.unwrap(), region[..]);
+    let n = region.len();
+    let resp = c
+        .get(&url)
+        .header("range", "bytes=-5")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 206);
+    assert_eq!(
+        resp.headers()["content-range"],
+        format!("bytes {}-{}/{n}", n - 5, n - 1).as_str()
+    );
+    assert_eq!(resp.bytes().await.unwrap(), region[n - 5..]);
+}
