@@ -12,7 +12,8 @@
 //!   cap, the round trips are what counts), from `open` to the read's return, in round
 //!   trips; goal at most 4;
 //! - `cat` of the 1 GiB file through the mount next to `xet download hf://` and `hf
-//!   download` of it (each into the Hugging Face cache of a fresh home); the mount's CPU is `cat`'s plus the mount process's over the run;
+//!   download` of it (each into the Hugging Face cache of a fresh home); the mount's CPU is `cat`'s plus the mount process's over the run,
+//!   and its peak RSS (`VmHWM`) is shown (each run's, with its minor faults, on stderr);
 //!   goal: the mount at least 70% of `xet download`'s rate;
 //! - one tensor of the safetensors file loaded with `safetensors` (`safe_open` on the
 //!   mounted path, `get_tensor`) next to `hf download` of the whole file: time and bytes
@@ -380,6 +381,7 @@ impl Bench {
     fn cat(&self, runs: usize) -> Result<MountRow> {
         let mounted: RefCell<Option<Mounted>> = RefCell::new(None);
         let mount_cpu = RefCell::new(Vec::new());
+        let mount_rss = RefCell::new(Vec::new());
         let rounds = Rounds::loopback(runs);
         let [m, x, h] = sides(interleave(
             &rounds,
@@ -398,7 +400,19 @@ impl Bench {
                 )
                 .server(|| mounted.borrow().as_ref().map(Mounted::pid))
                 .after(|run: &Run| {
-                    mount_cpu.borrow_mut().push(run.server_cpu.unwrap_or(0.0));
+                    let cpu = run.server_cpu.unwrap_or(0.0);
+                    mount_cpu.borrow_mut().push(cpu);
+                    if let Some(pid) = mounted.borrow().as_ref().map(Mounted::pid) {
+                        let hwm = super::proc::status_kib(pid, "VmHWM:").unwrap_or(0);
+                        let faults = super::proc::minor_faults(pid).unwrap_or(0);
+                        mount_rss.borrow_mut().push(hwm);
+                        eprintln!(
+                            "mount cat: {:.2} s, the mount {cpu:.2} CPU s, peak RSS {} MiB, \
+                             {faults} minor faults",
+                            run.sample.secs,
+                            hwm / 1024
+                        );
+                    }
                     *mounted.borrow_mut() = None;
                     Ok(())
                 }),
@@ -432,9 +446,10 @@ impl Bench {
         Ok(MountRow {
             case: "`cat` of a cold 1 GiB file (mount: `cat`'s CPU and the mount's)".into(),
             mount: format!(
-                "{}; {:.0}% of xet download",
+                "{}; {:.0}% of xet download; the mount's peak RSS {} MiB",
                 cell(&m, least_mount_cpu),
-                ratio * 100.0
+                ratio * 100.0,
+                mount_rss.borrow().iter().max().copied().unwrap_or(0) / 1024
             ),
             xet: cell(&x, best(&x).cpu_secs),
             hf: cell(&h, best(&h).cpu_secs),

@@ -47,6 +47,14 @@ pub fn stat(pid: u32) -> Option<(char, f64)> {
     Some((state, ticks as f64 / clock_ticks()))
 }
 
+/// Minor page faults a process has taken so far (`/proc/<pid>/stat` field 10): pages
+/// touched for the first time, each zeroed by the kernel.
+pub fn minor_faults(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(7)?.parse().ok()
+}
+
 /// CPU seconds a running process has used so far (see [`stat`]).
 pub fn cpu_secs(pid: u32) -> Result<f64> {
     stat(pid)
