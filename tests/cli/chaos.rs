@@ -157,7 +157,7 @@ fn verify_store(store: &Path) -> usize {
 }
 
 /// Files below `dir` (recursively).
-fn files_below(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn files_below(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {

@@ -876,7 +876,7 @@ fn mount_reads_fail_on_a_chunk_that_is_not_its_xorbs() {
 /// file's byte `near` (the file is the xorb's only data, stored uncompressed); the
 /// file offset of the changed byte.
 fn damage_a_stored_chunk(store: &Path, near: u64) -> u64 {
-    let xorbs: Vec<PathBuf> = walk(store)
+    let xorbs: Vec<PathBuf> = crate::chaos::files_below(store)
         .into_iter()
         .filter(|p| {
             p.parent()
@@ -905,17 +905,4 @@ fn damage_a_stored_chunk(store: &Path, near: u64) -> u64 {
         pos += 8 + stored;
         unpacked += size;
     }
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
