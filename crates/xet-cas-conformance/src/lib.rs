@@ -21,6 +21,7 @@ pub mod backend;
 mod fixture;
 pub use fixture::{Upload, upload_of};
 mod format;
+pub mod gc_store;
 pub mod repos;
 
 use std::any::Any;

@@ -13,8 +13,8 @@
 //! in a row, and none served, it is not asked again.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use xet_cas::{Cas, CasError, XorbFetch};
 use xet_hash::MerkleHash;
@@ -123,16 +123,21 @@ pub struct ChunkHashes {
 
 #[derive(Debug, Default)]
 struct Kept {
-    by_xorb: HashMap<MerkleHash, std::sync::Arc<XorbChunkHashes>>,
+    by_xorb: HashMap<MerkleHash, Arc<XorbChunkHashes>>,
     order: VecDeque<MerkleHash>,
     bytes: usize,
+    /// Lookups under way: a second reader of the same xorb waits for the first one's
+    /// answer instead of asking again (`None`: not served).
+    asking: HashMap<MerkleHash, Arc<Asked>>,
 }
+
+type Asked = tokio::sync::OnceCell<Option<Arc<XorbChunkHashes>>>;
 
 /// What [`ChunkHashes::for_fetch`] found.
 #[derive(Clone)]
 pub(crate) enum Lookup {
     /// The xorb's chunk hashes, which the fetch's byte range agrees with.
-    Found(std::sync::Arc<XorbChunkHashes>),
+    Found(Arc<XorbChunkHashes>),
     /// The CAS does not give them.
     NotServed,
 }
@@ -156,25 +161,30 @@ impl ChunkHashes {
         cas: &dyn Cas,
         fetch: &XorbFetch,
     ) -> Result<Lookup, CasError> {
-        let kept = lock(&self.kept).by_xorb.get(&fetch.xorb).cloned();
-        let found = match kept {
-            Some(k) => k,
-            None => {
-                let not_served = self.not_served.load(Ordering::Relaxed);
-                if not_served != u32::MAX && not_served >= GIVE_UP_AFTER {
-                    return Ok(Lookup::NotServed);
+        // The kept hashes, or the lookup of them under way (joined, or started).
+        let kept_or_asking = {
+            let mut k = lock(&self.kept);
+            match k.by_xorb.get(&fetch.xorb) {
+                Some(x) => Ok(x.clone()),
+                None => Err(k.asking.entry(fetch.xorb).or_default().clone()),
+            }
+        };
+        let found = match kept_or_asking {
+            Ok(kept) => kept,
+            Err(asking) => {
+                let got = asking.get_or_try_init(|| self.ask(cas, fetch)).await;
+                let mut k = lock(&self.kept);
+                if k.asking
+                    .get(&fetch.xorb)
+                    .is_some_and(|a| Arc::ptr_eq(a, &asking))
+                {
+                    k.asking.remove(&fetch.xorb);
                 }
-                let Some(footer) = cas.xorb_footer(fetch).await? else {
-                    self.not_served_once(&fetch.xorb);
-                    return Ok(Lookup::NotServed);
-                };
-                self.not_served.store(u32::MAX, Ordering::Relaxed);
-                let xorb = fetch.xorb;
-                let checked = XorbChunkHashes::from_footer(xorb, footer)
-                    .map_err(|m| CasError::corrupt(format!("footer of xorb {xorb}"), m))?;
-                let checked = std::sync::Arc::new(checked);
-                self.keep(checked.clone());
-                checked
+                drop(k);
+                match got?.clone() {
+                    Some(x) => x,
+                    None => return Ok(Lookup::NotServed),
+                }
             }
         };
         found.check_fetch(fetch).map_err(|m| {
@@ -184,6 +194,30 @@ impl ChunkHashes {
             )
         })?;
         Ok(Lookup::Found(found))
+    }
+
+    /// Ask `cas` for the footer of `fetch`'s xorb and keep it once checked; `None` if
+    /// the CAS does not give it (or is no longer asked).
+    async fn ask(
+        &self,
+        cas: &dyn Cas,
+        fetch: &XorbFetch,
+    ) -> Result<Option<Arc<XorbChunkHashes>>, CasError> {
+        let not_served = self.not_served.load(Ordering::Relaxed);
+        if not_served != u32::MAX && not_served >= GIVE_UP_AFTER {
+            return Ok(None);
+        }
+        let Some(footer) = cas.xorb_footer(fetch).await? else {
+            self.not_served_once(&fetch.xorb);
+            return Ok(None);
+        };
+        self.not_served.store(u32::MAX, Ordering::Relaxed);
+        let xorb = fetch.xorb;
+        let checked = XorbChunkHashes::from_footer(xorb, footer)
+            .map_err(|m| CasError::corrupt(format!("footer of xorb {xorb}"), m))?;
+        let checked = Arc::new(checked);
+        self.keep(checked.clone());
+        Ok(Some(checked))
     }
 
     /// Count a "not served" answer; say so once the CAS is no longer asked.
@@ -201,7 +235,7 @@ impl ChunkHashes {
         }
     }
 
-    fn keep(&self, x: std::sync::Arc<XorbChunkHashes>) {
+    fn keep(&self, x: Arc<XorbChunkHashes>) {
         let mut k = lock(&self.kept);
         if k.by_xorb.contains_key(&x.xorb) {
             return;
@@ -294,9 +328,7 @@ mod tests {
         let mut xorbs = Vec::new();
         for i in 0..3u8 {
             let (xorb, f) = footer(&[(h(i), 10, 10), (h(i + 10), 10, 10)]);
-            c.keep(std::sync::Arc::new(
-                XorbChunkHashes::from_footer(xorb, f).unwrap(),
-            ));
+            c.keep(Arc::new(XorbChunkHashes::from_footer(xorb, f).unwrap()));
             xorbs.push(xorb);
         }
         let k = lock(&c.kept);

@@ -17,16 +17,11 @@
 use super::inputs::fresh;
 use super::measure::{Sample, measure};
 use anyhow::{Context, Result, bail};
-use bytes::Bytes;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xet_cas::Cas;
-use xet_hub::{
-    BranchName, CommitMeta, FileEntry, Operation, RepoId, RepoPath, RepoRef, RepoType, Repos,
-    Sha256,
-};
 
 /// Files of the gc rows' store: one xorb and one shard each.
 const FILES: usize = 50_000;
@@ -97,74 +92,19 @@ pub fn run(xet: &Path, write: bool) -> Result<()> {
     Ok(())
 }
 
-/// A unique pseudo-random file of 1 to 4 KiB.
-fn file(i: usize) -> Vec<u8> {
-    let mut x = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let len = 1024 + (i * 7919) % 3072;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
 /// [`FILES`] files, each its own xorb and shard, written [`AT_ONCE`] at a time; all but
 /// every [`GARBAGE_EVERY`]-th committed to one model repository.
 async fn populate<S>(store: Arc<S>) -> Result<()>
 where
     S: Cas + xet_hub::RepoStore + 'static,
 {
-    use futures_util::{StreamExt as _, TryStreamExt as _};
-    let files: Vec<(usize, xet_hash::MerkleHash, u64)> = futures_util::stream::iter(0..FILES)
-        .map(|i| {
-            let store = Arc::clone(&store);
-            async move {
-                let data = file(i);
-                let hash = put_file(&*store, &data).await?;
-                anyhow::Ok((i, hash, data.len() as u64))
-            }
-        })
-        .buffer_unordered(AT_ONCE)
-        .try_collect()
-        .await?;
-    let repos = Repos::new(store);
-    let repo = RepoRef::new(RepoType::Model, RepoId::new("org", "live")?);
-    repos.create(&repo, "bench", false, 1).await?;
-    let ops: Vec<Operation> = files
-        .iter()
-        .filter(|(i, _, _)| i % GARBAGE_EVERY != 0)
-        .map(|&(i, hash, size)| {
-            Ok(Operation::Add {
-                path: RepoPath::parse(&format!("d{:03}/f{i:06}.bin", i % 500))?,
-                entry: FileEntry::lfs(hash, Sha256::from_bytes([1; 32]), size),
-            })
-        })
-        .collect::<Result<_>>()?;
-    let meta = CommitMeta {
-        summary: "live files".into(),
-        author: "bench".into(),
-        created_at: 1_800_000_000,
-        ..CommitMeta::default()
+    let shape = xet_cas_conformance::gc_store::GcStore {
+        files: FILES,
+        garbage_every: GARBAGE_EVERY,
+        folders: 500,
+        at_once: AT_ONCE,
     };
-    repos
-        .commit_to_branch(&repo, &BranchName::main(), None, &ops, &meta)
-        .await?;
-    Ok(())
-}
-
-/// Store `data` as an upload would: its xorbs, then its shard. The file's hash.
-async fn put_file(store: &impl Cas, data: &[u8]) -> Result<xet_hash::MerkleHash> {
-    let up = xet_cas_conformance::upload_of(&[data.to_vec()]);
-    for x in &up.xorbs {
-        store
-            .put_xorb(&x.hash, Bytes::from(x.body.clone()).into())
-            .await?;
-    }
-    store.put_shard(Bytes::from(up.shard)).await?;
-    Ok(up.files[0])
+    shape.populate(store).await.map_err(|e| anyhow::anyhow!(e))
 }
 
 /// The environment `xet` reads the S3 server's credentials from, the endpoint being the
@@ -264,7 +204,9 @@ fn check_rows(xet: &Path, work: &Path, rt: &tokio::runtime::Runtime) -> Result<V
     rt.block_on(async {
         let store = Arc::new(xet_store::open_store(&dir).await?);
         for i in 0..CHECK_FILES {
-            put_file(&*store, &big_file(i)).await?;
+            xet_cas_conformance::gc_store::put_file(&*store, &big_file(i))
+                .await
+                .map_err(|e| anyhow::anyhow!(e))?;
         }
         anyhow::Ok(())
     })?;

@@ -342,3 +342,38 @@ async fn a_checked_stream_ends_at_a_chunk_that_is_not_its_xorbs() {
     );
     assert!(got.is_empty(), "nothing of the fetch was handed out");
 }
+
+/// Readers of the same xorb at once share one footer request, and later ones use the
+/// kept footer.
+#[tokio::test]
+async fn concurrent_checked_streams_ask_for_a_footer_once() {
+    let c = build(&[random(1_000_000, 15)], 1 << 26);
+    let (store, _) = store(&c).await;
+    let w = Wrapper::new(store);
+    w.serve_footers.store(true, Ordering::SeqCst);
+    let f = &c.files[0];
+    let hashes = Arc::new(ChunkHashes::default());
+    let read = |a: u64, b: u64| {
+        let rx = file_stream_checked(
+            w.clone(),
+            f.hash,
+            Some(ByteRange::new(a, b)),
+            Some(hashes.clone()),
+        );
+        collect_from(rx)
+    };
+    let got =
+        futures_util::future::join_all((0..8u64).map(|k| read(k * 100_000, k * 100_000 + 50_000)))
+            .await;
+    for (k, (bytes, e)) in got.into_iter().enumerate() {
+        assert!(e.is_none(), "{e:?}");
+        assert_eq!(bytes, f.data[k * 100_000..k * 100_000 + 50_000]);
+    }
+    let (bytes, e) = read(0, 1_000_000).await;
+    assert!(e.is_none() && bytes == f.data);
+    assert_eq!(
+        w.footers_asked.load(Ordering::SeqCst),
+        1,
+        "one xorb, one request"
+    );
+}

@@ -10,11 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use xet_cas::{ByteRange, Cas, Result};
-use xet_cas_conformance::upload_of;
-use xet_hub::{
-    BranchName, CommitMeta, FileEntry, Operation, RepoId, RepoPath, RepoRef, RepoType, Repos,
-    Sha256,
-};
+use xet_cas_conformance::gc_store::GcStore;
 use xet_store::{
     AgedObject, GcOptions, MemoryBackend, ObjectBackend, ObjectKey, StoreCas, StoreConfig,
 };
@@ -87,59 +83,19 @@ impl ObjectBackend for Counting {
     }
 }
 
-const FILES: usize = 500;
-const GARBAGE_EVERY: usize = 5;
-
-fn file(i: usize) -> Vec<u8> {
-    let mut x = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..1024 + (i * 7919) % 3072)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
-async fn populate(store: Arc<StoreCas<Counting>>) {
-    let mut ops = Vec::new();
-    for i in 0..FILES {
-        let data = file(i);
-        let up = upload_of(std::slice::from_ref(&data));
-        for x in &up.xorbs {
-            store
-                .put_xorb(&x.hash, Bytes::from(x.body.clone()).into())
-                .await
-                .unwrap();
-        }
-        store.put_shard(Bytes::from(up.shard)).await.unwrap();
-        if i % GARBAGE_EVERY != 0 {
-            ops.push(Operation::Add {
-                path: RepoPath::parse(&format!("d{:02}/f{i:04}.bin", i % 50)).unwrap(),
-                entry: FileEntry::lfs(up.files[0], Sha256::from_bytes([1; 32]), data.len() as u64),
-            });
-        }
-    }
-    let repos = Repos::new(store);
-    let repo = RepoRef::new(RepoType::Model, RepoId::new("org", "live").unwrap());
-    repos.create(&repo, "bench", false, 1).await.unwrap();
-    let meta = CommitMeta {
-        summary: "live files".into(),
-        author: "bench".into(),
-        created_at: 1_800_000_000,
-        ..CommitMeta::default()
-    };
-    repos
-        .commit_to_branch(&repo, &BranchName::main(), None, &ops, &meta)
-        .await
-        .unwrap();
-}
+/// The bench's store in small: 500 files, a fifth garbage, 50 folders.
+const SHAPE: GcStore = GcStore {
+    files: 500,
+    garbage_every: 5,
+    folders: 50,
+    at_once: 1,
+};
 
 #[tokio::test]
 async fn gc_requests_per_object() {
     let backend = Counting::default();
-    populate(Arc::new(StoreCas::open(backend.clone()).await.unwrap())).await;
+    let store = Arc::new(StoreCas::open(backend.clone()).await.unwrap());
+    SHAPE.populate(store).await.unwrap();
     backend.take();
     tokio::time::sleep(Duration::from_millis(5)).await;
 
@@ -155,8 +111,8 @@ async fn gc_requests_per_object() {
         .await
         .unwrap();
     let gc = backend.take();
-    let objects = 2 * FILES as u64;
-    let garbage = 2 * FILES.div_ceil(GARBAGE_EVERY) as u64;
+    let objects = 2 * SHAPE.files as u64;
+    let garbage = 2 * SHAPE.files.div_ceil(SHAPE.garbage_every) as u64;
     assert_eq!(r.deleted_shards + r.deleted_xorbs, garbage, "{r:?}");
     let sum = |m: &BTreeMap<String, u64>| m.values().sum::<u64>();
     eprintln!("{objects} objects, {garbage} garbage");
@@ -170,7 +126,7 @@ async fn gc_requests_per_object() {
     // Each shard read once, no per-object HEAD or DELETE: about one request per stored
     // shard plus the roots (it was 3.8 per object with the index built on open, both
     // marks reading every shard and a HEAD and a DELETE per deleted object).
-    assert_eq!(gc.get("GET shards"), Some(&(FILES as u64)), "{gc:?}");
+    assert_eq!(gc.get("GET shards"), Some(&(SHAPE.files as u64)), "{gc:?}");
     assert!(
         !gc.contains_key("HEAD+DELETE shards") && !gc.contains_key("HEAD+DELETE xorbs"),
         "{gc:?}"

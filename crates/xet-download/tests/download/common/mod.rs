@@ -232,9 +232,11 @@ pub struct Wrapper {
     pub retries_requests: AtomicBool,
     /// `size` and `reconstruction` queries, in the order they were made.
     pub queries: Mutex<Vec<&'static str>>,
-    /// Footers asked for; none is given (as a server whose URLs serve only the ranges
-    /// they were signed for).
+    /// Footers asked for.
     pub footers_asked: AtomicU64,
+    /// Give them (from the inner CAS); else none (as a server whose URLs serve only the
+    /// ranges they were signed for).
+    pub serve_footers: AtomicBool,
 }
 
 impl Wrapper {
@@ -257,6 +259,7 @@ impl Wrapper {
             retries_requests: AtomicBool::new(false),
             queries: Mutex::new(Vec::new()),
             footers_asked: AtomicU64::new(0),
+            serve_footers: AtomicBool::new(false),
         })
     }
     pub fn set_fault(&self, f: Fault) {
@@ -338,10 +341,15 @@ impl Cas for Wrapper {
     }
     async fn xorb_footer(
         &self,
-        _fetch: &XorbFetch,
+        fetch: &XorbFetch,
     ) -> xet_cas::Result<Option<xet_xorb::XorbFooter>> {
         self.footers_asked.fetch_add(1, Ordering::SeqCst);
-        Ok(None)
+        if !self.serve_footers.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        // Slow enough that concurrent lookups overlap.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.inner.xorb_footer(fetch).await
     }
     async fn file_size(&self, file: &MerkleHash) -> xet_cas::Result<Option<u64>> {
         self.queries.lock().unwrap().push("size");
