@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use xet_cas::{ByteRange, Cas, Result};
+use xet_cas::{ByteRange, Result};
 use xet_cas_conformance::gc_store::GcStore;
 use xet_store::{
     AgedObject, GcOptions, MemoryBackend, ObjectBackend, ObjectKey, StoreCas, StoreConfig,
